@@ -1,0 +1,25 @@
+// Package outbox is the transactional outbox shared by the orders service and
+// timeoutd: a writer inserts messages with [Insert] in the same Postgres
+// transaction as the state change they announce, and a [Relay] publishes them
+// to JetStream with their Nats-Msg-Id, waits for every PubAck, and only then
+// deletes them.
+//
+// The table each service's migrations create (the name is configurable):
+//
+//	CREATE TABLE outbox (
+//	    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+//	    subject    text        NOT NULL,
+//	    msg_id     text        NOT NULL,
+//	    data       bytea       NOT NULL,
+//	    created_at timestamptz NOT NULL DEFAULT now()
+//	);
+//
+// Delivery is at least once: a crash after a PubAck and before the delete
+// commits republishes the batch, which JetStream drops inside its duplicate
+// window (the Nats-Msg-Id) and idempotent consumers absorb beyond it.
+//
+// A batch is claimed with DELETE … FOR UPDATE SKIP LOCKED … RETURNING inside a
+// transaction that commits only after all PubAcks arrived, so several relays
+// may share a table without publishing the same row concurrently, and a
+// failed publish rolls the rows back for the next attempt.
+package outbox

@@ -1,0 +1,41 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Message is one outbox row: what to publish, where, under which dedupe id.
+type Message struct {
+	Subject string
+	MsgID   string
+	Data    []byte
+}
+
+// Execer is what Insert needs of a transaction; pgx.Tx satisfies it.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Insert writes msgs into table within the caller's transaction, in one
+// statement whatever the number of messages. An empty msgs is a no-op.
+func Insert(ctx context.Context, tx Execer, table string, msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	subjects := make([]string, len(msgs))
+	ids := make([]string, len(msgs))
+	data := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		subjects[i], ids[i], data[i] = m.Subject, m.MsgID, m.Data
+	}
+	sql := `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (subject, msg_id, data)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`
+	if _, err := tx.Exec(ctx, sql, subjects, ids, data); err != nil {
+		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Config.
+const (
+	TableDefault        = "outbox"
+	BatchSizeDefault    = 1000
+	PollIntervalDefault = 250 * time.Millisecond
+	AckTimeoutDefault   = 5 * time.Second
+	RetryDelayDefault   = 500 * time.Millisecond
+)
+
+// Config configures a Relay.
+type Config struct {
+	// Table is the outbox table name; default "outbox".
+	Table string
+	// BatchSize is the most rows published per transaction, which also
+	// bounds the PubAcks in flight; default 1000.
+	BatchSize int
+	// PollInterval is how often the table is checked when nobody calls
+	// Kick (rows left by a crash, another process's writes); default 250ms.
+	PollInterval time.Duration
+	// AckTimeout bounds the wait for a batch's PubAcks; default 5s. On
+	// timeout the batch is rolled back and retried.
+	AckTimeout time.Duration
+	// RetryDelay is the pause after a failed batch; default 500ms.
+	RetryDelay time.Duration
+	// OnPublished, if set, is called after a batch's deletion committed, with
+	// the messages and the time the last PubAck arrived. It must not block.
+	OnPublished func(batch []Message, ackedAt time.Time)
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (c *Config) setDefaults() error {
+	c.Table = cmp.Or(c.Table, TableDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.AckTimeout = cmp.Or(c.AckTimeout, AckTimeoutDefault)
+	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case !identRe.MatchString(c.Table):
+		return fmt.Errorf("outbox: Table %q is not a lower-case SQL identifier", c.Table)
+	case c.BatchSize < 1:
+		return fmt.Errorf("outbox: BatchSize must be positive, got %d", c.BatchSize)
+	case c.PollInterval < 0 || c.AckTimeout < 0 || c.RetryDelay < 0:
+		return errors.New("outbox: PollInterval, AckTimeout and RetryDelay must not be negative")
+	}
+	return nil
+}
+
+// Relay publishes the rows of an outbox table to JetStream. Run it with Run;
+// call Kick after committing new rows so they go out at once.
+type Relay struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	js   jetstream.JetStream
+	kick chan struct{}
+
+	claimSQL string
+}
+
+// NewRelay returns a relay over pool's cfg.Table publishing through js.
+func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Relay, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	t := pgx.Identifier{cfg.Table}.Sanitize()
+	return &Relay{
+		cfg:  cfg,
+		pool: pool,
+		js:   js,
+		kick: make(chan struct{}, 1),
+		claimSQL: `DELETE FROM ` + t + ` WHERE id IN (
+			SELECT id FROM ` + t + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+			RETURNING id, subject, msg_id, data`,
+	}, nil
+}
+
+// Kick wakes the relay to publish what was just committed. It never blocks.
+func (r *Relay) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx ends, then returns nil. Before returning it does
+// not start new batches; a batch in flight when ctx ends is rolled back and
+// left for the next run (use Flush first to drain on shutdown).
+func (r *Relay) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.kick:
+		case <-timer.C:
+		}
+		n, err := r.drain(ctx)
+		wait := r.cfg.PollInterval
+		if err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("outbox relay batch failed; retrying", "table", r.cfg.Table, "err", err)
+			wait = r.cfg.RetryDelay
+		} else if n > 0 {
+			wait = 0
+		}
+		timer.Reset(wait)
+	}
+}
+
+// Flush publishes every row present when it is called and returns when the
+// table is empty or ctx ends; it returns the number of messages published.
+func (r *Relay) Flush(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := r.drain(ctx)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}
+
+// drain publishes batches until one comes back short, returning the count.
+func (r *Relay) drain(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := r.publishBatch(ctx)
+		total += n
+		if err != nil || n < r.cfg.BatchSize {
+			return total, err
+		}
+	}
+}
+
+// publishBatch claims up to BatchSize rows, publishes them asynchronously,
+// waits for every PubAck and commits the deletion. Any failure rolls back.
+func (r *Relay) publishBatch(ctx context.Context) (n int, err error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin outbox batch: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	rows, err := tx.Query(ctx, r.claimSQL, r.cfg.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
+		var m Message
+		var id int64
+		err := row.Scan(&id, &m.Subject, &m.MsgID, &m.Data)
+		return m, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read outbox rows: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, tx.Rollback(ctx)
+	}
+	ackedAt, err := r.publish(ctx, batch)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit outbox deletion: %w", err)
+	}
+	if r.cfg.OnPublished != nil {
+		r.cfg.OnPublished(batch, ackedAt)
+	}
+	return len(batch), nil
+}
+
+// publish sends batch asynchronously and waits for all PubAcks, in order.
+func (r *Relay) publish(ctx context.Context, batch []Message) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckTimeout)
+	defer cancel()
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i, m := range batch {
+		msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+		f, err := r.js.PublishMsgAsync(msg)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return time.Time{}, fmt.Errorf("publish %s (%s): %w", batch[i].Subject, batch[i].MsgID, err)
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("wait for PubAck of %s: %w", batch[i].MsgID, ctx.Err())
+		}
+	}
+	return r.cfg.Now(), nil
+}
+
+// Stats describes the backlog of an outbox table.
+type Stats struct {
+	// Rows is the number of unpublished messages.
+	Rows int64
+	// OldestAge is the age of the oldest unpublished message, 0 when empty.
+	OldestAge time.Duration
+}
+
+// Stats reads the backlog; it costs a count over the (normally tiny) table.
+func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	var oldest *time.Time
+	err := r.pool.QueryRow(ctx, `SELECT count(*), min(created_at) FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()).Scan(&s.Rows, &oldest)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	if oldest != nil {
+		s.OldestAge = max(r.cfg.Now().Sub(*oldest), 0)
+	}
+	return s, nil
+}

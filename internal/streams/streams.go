@@ -1,0 +1,102 @@
+// Package streams declares the JetStream streams of the platform with
+// explicit settings and creates or updates them idempotently. Both services
+// call Ensure at start with the same Config, so whichever starts first
+// creates the streams and the other finds them as declared.
+package streams
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Defaults of Config.
+const (
+	// DuplicateWindowDefault must exceed the outbox relay's worst lag
+	// (AckTimeout plus retries, normally milliseconds) so a republished
+	// batch is dropped by JetStream; beyond it idempotent consumers absorb
+	// the duplicate. Two minutes keeps the dedupe index small at 60k msgs/s.
+	DuplicateWindowDefault = 2 * time.Minute
+	// MaxAgeDefault is how long expiry and order events stay readable by
+	// late or new consumers.
+	MaxAgeDefault = 72 * time.Hour
+	// DeadLetterMaxAgeDefault keeps dead letters for inspection and replay.
+	DeadLetterMaxAgeDefault = 14 * 24 * time.Hour
+	// ReplicasDefault is 1: the single-node stack of deploy/compose.
+	ReplicasDefault = 1
+)
+
+// Config sets what may differ between deployments.
+type Config struct {
+	// Replicas of every stream; default 1.
+	Replicas int
+	// DuplicateWindow of every stream; default 2m.
+	DuplicateWindow time.Duration
+	// MaxAge of the event streams; default 72h.
+	MaxAge time.Duration
+	// FireSubjectPrefixes are the allowed fire subject prefixes, each ending
+	// in "."; default [events.OrderCancelSubjectPrefix]. The expiry stream
+	// captures <prefix>> for each.
+	FireSubjectPrefixes []string
+}
+
+func (c Config) withDefaults() Config {
+	c.Replicas = cmp.Or(c.Replicas, ReplicasDefault)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DuplicateWindowDefault)
+	c.MaxAge = cmp.Or(c.MaxAge, MaxAgeDefault)
+	if len(c.FireSubjectPrefixes) == 0 {
+		c.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
+	}
+	return c
+}
+
+// Specs returns the stream configurations Ensure applies.
+//
+// The command stream is a work queue that keeps one message per subject
+// (MaxMsgsPerSubject 1): a newer command for a key replaces an older one not
+// yet consumed, which is safe because the newest version wins anyway, and
+// bounds the stream by the number of keys with commands in flight.
+func Specs(cfg Config) []jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	expirySubjects := []string{events.MissedSubjectPrefix + ">"}
+	for _, p := range cfg.FireSubjectPrefixes {
+		expirySubjects = append(expirySubjects, p+">")
+	}
+	base := func(name string, subjects []string, maxAge time.Duration) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:       name,
+			Subjects:   subjects,
+			Storage:    jetstream.FileStorage,
+			Replicas:   cfg.Replicas,
+			Retention:  jetstream.LimitsPolicy,
+			Discard:    jetstream.DiscardOld,
+			MaxAge:     maxAge,
+			Duplicates: cfg.DuplicateWindow,
+		}
+	}
+	commands := base(events.StreamCommands, []string{events.CommandSubjects}, 0)
+	commands.Retention = jetstream.WorkQueuePolicy
+	commands.MaxMsgsPerSubject = 1
+	return []jetstream.StreamConfig{
+		commands,
+		base(events.StreamExpiries, expirySubjects, cfg.MaxAge),
+		base(events.StreamOrderEvents, []string{"orders.created.>", "orders.paid.>", "orders.cancelled.>"}, cfg.MaxAge),
+		base(events.StreamDeadLetters, []string{events.DeadLetterSubjectPrefix + ">"}, DeadLetterMaxAgeDefault),
+	}
+}
+
+// Ensure creates every stream of Specs(cfg), or updates it to these
+// settings when it exists.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	for _, sc := range Specs(cfg) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}

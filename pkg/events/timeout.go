@@ -1,0 +1,274 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// SchemaVersion is the schema version this package writes and the newest it
+// reads. Messages without a schema field are read as version 1.
+const SchemaVersion = 1
+
+// MaxPayloadBytes bounds the opaque payload a command may carry; it is
+// returned verbatim in the expiry event.
+const MaxPayloadBytes = 4096
+
+// CommandKind is the kind of a timeout command.
+type CommandKind string
+
+// The command kinds.
+const (
+	// KindSet creates, moves or extends the deadline of a key.
+	KindSet CommandKind = "set"
+	// KindClear removes the deadline of a key (the order was paid or cancelled).
+	KindClear CommandKind = "clear"
+)
+
+// Command is a timeout command, published on CommandSubject(Key).
+type Command struct {
+	Schema  int         `json:"schema"`
+	Kind    CommandKind `json:"kind"`
+	Key     string      `json:"key"`
+	Version int64       `json:"version"`
+	// Deadline is the absolute time the timeout expires (set only), in UTC.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// FireSubject is where the expiry event goes (set only); timeoutd only
+	// accepts subjects under its configured prefixes.
+	FireSubject string `json:"fire_subject,omitempty"`
+	// MaxLatenessMs is the misfire bound (set only): when the timeout is
+	// processed later than Deadline plus this bound (say after a long outage),
+	// a "missed" event is published on MissedSubject(Key) instead of firing.
+	// 0 means fire however late (the default).
+	MaxLatenessMs int64 `json:"max_lateness_ms,omitempty"`
+	// Payload is opaque JSON returned in the expiry event, at most
+	// MaxPayloadBytes.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// MsgID returns the Nats-Msg-Id of the command: <kind>:<key>:<version>.
+func (c Command) MsgID() string {
+	return string(c.Kind) + ":" + c.Key + ":" + strconv.FormatInt(c.Version, 10)
+}
+
+// Subject returns the subject the command is published on.
+func (c Command) Subject() string { return CommandSubject(c.Key) }
+
+// Validate checks the command as DecodeCommand does after parsing.
+func (c Command) Validate() error {
+	if c.Schema < 1 || c.Schema > SchemaVersion {
+		return invalid(ReasonUnsupportedSchema, "schema", "schema version %d is not supported (newest is %d)", c.Schema, SchemaVersion)
+	}
+	if c.Kind != KindSet && c.Kind != KindClear {
+		return invalid(ReasonUnknownKind, "kind", "must be %q or %q, got %q", KindSet, KindClear, c.Kind)
+	}
+	if !ValidKey(c.Key) {
+		return invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_'", MaxKeyLen)
+	}
+	if c.Version <= 0 {
+		return invalid(ReasonInvalidVersion, "version", "must be a positive integer, got %d", c.Version)
+	}
+	if c.Kind == KindClear {
+		return nil
+	}
+	if c.Deadline.IsZero() {
+		return invalid(ReasonInvalidDeadline, "deadline", "is required for %q", KindSet)
+	}
+	if !ValidSubject(c.FireSubject) {
+		return invalid(ReasonInvalidSubject, "fire_subject", "must be a literal NATS subject of at most %d bytes", MaxSubjectLen)
+	}
+	if c.MaxLatenessMs < 0 {
+		return invalid(ReasonInvalidField, "max_lateness_ms", "must not be negative, got %d", c.MaxLatenessMs)
+	}
+	return validPayload(c.Payload)
+}
+
+func validPayload(p json.RawMessage) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if len(p) > MaxPayloadBytes {
+		return invalid(ReasonPayloadTooLarge, "payload", "is %d bytes, the limit is %d", len(p), MaxPayloadBytes)
+	}
+	if !json.Valid(p) {
+		return invalid(ReasonInvalidPayload, "payload", "is not valid JSON")
+	}
+	return nil
+}
+
+// commandWire mirrors Command with the fields whose parsing needs a precise
+// error kept as raw text.
+type commandWire struct {
+	Schema        *int            `json:"schema"`
+	Kind          CommandKind     `json:"kind"`
+	Key           string          `json:"key"`
+	Version       json.Number     `json:"version"`
+	Deadline      *string         `json:"deadline"`
+	FireSubject   string          `json:"fire_subject"`
+	MaxLatenessMs int64           `json:"max_lateness_ms"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// DecodeCommand parses and validates a command. Unknown fields are ignored;
+// a missing schema is read as 1; a newer schema, a bad key, a non-positive
+// version, a deadline that is not RFC 3339, an invalid fire subject or a
+// payload over MaxPayloadBytes is an *Error naming the field. The payload is
+// checked for size before JSON parsing cost is spent on the whole message.
+func DecodeCommand(data []byte) (Command, error) {
+	var w commandWire
+	if err := decodeJSON(data, &w); err != nil {
+		return Command{}, err
+	}
+	c := Command{Schema: 1, Kind: w.Kind, Key: w.Key, FireSubject: w.FireSubject, MaxLatenessMs: w.MaxLatenessMs, Payload: w.Payload}
+	if w.Schema != nil {
+		c.Schema = *w.Schema
+	}
+	v, err := parseVersion(w.Version)
+	if err != nil {
+		return Command{}, err
+	}
+	c.Version = v
+	if w.Deadline != nil && c.Kind == KindSet {
+		d, err := ParseTime("deadline", *w.Deadline)
+		if err != nil {
+			return Command{}, err
+		}
+		c.Deadline = d
+	}
+	if c.Kind == KindClear {
+		c.FireSubject, c.Payload, c.MaxLatenessMs = "", nil, 0
+	}
+	if err := c.Validate(); err != nil {
+		return Command{}, err
+	}
+	return c, nil
+}
+
+// Outcome says how a timeout ended.
+type Outcome string
+
+// The outcomes of an expiry.
+const (
+	// OutcomeFired: the deadline passed and the event went to the fire subject.
+	OutcomeFired Outcome = "fired"
+	// OutcomeMissed: the timeout was processed later than its misfire bound;
+	// the event went to MissedSubject(Key) and nothing was fired.
+	OutcomeMissed Outcome = "missed"
+)
+
+// Expiry is the event timeoutd publishes when a deadline passes. For orders
+// it is the cancel event, published on OrderCancelSubject(order id).
+type Expiry struct {
+	Schema   int       `json:"schema"`
+	Outcome  Outcome   `json:"outcome"`
+	Key      string    `json:"key"`
+	Version  int64     `json:"version"`
+	Deadline time.Time `json:"deadline"`
+	// FiredAt is the wall time timeoutd decided to fire; never before Deadline.
+	FiredAt time.Time `json:"fired_at"`
+	// LatenessNs is FiredAt minus Deadline, in nanoseconds.
+	LatenessNs int64           `json:"lateness_ns"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+}
+
+// MsgID returns the Nats-Msg-Id of the event: <outcome>:<key>:<version>.
+func (e Expiry) MsgID() string {
+	return string(e.Outcome) + ":" + e.Key + ":" + strconv.FormatInt(e.Version, 10)
+}
+
+type expiryWire struct {
+	Schema     *int            `json:"schema"`
+	Outcome    Outcome         `json:"outcome"`
+	Key        string          `json:"key"`
+	Version    json.Number     `json:"version"`
+	Deadline   string          `json:"deadline"`
+	FiredAt    string          `json:"fired_at"`
+	LatenessNs int64           `json:"lateness_ns"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+// DecodeExpiry parses and validates an expiry event with the same rules as
+// DecodeCommand; fired_at before deadline is rejected as invalid.
+func DecodeExpiry(data []byte) (Expiry, error) {
+	var w expiryWire
+	if err := decodeJSON(data, &w); err != nil {
+		return Expiry{}, err
+	}
+	e := Expiry{Schema: 1, Outcome: w.Outcome, Key: w.Key, LatenessNs: w.LatenessNs, Payload: w.Payload}
+	if w.Schema != nil {
+		e.Schema = *w.Schema
+	}
+	if e.Schema < 1 || e.Schema > SchemaVersion {
+		return Expiry{}, invalid(ReasonUnsupportedSchema, "schema", "schema version %d is not supported (newest is %d)", e.Schema, SchemaVersion)
+	}
+	if e.Outcome != OutcomeFired && e.Outcome != OutcomeMissed {
+		return Expiry{}, invalid(ReasonUnknownKind, "outcome", "must be %q or %q, got %q", OutcomeFired, OutcomeMissed, e.Outcome)
+	}
+	if !ValidKey(e.Key) {
+		return Expiry{}, invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_'", MaxKeyLen)
+	}
+	var err error
+	if e.Version, err = parseVersion(w.Version); err != nil {
+		return Expiry{}, err
+	}
+	if e.Version <= 0 {
+		return Expiry{}, invalid(ReasonInvalidVersion, "version", "must be a positive integer, got %d", e.Version)
+	}
+	if e.Deadline, err = ParseTime("deadline", w.Deadline); err != nil {
+		return Expiry{}, err
+	}
+	if e.FiredAt, err = ParseTime("fired_at", w.FiredAt); err != nil {
+		return Expiry{}, err
+	}
+	if e.FiredAt.Before(e.Deadline) {
+		return Expiry{}, invalid(ReasonInvalidDeadline, "fired_at", "is before the deadline")
+	}
+	if err := validPayload(e.Payload); err != nil {
+		return Expiry{}, err
+	}
+	return e, nil
+}
+
+// ParseTime parses an RFC 3339 time (fractional seconds allowed) and returns
+// it in UTC; field names the JSON field in the error.
+func ParseTime(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(ReasonInvalidDeadline, field, "must be an RFC 3339 time such as 2026-01-02T15:04:05.123Z, got %q", truncate(s))
+	}
+	return t.UTC(), nil
+}
+
+func parseVersion(n json.Number) (int64, error) {
+	if n == "" {
+		return 0, invalid(ReasonInvalidVersion, "version", "is required")
+	}
+	v, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		return 0, invalid(ReasonInvalidVersion, "version", "must be an integer, got %s", truncate(string(n)))
+	}
+	return v, nil
+}
+
+// decodeJSON unmarshals one JSON object into v; numbers are kept as
+// json.Number where the wire type asks for it.
+func decodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return invalid(ReasonMalformed, "", "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return invalid(ReasonMalformed, "", "malformed JSON: trailing data after the object")
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	const limit = 64
+	if len(s) > limit {
+		return s[:limit] + "…"
+	}
+	return s
+}
