@@ -1,0 +1,52 @@
+// Package wheel is a sharded, hierarchical hashed timing wheel holding
+// millions of pending deadlines in memory, with O(1) Schedule, Cancel and
+// Reset and no allocation per operation in steady state. It depends on the
+// standard library only.
+//
+// # Structure
+//
+// Each shard has its own mutex, a slab of 32-byte entries (with an 8-byte
+// value) in fixed 1024-entry chunks, and 11 levels of 64 slots, each slot a
+// doubly linked list of slab indices, each level with a uint64 occupancy
+// bitmap. Level L slot s holds the timers whose expiry tick first differs
+// from the current tick in base-64 digit L, with digit s there (as in Linux's
+// and tokio's wheels), so a 30-day deadline costs the same as a 100 ms one.
+// When the current tick reaches the start of a slot of level L > 0, its
+// timers cascade to finer levels, so every timer fires from level 0 at the
+// first tick boundary at or after its deadline: never early, less than one
+// tick late (plus wake-up latency), never expired in place from a coarse
+// level.
+//
+// A Handle carries the shard, the slab index and the entry's generation; a
+// freed entry's generation is bumped, so a stale handle is a no-op that
+// reports false. Cancel frees the entry at once (its value is zeroed so the
+// GC can reclaim what it referenced) and puts it on the shard's free list.
+//
+// # Concurrency
+//
+// Schedule picks a shard at random (math/rand/v2, no shared counter); Cancel
+// and Reset go to the shard in the handle. Callers on different shards share
+// no lock and no written cache line, so throughput grows with goroutines.
+// One driver goroutine advances all shards: it finds the next occupied slot
+// with bits.TrailingZeros on the bitmaps and sleeps on one timer until then;
+// a Schedule or Reset earlier than its planned wake-up wakes it through a
+// 1-buffered channel. With nothing due, it does not wake at all.
+//
+// # Delivery and a slow consumer
+//
+// The driver copies expired timers into an outbox and frees their entries,
+// then goes back to sleep; it never waits for the consumer. A separate
+// delivery goroutine hands the whole outbox to onExpire in one call. If
+// onExpire is slow, the driver keeps cutting and the outbox grows; the next
+// call receives everything accumulated (batches coalesce). Such timers still
+// count in Len, and so against Config.MaxPending, until onExpire is called
+// with them, so memory stays bounded by MaxPending. Their Fired time is when
+// they were cut, so lateness caused by the consumer is visible to it.
+//
+// # Time
+//
+// Deadlines are stored as nanoseconds since the wheel's creation, measured
+// with the Clock's monotonic reading. A deadline without a monotonic reading
+// (parsed from JSON, built with time.Date) is converted against the clock's
+// current wall and monotonic readings. Config.Clock lets tests drive time.
+package wheel

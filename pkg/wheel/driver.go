@@ -1,0 +1,121 @@
+package wheel
+
+import (
+	"math"
+	"time"
+)
+
+// drive is the driver goroutine: it advances every shard to the clock's
+// current tick, moves the expired timers to the outbox, and sleeps until the
+// earliest occupied slot across shards, or until a Schedule lands earlier
+// (wake) or Stop. With nothing pending it sleeps without a timer: no
+// periodic wake-ups. It never waits for the consumer.
+func (w *Wheel[T]) drive() {
+	defer close(w.driven)
+	timer := w.clock.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		w.wakeups.Add(1)
+		// From here until nextWake is stored below, every Schedule pokes
+		// wake: a timer added to a shard after the scan below passed it
+		// makes the driver scan again instead of being slept over.
+		w.nextWake.Store(math.MinInt64)
+		now := w.clock.Now()
+		target := max(0, int64(now.Sub(w.origin))/w.tick)
+		next := int64(math.MaxInt64)
+		cut := 0
+		for i := range w.shards {
+			s := &w.shards[i]
+			s.mu.Lock()
+			w.outMu.Lock()
+			before := len(w.out)
+			w.out = s.t.advance(target, w.out, now, w.origin)
+			n := len(w.out) - before
+			w.outOwed[i] += n
+			w.outMu.Unlock()
+			if t, ok := s.t.next(); ok {
+				next = min(next, t)
+			}
+			s.mu.Unlock()
+			cut += n
+		}
+		if cut > 0 {
+			w.expired.Add(uint64(cut))
+			select {
+			case w.outReady <- struct{}{}:
+			default:
+			}
+		}
+		w.nextWake.Store(next)
+		var fire <-chan time.Time
+		if next != math.MaxInt64 {
+			d := time.Duration(next*w.tick - int64(w.clock.Now().Sub(w.origin)))
+			if d <= 0 {
+				select {
+				case <-w.stop:
+					return
+				default:
+					continue
+				}
+			}
+			timer.Reset(d)
+			fire = timer.C()
+		}
+		select {
+		case <-fire:
+		case <-w.wake:
+			timer.Stop()
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// deliver is the delivery goroutine: it takes everything the driver cut
+// since the last call (so a slow consumer gets fewer, larger batches while
+// the driver keeps cutting), uncharges it from the shards, and calls
+// onExpire with it. Two buffers alternate, so steady state allocates
+// nothing; a buffer much larger than its last use is dropped for the GC.
+func (w *Wheel[T]) deliver() {
+	var spare []Expired[T]
+	owed := make([]int, len(w.shards))
+	for {
+		select {
+		case <-w.outReady:
+		case <-w.stop:
+			return
+		}
+		w.outMu.Lock()
+		if w.outDone {
+			w.outMu.Unlock()
+			return
+		}
+		batch := w.out
+		w.out = spare[:0]
+		copy(owed, w.outOwed)
+		clear(w.outOwed)
+		w.outMu.Unlock()
+		if len(batch) == 0 {
+			spare = batch
+			continue
+		}
+		for i, n := range owed {
+			if n != 0 {
+				s := &w.shards[i]
+				s.mu.Lock()
+				if !s.stopped {
+					s.charged -= n
+				}
+				s.mu.Unlock()
+			}
+		}
+		w.batches.Add(1)
+		w.onExpire(batch)
+		clear(batch)
+		spare = batch[:0]
+		if cap(batch) > 4096 && len(batch) < cap(batch)/4 {
+			spare = nil
+		}
+	}
+}

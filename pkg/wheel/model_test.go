@@ -1,0 +1,251 @@
+package wheel
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+// model is the reference: a heap of live timers ordered by deadline, driven
+// by the same ticks as the wheel under test.
+type model struct {
+	items []*modelTimer
+}
+
+type modelTimer struct {
+	id    int
+	when  int64
+	index int // in the heap, -1 when gone
+}
+
+func (m *model) Len() int           { return len(m.items) }
+func (m *model) Less(i, j int) bool { return m.items[i].when < m.items[j].when }
+func (m *model) Swap(i, j int) {
+	m.items[i], m.items[j] = m.items[j], m.items[i]
+	m.items[i].index, m.items[j].index = i, j
+}
+func (m *model) Push(x any) {
+	t := x.(*modelTimer)
+	t.index = len(m.items)
+	m.items = append(m.items, t)
+}
+func (m *model) Pop() any {
+	t := m.items[len(m.items)-1]
+	m.items = m.items[:len(m.items)-1]
+	t.index = -1
+	return t
+}
+
+// checker runs one operation sequence against the unsynchronized wheel of a
+// shard and the model, failing on the first divergence.
+type checker struct {
+	tb      testing.TB
+	tick    int64
+	t       timers[int]
+	m       model
+	handles []struct{ i, gen uint32 }
+	timers  []*modelTimer
+	nowNs   int64
+	out     []Expired[int]
+}
+
+func newChecker(tb testing.TB, tick time.Duration) *checker {
+	c := &checker{tb: tb, tick: int64(tick)}
+	c.t.ticks = newTicks(tick)
+	return c
+}
+
+var origin = time.Unix(1_000_000, 0)
+
+func (c *checker) schedule(when int64) {
+	id := len(c.timers)
+	i, gen, ok := c.t.add(when, c.t.tickOf(when), id)
+	if !ok {
+		c.tb.Fatalf("add failed")
+	}
+	mt := &modelTimer{id: id, when: when}
+	heap.Push(&c.m, mt)
+	c.timers = append(c.timers, mt)
+	c.handles = append(c.handles, struct{ i, gen uint32 }{i, gen})
+}
+
+func (c *checker) cancel(id int) {
+	h, mt := c.handles[id], c.timers[id]
+	got := c.t.remove(h.i, h.gen)
+	want := mt.index >= 0
+	if got != want {
+		c.tb.Fatalf("cancel(%d) = %v, want %v", id, got, want)
+	}
+	if want {
+		heap.Remove(&c.m, mt.index)
+	}
+}
+
+func (c *checker) reset(id int, when int64) {
+	h, mt := c.handles[id], c.timers[id]
+	got := c.t.reset(h.i, h.gen, when, c.t.tickOf(when))
+	want := mt.index >= 0
+	if got != want {
+		c.tb.Fatalf("reset(%d) = %v, want %v", id, got, want)
+	}
+	if want {
+		mt.when = when
+		heap.Fix(&c.m, mt.index)
+	}
+}
+
+// advance moves the clock to nowNs and checks that exactly the timers due by
+// the current tick boundary fire: none early, none skipped.
+func (c *checker) advance(nowNs int64) {
+	c.nowNs = max(c.nowNs, nowNs)
+	target := c.nowNs / c.tick
+	fired := origin.Add(time.Duration(c.nowNs))
+	c.out = c.t.advance(target, c.out[:0], fired, origin)
+	var want []int
+	for c.m.Len() > 0 && c.m.items[0].when <= target*c.tick {
+		want = append(want, heap.Pop(&c.m).(*modelTimer).id)
+	}
+	got := make([]int, len(c.out))
+	for k, e := range c.out {
+		got[k] = e.Value
+		mt := c.timers[e.Value]
+		if !e.Deadline.Equal(origin.Add(time.Duration(mt.when))) {
+			c.tb.Fatalf("timer %d: deadline %v, want %v", e.Value, e.Deadline, origin.Add(time.Duration(mt.when)))
+		}
+		if e.Fired.Before(e.Deadline) {
+			c.tb.Fatalf("timer %d fired early: at %d ns, deadline %d ns", e.Value, c.nowNs, mt.when)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		c.tb.Fatalf("advance to %d ns (tick %d): fired %v, want %v", c.nowNs, target, got, want)
+	}
+	if c.t.n != c.m.Len() {
+		c.tb.Fatalf("wheel holds %d timers, model %d", c.t.n, c.m.Len())
+	}
+}
+
+// run interprets data as operations: each is 1 opcode byte and 8 bytes of
+// argument. Deadlines mix near, far, tick-aligned and level-boundary values.
+func (c *checker) run(data []byte) {
+	for len(data) >= 9 {
+		op, arg := data[0], binary.LittleEndian.Uint64(data[1:9])
+		data = data[9:]
+		switch op % 6 {
+		case 0, 1:
+			c.schedule(c.deadline(op, arg))
+		case 2:
+			if len(c.timers) > 0 {
+				c.cancel(int(arg % uint64(len(c.timers))))
+			}
+		case 3:
+			if len(c.timers) > 0 {
+				c.reset(int(arg%uint64(len(c.timers))), c.deadline(op>>3, arg>>20))
+			}
+		case 4:
+			c.advance(addSat(c.nowNs, int64(arg%uint64(3*c.tick))))
+		case 5: // jump to a deadline, but not centuries ahead
+			if (op>>3)%6 == 4 {
+				op -= 8
+			}
+			c.advance(c.deadline(op, arg))
+		}
+	}
+	c.advance(math.MaxInt64) // all fire but deadlines past the last whole tick
+}
+
+func addSat(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// deadline derives a deadline from op and arg relative to the current time.
+func (c *checker) deadline(op byte, arg uint64) int64 {
+	now := c.nowNs
+	switch (op >> 3) % 6 {
+	case 0: // near: within 200 ticks, possibly in the past
+		return now - 5*c.tick + int64(arg%uint64(205*c.tick))
+	case 1: // exactly on a tick boundary
+		return (now/c.tick + int64(arg%130)) * c.tick
+	case 2: // on or next to a level boundary
+		lvl := arg % 8
+		b := (now/c.tick>>(6*lvl) + 1 + int64(arg>>8%3)) << (6 * lvl)
+		if b > math.MaxInt64/c.tick-1 {
+			return math.MaxInt64
+		}
+		return b*c.tick + int64(arg>>16%3) - 1
+	case 3: // far future: up to ~2^50 ns (13 days)
+		return addSat(now, int64(arg%(1<<50)))
+	case 4: // very far: up to 2^62 ns
+		return addSat(now, int64(arg>>2))
+	default: // pile-up on a handful of deadlines
+		return now + int64(arg%4)*7*c.tick
+	}
+}
+
+func TestModelRandom(t *testing.T) {
+	t.Parallel()
+	for _, tick := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 7} {
+		for seed := range 20 {
+			t.Run(fmt.Sprintf("tick=%v/seed=%d", tick, seed), func(t *testing.T) {
+				t.Parallel()
+				data := make([]byte, 9*3000)
+				x := uint64(seed)*0x9E3779B97F4A7C15 + uint64(tick)
+				for i := range data {
+					x ^= x << 13
+					x ^= x >> 7
+					x ^= x << 17
+					data[i] = byte(x >> 32)
+				}
+				newChecker(t, tick).run(data)
+			})
+		}
+	}
+}
+
+func TestModelCases(t *testing.T) {
+	t.Parallel()
+	ms := int64(time.Millisecond)
+	op := func(code byte, arg int64) []byte {
+		return binary.LittleEndian.AppendUint64([]byte{code}, uint64(arg))
+	}
+	tests := []struct {
+		name string
+		ops  [][]byte
+	}{
+		// opcode 0 with kind 0 (near): deadline = now - 5 ticks + arg.
+		{"past deadline fires at once", [][]byte{op(0, 0), op(4, 0)}},
+		{"exact tick boundary", [][]byte{op(8, 64), op(4, 64*ms), op(4, ms-1), op(4, 1)}},
+		{"one ns after boundary waits a tick", [][]byte{op(0, 5*ms+1), op(4, ms), op(4, 1), op(4, ms-1)}},
+		{"level boundary", [][]byte{op(16, 1<<8), op(5|16, 0)}},
+		{"cancel then stale cancel", [][]byte{op(0, 100*ms), op(2, 0), op(2, 0), op(4, 2*ms)}},
+		{"reset after fire is stale", [][]byte{op(0, 0), op(4, 0), op(3, 0)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			newChecker(t, time.Millisecond).run(slices.Concat(tt.ops...))
+		})
+	}
+}
+
+func FuzzWheel(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(binary.LittleEndian.AppendUint64([]byte{0}, 12345))
+	f.Add(slices.Concat(
+		binary.LittleEndian.AppendUint64([]byte{24}, 1<<40),
+		binary.LittleEndian.AppendUint64([]byte{16}, 3),
+		binary.LittleEndian.AppendUint64([]byte{3}, 0),
+		binary.LittleEndian.AppendUint64([]byte{5}, 1<<30),
+	))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		newChecker(t, time.Millisecond).run(data)
+	})
+}

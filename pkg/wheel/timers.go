@@ -1,0 +1,265 @@
+package wheel
+
+import (
+	"math/bits"
+	"time"
+)
+
+// The hierarchy: numLevels levels of levelSlots slots each. Level L slot s
+// holds the timers whose expiry tick differs from the current tick first in
+// base-64 digit L and has digit s there. 11 levels of 6 bits cover every
+// non-negative int64 tick, so no overflow list is needed.
+const (
+	levelBits  = 6
+	levelSlots = 1 << levelBits
+	levelMask  = levelSlots - 1
+	numLevels  = 11
+	// dueSlot is the list of timers whose tick had already passed when they
+	// were scheduled or reset; the next advance fires them.
+	dueSlot = numLevels * levelSlots
+	// freeSlot marks a slab entry on the free list.
+	freeSlot = 0xFFFF
+
+	chunkBits = 10
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+
+	// maxIndex bounds a shard's slab so that an index fits the handle.
+	maxIndex = 1<<(32-shardBits) - 1
+)
+
+// entry is one timer in a shard's slab: 32 bytes with an 8-byte T. Links are
+// slab indices; index 0 is never used, so 0 means "none".
+type entry[T any] struct {
+	when  int64  // deadline in nanoseconds since the wheel's origin
+	next  uint32 // next in the slot list, or in the free list when free
+	prev  uint32 // previous in the slot list; 0 when first
+	gen   uint32 // bumped when the entry is freed; part of the handle
+	slot  uint16 // level*levelSlots+slot, dueSlot, or freeSlot
+	value T
+}
+
+// timers is the hierarchical timing wheel of one shard. It is not
+// synchronized: the shard's mutex guards it. Every operation is O(1) except
+// advance, which is O(slots visited + timers fired or cascaded); each timer
+// cascades at most numLevels-1 times over its life.
+type timers[T any] struct {
+	ticks
+	now int64 // the last tick processed by advance
+
+	chunks []*[chunkSize]entry[T] // fixed-size chunks: growth never copies
+	used   uint32                 // highest slab index ever allocated
+	free   uint32                 // head of the free list
+	n      int                    // timers in the wheel
+
+	occupied [numLevels]uint64 // bit s of level L set iff heads[L*64+s] != 0
+	heads    [dueSlot + 1]uint32
+}
+
+// ticks converts nanoseconds to ticks.
+type ticks struct {
+	tick  int64  // nanoseconds per tick
+	magic uint64 // floor((2^64-1)/tick), for division by multiplication
+}
+
+func newTicks(tick time.Duration) ticks {
+	return ticks{tick: int64(tick), magic: ^uint64(0) / uint64(tick)}
+}
+
+// tickOf returns the first tick at or after when: ceil(when/tick), and 0 for
+// when <= 0. It divides by multiplying with magic; the estimate is at most
+// one too small and is corrected.
+func (t ticks) tickOf(when int64) int64 {
+	if when <= 0 {
+		return 0
+	}
+	x := uint64(when - 1)
+	q, _ := bits.Mul64(x, t.magic)
+	if x-q*uint64(t.tick) >= uint64(t.tick) {
+		q++
+	}
+	return int64(q) + 1
+}
+
+func (t *timers[T]) at(i uint32) *entry[T] {
+	return &t.chunks[i>>chunkBits][i&chunkMask]
+}
+
+// add stores a timer and returns its slab index and generation; ok is false
+// when the slab is at maxIndex.
+func (t *timers[T]) add(when, tick int64, v T) (i, gen uint32, ok bool) {
+	if t.free != 0 {
+		i = t.free
+		t.free = t.at(i).next
+	} else {
+		if t.used >= maxIndex {
+			return 0, 0, false
+		}
+		t.used++
+		i = t.used
+		if int(i>>chunkBits) == len(t.chunks) {
+			t.chunks = append(t.chunks, new([chunkSize]entry[T]))
+		}
+	}
+	e := t.at(i)
+	e.when = when
+	e.value = v
+	t.link(i, e, tick)
+	t.n++
+	return i, e.gen, true
+}
+
+// get returns the live entry for (i, gen), or nil if the handle is stale.
+func (t *timers[T]) get(i, gen uint32) *entry[T] {
+	if i == 0 || i > t.used {
+		return nil
+	}
+	e := t.at(i)
+	if e.gen != gen || e.slot == freeSlot {
+		return nil
+	}
+	return e
+}
+
+// remove cancels the timer (i, gen) and frees its entry at once; it reports
+// false for a stale handle.
+func (t *timers[T]) remove(i, gen uint32) bool {
+	e := t.get(i, gen)
+	if e == nil {
+		return false
+	}
+	t.unlink(e)
+	t.release(i, e)
+	return true
+}
+
+// reset moves the timer (i, gen) to a new deadline; false for a stale handle.
+func (t *timers[T]) reset(i, gen uint32, when, tick int64) bool {
+	e := t.get(i, gen)
+	if e == nil {
+		return false
+	}
+	t.unlink(e)
+	e.when = when
+	t.link(i, e, tick)
+	return true
+}
+
+func (t *timers[T]) release(i uint32, e *entry[T]) {
+	var zero T
+	e.value = zero // drop references held by the value now, not at a later tick
+	e.gen++
+	e.slot = freeSlot
+	e.prev = 0
+	e.next = t.free
+	t.free = i
+	t.n--
+}
+
+// link puts entry i, expiring at tick, at the head of its slot's list.
+func (t *timers[T]) link(i uint32, e *entry[T], tick int64) {
+	s := dueSlot
+	if tick > t.now {
+		// The level is the highest base-64 digit in which tick and now
+		// differ; tick's digit there is greater than now's.
+		lvl := (63 - bits.LeadingZeros64(uint64(tick^t.now))) / levelBits
+		d := int(tick>>(lvl*levelBits)) & levelMask
+		s = lvl*levelSlots + d
+		t.occupied[lvl] |= 1 << d
+	}
+	e.slot = uint16(s)
+	e.prev = 0
+	h := t.heads[s]
+	e.next = h
+	if h != 0 {
+		t.at(h).prev = i
+	}
+	t.heads[s] = i
+}
+
+func (t *timers[T]) unlink(e *entry[T]) {
+	if e.prev != 0 {
+		t.at(e.prev).next = e.next
+	} else {
+		s := int(e.slot)
+		t.heads[s] = e.next
+		if e.next == 0 && s != dueSlot {
+			t.occupied[s>>levelBits] &^= 1 << (s & levelMask)
+		}
+	}
+	if e.next != 0 {
+		t.at(e.next).prev = e.prev
+	}
+}
+
+// next returns the next tick at which advance has work: now if timers are
+// due, else the start of the earliest occupied slot. The lowest non-empty
+// level always holds the earliest slot, because a level-L slot starts after
+// the current level-(L+1) digit's range in which all lower levels lie.
+func (t *timers[T]) next() (int64, bool) {
+	if t.heads[dueSlot] != 0 {
+		return t.now, true
+	}
+	for lvl, occ := range t.occupied {
+		if occ != 0 {
+			shift := uint(lvl * levelBits)
+			high := t.now >> (shift + levelBits) << (shift + levelBits)
+			return high | int64(bits.TrailingZeros64(occ))<<shift, true
+		}
+	}
+	return 0, false
+}
+
+// advance processes every tick up to target: it cascades the slots whose
+// range has begun toward finer levels and appends the timers whose tick is
+// at or before target to out, freeing their entries. fired is stamped on
+// each, origin converts deadlines back to times.
+func (t *timers[T]) advance(target int64, out []Expired[T], fired, origin time.Time) []Expired[T] {
+	for {
+		for i := t.heads[dueSlot]; i != 0; {
+			e := t.at(i)
+			nx := e.next
+			out = append(out, Expired[T]{Value: e.value, Deadline: origin.Add(time.Duration(e.when)), Fired: fired})
+			t.release(i, e)
+			i = nx
+		}
+		t.heads[dueSlot] = 0
+		n, ok := t.next()
+		if !ok || n > target {
+			t.now = max(t.now, target)
+			return out
+		}
+		t.now = n
+		// n is the start of the earliest occupied slot: take its list.
+		lvl := 0
+		for t.occupied[lvl] == 0 {
+			lvl++
+		}
+		d := bits.TrailingZeros64(t.occupied[lvl])
+		s := lvl*levelSlots + d
+		t.occupied[lvl] &^= 1 << d
+		i := t.heads[s]
+		t.heads[s] = 0
+		for i != 0 {
+			e := t.at(i)
+			nx := e.next
+			t.link(i, e, t.tickOf(e.when)) // due ones go to dueSlot, fired above
+			i = nx
+		}
+	}
+}
+
+// drain appends every timer still in the wheel to out and empties the wheel,
+// releasing its memory.
+func (t *timers[T]) drain(out []Pending[T], origin time.Time) []Pending[T] {
+	for _, h := range t.heads {
+		for i := h; i != 0; {
+			e := t.at(i)
+			out = append(out, Pending[T]{Value: e.value, Deadline: origin.Add(time.Duration(e.when))})
+			i = e.next
+		}
+	}
+	t.chunks, t.used, t.free, t.n = nil, 0, 0, 0
+	t.occupied, t.heads = [numLevels]uint64{}, [dueSlot + 1]uint32{}
+	return out
+}

@@ -1,0 +1,394 @@
+package wheel
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a Clock whose time moves only through Advance.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c     *fakeClock
+	ch    chan time.Time
+	when  time.Time
+	armed bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+// Advance moves the time forward and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		if t.armed && !t.when.After(c.now) {
+			t.armed = false
+			select {
+			case t.ch <- c.now:
+			default:
+			}
+		}
+	}
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.drain()
+	t.when, t.armed = t.c.now.Add(d), true
+}
+
+func (t *fakeTimer) Stop() {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.drain()
+	t.armed = false
+}
+
+func (t *fakeTimer) drain() {
+	select {
+	case <-t.ch:
+	default:
+	}
+}
+
+// collector records what onExpire receives.
+type collector struct {
+	mu    sync.Mutex
+	got   []Expired[int]
+	calls int
+}
+
+func (c *collector) onExpire(batch []Expired[int]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got = append(c.got, batch...)
+	c.calls++
+}
+
+func (c *collector) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.got)
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func newTestWheel(t *testing.T, cfg Config) (*Wheel[int], *fakeClock, *collector) {
+	t.Helper()
+	clock := newFakeClock()
+	cfg.Clock = clock
+	col := &collector{}
+	w, err := New(cfg, col.onExpire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop() })
+	return w, clock, col
+}
+
+func TestFakeClockFiresAtDeadlineNeverEarly(t *testing.T) {
+	t.Parallel()
+	w, clock, col := newTestWheel(t, Config{Tick: 10 * time.Millisecond})
+	start := clock.Now()
+	deadlines := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 10*time.Millisecond + 1, time.Hour, 30 * 24 * time.Hour}
+	for i, d := range deadlines {
+		if _, err := w.Schedule(start.Add(d), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := w.Len(); n != len(deadlines) {
+		t.Fatalf("Len = %d, want %d", n, len(deadlines))
+	}
+	steps := []struct {
+		advance time.Duration
+		want    int
+	}{
+		{9 * time.Millisecond, 0},
+		{time.Millisecond, 2},     // t=10ms: the 5 ms and 10 ms timers
+		{9 * time.Millisecond, 2}, // t=19ms: 10ms+1ns waits for the tick at 20 ms
+		{time.Millisecond, 3},     // t=20ms
+		{time.Hour - 20*time.Millisecond - 1, 3},
+		{1, 4}, // exactly one hour
+		{30*24*time.Hour - time.Hour, 5},
+	}
+	for _, s := range steps {
+		clock.Advance(s.advance)
+		now := clock.Now()
+		if s.want > 0 {
+			waitFor(t, "expiries", func() bool { return col.len() >= s.want })
+		}
+		if got := col.len(); got != s.want {
+			t.Fatalf("at %v: %d fired, want %d", now.Sub(start), got, s.want)
+		}
+		if got := w.Len(); got != len(deadlines)-s.want {
+			t.Fatalf("at %v: Len = %d, want %d", now.Sub(start), got, len(deadlines)-s.want)
+		}
+	}
+	for _, e := range col.got {
+		if e.Fired.Before(e.Deadline) {
+			t.Errorf("timer %d fired early: %v < %v", e.Value, e.Fired, e.Deadline)
+		}
+		if e.Fired.Sub(e.Deadline) >= 10*time.Millisecond {
+			t.Errorf("timer %d fired %v late", e.Value, e.Fired.Sub(e.Deadline))
+		}
+	}
+}
+
+func TestCancelResetStale(t *testing.T) {
+	t.Parallel()
+	w, clock, col := newTestWheel(t, Config{})
+	h, _ := w.ScheduleAfter(time.Second, 1)
+	if !w.Reset(h, clock.Now().Add(2*time.Millisecond)) {
+		t.Fatal("Reset of a pending timer = false")
+	}
+	clock.Advance(2 * time.Millisecond)
+	waitFor(t, "fire", func() bool { return col.len() == 1 })
+	if w.Cancel(h) {
+		t.Error("Cancel after fire = true")
+	}
+	if w.Reset(h, clock.Now().Add(time.Second)) {
+		t.Error("Reset after fire = true")
+	}
+	h2, _ := w.ScheduleAfter(time.Second, 2) // likely reuses h's slab entry
+	if w.Cancel(h) {
+		t.Error("stale Cancel cancelled the entry's new timer")
+	}
+	if !w.Cancel(h2) || w.Cancel(h2) {
+		t.Error("Cancel twice: want true then false")
+	}
+	if w.Cancel(0) || w.Cancel(^Handle(0)) || w.Reset(0, clock.Now()) {
+		t.Error("invalid handle accepted")
+	}
+	if w.Len() != 0 {
+		t.Errorf("Len = %d, want 0", w.Len())
+	}
+}
+
+func TestWallDeadlineWithoutMonotonic(t *testing.T) {
+	t.Parallel()
+	col := &collector{}
+	w, err := New(Config{}, col.onExpire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	deadline := time.Now().Add(30 * time.Millisecond).Round(0) // as if parsed from JSON
+	if _, err := w.Schedule(deadline, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "fire", func() bool { return col.len() == 1 })
+	if now := time.Now().Round(0); now.Before(deadline) {
+		t.Fatalf("fired at wall %v before wall deadline %v", now, deadline)
+	}
+}
+
+func TestMaxPending(t *testing.T) {
+	t.Parallel()
+	w, clock, col := newTestWheel(t, Config{MaxPending: 5, Shards: 4})
+	var hs []Handle
+	for i := range 5 {
+		h, err := w.ScheduleAfter(time.Millisecond, i)
+		if err != nil {
+			t.Fatalf("Schedule %d: %v", i, err)
+		}
+		hs = append(hs, h)
+	}
+	if _, err := w.ScheduleAfter(time.Millisecond, 5); !errors.Is(err, ErrFull) {
+		t.Fatalf("Schedule beyond MaxPending: %v, want ErrFull", err)
+	}
+	w.Cancel(hs[0])
+	if _, err := w.ScheduleAfter(time.Millisecond, 5); err != nil {
+		t.Fatalf("Schedule after Cancel: %v", err)
+	}
+	clock.Advance(time.Millisecond)
+	waitFor(t, "fire", func() bool { return col.len() == 5 && w.Len() == 0 })
+	if _, err := w.ScheduleAfter(time.Millisecond, 6); err != nil {
+		t.Fatalf("Schedule after delivery: %v", err)
+	}
+}
+
+func TestStop(t *testing.T) {
+	t.Parallel()
+	w, clock, col := newTestWheel(t, Config{})
+	for i := range 100 {
+		w.ScheduleAfter(time.Duration(i)*time.Minute, i)
+	}
+	clock.Advance(30*time.Minute + time.Second)
+	waitFor(t, "fire", func() bool { return col.len() == 31 })
+	var wg sync.WaitGroup
+	results := make([][]Pending[int], 4)
+	for i := range results {
+		wg.Go(func() { results[i] = w.Stop() })
+	}
+	wg.Wait()
+	total := 0
+	for _, r := range results {
+		total += len(r)
+		for _, p := range r {
+			if p.Value < 31 {
+				t.Errorf("Stop returned fired timer %d", p.Value)
+			}
+		}
+	}
+	if total != 69 {
+		t.Fatalf("Stop returned %d timers in all, want 69", total)
+	}
+	if _, err := w.ScheduleAfter(time.Second, 1); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Schedule after Stop: %v", err)
+	}
+	if w.Len() != 0 || w.Stop() != nil {
+		t.Fatal("stopped wheel not empty")
+	}
+}
+
+func TestStopFromOnExpire(t *testing.T) {
+	t.Parallel()
+	var w *Wheel[int]
+	stopped := make(chan []Pending[int], 1)
+	var once sync.Once
+	w, err := New(Config{}, func(batch []Expired[int]) { once.Do(func() { stopped <- w.Stop() }) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ScheduleAfter(0, 1)
+	w.ScheduleAfter(time.Hour, 2)
+	select {
+	case p := <-stopped:
+		if len(p) != 1 || p[0].Value != 2 {
+			t.Fatalf("Stop from onExpire returned %v", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop from onExpire deadlocked")
+	}
+}
+
+// TestConcurrentExactlyOnce runs Schedule, Cancel and Reset from many
+// goroutines on the real clock and checks every timer is accounted exactly
+// once: cancelled, delivered, or returned by Stop.
+func TestConcurrentExactlyOnce(t *testing.T) {
+	t.Parallel()
+	var delivered, early atomic.Int64
+	w, err := New(Config{Tick: time.Millisecond}, func(batch []Expired[int]) {
+		delivered.Add(int64(len(batch)))
+		for _, e := range batch {
+			if e.Fired.Before(e.Deadline) {
+				early.Add(1)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, perG = 8, 3000
+	var scheduled, cancelled atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			var hs []Handle
+			for i := range perG {
+				h, err := w.ScheduleAfter(time.Duration(i%40)*time.Millisecond, g)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				scheduled.Add(1)
+				hs = append(hs, h)
+				switch i % 3 {
+				case 0:
+					if w.Cancel(hs[i/2]) {
+						cancelled.Add(1)
+					}
+				case 1:
+					w.Reset(hs[i/3], time.Now().Add(time.Duration(i%7)*time.Millisecond))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rest := w.Stop()
+	waitFor(t, "accounting", func() bool {
+		return scheduled.Load() == cancelled.Load()+delivered.Load()+int64(len(rest))
+	})
+	if early.Load() != 0 {
+		t.Fatalf("%d timers fired early", early.Load())
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	w, _, _ := newTestWheel(t, Config{})
+	deadline := time.Now().Add(time.Hour)
+	for range 1000 { // grow the slabs
+		h, _ := w.Schedule(deadline, 1)
+		w.Cancel(h)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		h, _ := w.Schedule(deadline, 1)
+		w.Reset(h, deadline.Add(time.Second))
+		w.Cancel(h)
+	})
+	if allocs != 0 {
+		t.Fatalf("Schedule+Reset+Cancel: %v allocs, want 0", allocs)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	noop := func([]Expired[int]) {}
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"negative tick", Config{Tick: -1}},
+		{"negative max pending", Config{MaxPending: -1}},
+		{"shards not power of two", Config{Shards: 3}},
+		{"too many shards", Config{Shards: 2 * MaxShards}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := New(tt.cfg, noop); err == nil {
+				t.Fatal("New accepted invalid config")
+			}
+		})
+	}
+	if _, err := New[int](Config{}, nil); err == nil {
+		t.Fatal("New accepted nil onExpire")
+	}
+}
