@@ -1,0 +1,224 @@
+// Package testinfra starts the real Postgres and NATS JetStream the
+// integration tests run against, as containers through testcontainers-go,
+// from the images scripts/images.sh builds (no registry is needed).
+//
+// Postgres is one container per test binary; each test gets a database of
+// its own, so tests run in parallel without seeing each other's rows. NATS
+// is one container per test, because the platform's stream names are fixed
+// and some tests restart or stop the server.
+//
+// A package that uses it runs its tests through Main so the shared
+// containers are removed when the binary ends:
+//
+//	func TestMain(m *testing.M) { testinfra.Main(m) }
+//
+// Under -short every helper skips the test: those tests need Docker.
+package testinfra
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// Images the helpers start; scripts/images.sh builds them. The environment
+// variables ORDERTIMEOUT_POSTGRES_IMAGE and ORDERTIMEOUT_NATS_IMAGE override
+// them (say, with the official images where a registry answers).
+var (
+	PostgresImage = envOr("ORDERTIMEOUT_POSTGRES_IMAGE", "ordertimeout/postgres:15")
+	NATSImage     = envOr("ORDERTIMEOUT_NATS_IMAGE", "ordertimeout/nats:latest")
+)
+
+const (
+	pgUser     = "postgres"
+	pgPassword = "postgres"
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func init() {
+	// The reaper image cannot be pulled without a registry; Main removes
+	// the shared containers instead, and per-test ones go in t.Cleanup.
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+	// In a sandbox testcontainers may take the default gateway for the
+	// Docker host; the engine is local and publishes on loopback.
+	if os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" && os.Getenv("DOCKER_HOST") == "" {
+		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+	}
+}
+
+var (
+	pgOnce sync.Once
+	pgCtr  testcontainers.Container
+	pgBase string // connection string of the postgres database
+	pgErr  error
+	dbSeq  atomic.Int64
+)
+
+// Main runs the tests and then removes the shared containers; call it from
+// TestMain. It exits the process with the tests' code.
+func Main(m *testing.M) {
+	code := m.Run()
+	if pgCtr != nil {
+		_ = pgCtr.Terminate(context.Background())
+	}
+	os.Exit(code)
+}
+
+// skipShort skips t under -short: the test needs Docker.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs Docker; run without -short (make test)")
+	}
+}
+
+// Postgres returns the connection string of a new, empty database on the
+// shared Postgres container, dropped when t ends.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	skipShort(t)
+	pgOnce.Do(func() { pgCtr, pgBase, pgErr = startPostgres(context.Background()) })
+	if pgErr != nil {
+		t.Fatalf("start postgres: %v", pgErr)
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbSeq.Add(1))
+	conn, err := pgx.Connect(ctx, pgBase)
+	if err != nil {
+		t.Fatalf("connect postgres: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, pgBase)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	return strings.Replace(pgBase, "/postgres?", "/"+name+"?", 1)
+}
+
+// PostgresAdmin returns the connection string of the shared container's
+// postgres database, for tests that must act on the server itself.
+func PostgresAdmin(t testing.TB) string {
+	t.Helper()
+	Postgres(t)
+	return pgBase
+}
+
+func startPostgres(ctx context.Context) (testcontainers.Container, string, error) {
+	ctr, err := testcontainers.Run(ctx, PostgresImage,
+		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": pgPassword, "POSTGRES_USER": pgUser}),
+		testcontainers.WithExposedPorts("5432/tcp"),
+		testcontainers.WithCmdArgs("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=500"),
+		testcontainers.WithWaitStrategy(wait.ForAll(
+			wait.ForLog("database system is ready to accept connections"),
+			wait.ForListeningPort("5432/tcp"),
+		).WithDeadline(60*time.Second)),
+	)
+	if err != nil {
+		if ctr != nil {
+			_ = ctr.Terminate(ctx)
+		}
+		return nil, "", err
+	}
+	host, err := ctr.Host(ctx)
+	if err != nil {
+		return ctr, "", err
+	}
+	port, err := ctr.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		return ctr, "", err
+	}
+	return ctr, fmt.Sprintf("postgres://%s:%s@%s:%s/postgres?sslmode=disable", pgUser, pgPassword, host, port.Port()), nil
+}
+
+// NATSServer is a NATS JetStream container of one test.
+type NATSServer struct {
+	// URL is the client URL, nats://host:port.
+	URL       string
+	Container testcontainers.Container
+}
+
+// NATS starts a NATS server with JetStream (file storage) for t, removed
+// when t ends.
+func NATS(t testing.TB) *NATSServer {
+	t.Helper()
+	skipShort(t)
+	ctx := context.Background()
+	ctr, err := testcontainers.Run(ctx, NATSImage,
+		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
+		testcontainers.WithCmdArgs("-js", "-sd", "/data", "-m", "8222"),
+		testcontainers.WithWaitStrategy(wait.ForHTTP("/healthz?js-enabled-only=true").WithPort("8222/tcp").WithStartupTimeout(30*time.Second)),
+	)
+	testcontainers.CleanupContainer(t, ctr)
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	s := &NATSServer{Container: ctr}
+	s.URL = s.url(t)
+	return s
+}
+
+func (s *NATSServer) url(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	host, err := s.Container.Host(ctx)
+	if err != nil {
+		t.Fatalf("nats host: %v", err)
+	}
+	port, err := s.Container.MappedPort(ctx, "4222/tcp")
+	if err != nil {
+		t.Fatalf("nats port: %v", err)
+	}
+	return fmt.Sprintf("nats://%s:%s", host, port.Port())
+}
+
+// Restart stops and starts the NATS container, keeping its JetStream data.
+// The mapped port may change: Restart returns and stores the new URL.
+func (s *NATSServer) Restart(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	timeout := 10 * time.Second
+	if err := s.Container.Stop(ctx, &timeout); err != nil {
+		t.Fatalf("stop nats: %v", err)
+	}
+	if err := s.Container.Start(ctx); err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	s.URL = s.url(t)
+	return s.URL
+}
+
+// Logs returns the container's logs, for failure reports.
+func Logs(ctr testcontainers.Container) string {
+	r, err := ctr.Logs(context.Background())
+	if err != nil {
+		return "logs: " + err.Error()
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(r)
+	return string(b)
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds every image the platform and its tests need, without a registry:
+#   ordertimeout/postgres:15   Debian's postgresql-15 (debootstrap + docker import)
+#   ordertimeout/nats:latest   nats-server from the module pinned in go.mod
+#   ordertimeout/orders:dev, ordertimeout/timeoutd:dev   the services, FROM scratch
+# Each image is labelled with a hash of its inputs and rebuilt only when they
+# change. Usage: scripts/images.sh [postgres|nats|services]...  (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+CACHE=${ORDERTIMEOUT_CACHE:-/var/cache/ordertimeout}
+BUILD=build/images
+mkdir -p "$CACHE" "$BUILD"
+
+# current IMAGE HASH: true when IMAGE exists with label inputs=HASH.
+current() {
+  [ "$(docker image inspect -f '{{index .Config.Labels "ordertimeout.inputs"}}' "$1" 2>/dev/null)" = "$2" ]
+}
+
+gobuild() { # gobuild OUT PKG
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$1" "$2"
+}
+
+build_postgres() {
+  local img=ordertimeout/postgres:15 hash rootfs=$CACHE/pg-rootfs mirror
+  hash=$(input_hash deploy/images/postgres/Dockerfile deploy/images/postgres/entrypoint.sh)
+  current "$img" "$hash" && return 0
+  if ! docker image inspect ordertimeout/postgres-rootfs:15 >/dev/null 2>&1; then
+    if [ ! -x "$rootfs/usr/lib/postgresql/15/bin/postgres" ]; then
+      command -v debootstrap >/dev/null || { log "installing debootstrap"; apt-get install -y -qq debootstrap >/dev/null; }
+      mirror=$(apt_mirror) || die "no Debian mirror found in apt's sources"
+      log "debootstrap bookworm + postgresql-15 from $mirror (a few minutes, once)"
+      rm -rf "$rootfs"
+      debootstrap --variant=minbase --include=postgresql-15 bookworm "$rootfs" "$mirror" >"$CACHE/debootstrap.log" 2>&1 ||
+        die "debootstrap failed; see $CACHE/debootstrap.log"
+      rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    fi
+    log "importing the Postgres rootfs"
+    tar -C "$rootfs" -c . | docker import - ordertimeout/postgres-rootfs:15 >/dev/null
+  fi
+  log "building $img"
+  docker build -q --build-arg ROOTFS=ordertimeout/postgres-rootfs:15 --label ordertimeout.inputs="$hash" \
+    -t "$img" deploy/images/postgres >/dev/null
+}
+
+build_nats() {
+  local img=ordertimeout/nats:latest ctx=$BUILD/nats hash
+  hash=$( (grep nats-server go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go) | sha256sum | cut -c1-12)
+  current "$img" "$hash" && return 0
+  log "building $img from the nats-server module"
+  rm -rf "$ctx" && mkdir -p "$ctx/data"
+  gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
+  gobuild "$ctx/healthcheck" ./deploy/healthcheck
+  cp deploy/images/nats/Dockerfile deploy/images/nats/nats.conf "$ctx/"
+  docker build -q --label ordertimeout.inputs="$hash" -t "$img" "$ctx" >/dev/null
+}
+
+# build_service NAME: the service's binary and its assets, in scratch.
+build_service() {
+  local name=$1 img=ordertimeout/$1:dev ctx=$BUILD/$1 hash
+  rm -rf "$ctx" && mkdir -p "$ctx/assets"
+  gobuild "$ctx/$name" "./services/$name/cmd/$name"
+  gobuild "$ctx/healthcheck" ./deploy/healthcheck
+  if [ "$name" = timeoutd ]; then
+    make -s wasm >/dev/null
+    cp -r web/wasm/dist "$ctx/assets/dashboard"
+  fi
+  printf 'app:x:65532:65532:app:/:/sbin/nologin\n' >"$ctx/passwd"
+  cp deploy/images/service/Dockerfile "$ctx/"
+  hash=$(cd "$ctx" && find . -type f | sort | xargs cat | sha256sum | cut -c1-12)
+  current "$img" "$hash" && return 0
+  log "building $img"
+  docker build -q --build-arg BIN="$name" --label ordertimeout.inputs="$hash" -t "$img" "$ctx" >/dev/null
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(postgres nats services)
+for t in "${targets[@]}"; do
+  case "$t" in
+    postgres) build_postgres ;;
+    nats) build_nats ;;
+    services) build_service orders; build_service timeoutd ;;
+    orders|timeoutd) build_service "$t" ;;
+    *) die "unknown image $t" ;;
+  esac
+done

@@ -1,0 +1,28 @@
+# shellcheck shell=bash
+# Shared helpers of the project's scripts: sourced, never run.
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# apt_mirror prints the first Debian mirror apt is configured with, read from
+# apt's own sources (deb822 .sources files, then one-line sources.list).
+apt_mirror() {
+  local f uri
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    uri=$(awk '/^URIs:/ {print $2; exit}' "$f")
+    case "$uri" in *debian-security*|"") ;; *) echo "$uri"; return 0 ;; esac
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    uri=$(awk '$1=="deb" && $2 !~ /security/ {print ($2 ~ /^\[/ ? $3 : $2); exit}' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return 0; }
+  done
+  return 1
+}
+
+# input_hash prints a short hash of the given files' contents (and names),
+# used to tag images so they are rebuilt only when their inputs change.
+input_hash() {
+  cat "$@" | sha256sum | cut -c1-12
+}

@@ -1,0 +1,116 @@
+// Package api holds the JSON types of timeoutd's HTTP API under /api/v1,
+// shared by the server and the WebAssembly dashboard (web/wasm). It depends
+// on the standard library only, so it compiles for GOOS=js.
+//
+// Endpoints (all GET, JSON unless noted; errors are application/problem+json):
+//
+//	/api/v1/timeouts?limit=50&cursor=…&key=…   Page of pending timeouts sorted by (deadline, key);
+//	                                             key filters by key prefix; cursor is NextCursor
+//	/api/v1/timeouts/{key}                       one Timeout (404 when the key is not pending)
+//	/api/v1/stats                                Stats
+//	/api/v1/expiries?limit=50                    ExpiryList, newest first
+//	/api/v1/stream?soonest=20&recent=20          text/event-stream of "snapshot" events (Snapshot)
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Limits of the list endpoints.
+const (
+	// LimitDefault is the page size when limit is absent.
+	LimitDefault = 50
+	// LimitMax is the largest accepted limit; a larger one is a 400.
+	LimitMax = 500
+)
+
+// Timeout is one pending timeout.
+type Timeout struct {
+	Key         string    `json:"key"`
+	Version     int64     `json:"version"`
+	Deadline    time.Time `json:"deadline"`
+	FireSubject string    `json:"fire_subject"`
+	Partition   int       `json:"partition"`
+	// MaxLatenessMs is the misfire bound; 0 means fire however late.
+	MaxLatenessMs int64           `json:"max_lateness_ms,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+}
+
+// Page is a page of pending timeouts.
+type Page struct {
+	Items []Timeout `json:"items"`
+	// NextCursor fetches the next page; empty on the last one.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Expiry is a timeout that expired recently.
+type Expiry struct {
+	Key      string    `json:"key"`
+	Version  int64     `json:"version"`
+	Deadline time.Time `json:"deadline"`
+	FiredAt  time.Time `json:"fired_at"`
+	// LatenessMs is FiredAt minus Deadline, in milliseconds; never negative.
+	LatenessMs float64 `json:"lateness_ms"`
+	// Outcome is "fired" or "missed" (see pkg/events).
+	Outcome string `json:"outcome"`
+}
+
+// ExpiryList is the answer of /api/v1/expiries.
+type ExpiryList struct {
+	Items []Expiry `json:"items"`
+}
+
+// Counters are totals since the process started.
+type Counters struct {
+	Scheduled    uint64 `json:"scheduled"`
+	Cleared      uint64 `json:"cleared"`
+	Fired        uint64 `json:"fired"`
+	Missed       uint64 `json:"missed"`
+	DeadLettered uint64 `json:"dead_lettered"`
+}
+
+// Rates are per-second rates over the last few seconds.
+type Rates struct {
+	ScheduledPerSec float64 `json:"scheduled_per_sec"`
+	ClearedPerSec   float64 `json:"cleared_per_sec"`
+	FiredPerSec     float64 `json:"fired_per_sec"`
+}
+
+// Outbox describes the unpublished expiry events.
+type Outbox struct {
+	Rows        int64   `json:"rows"`
+	OldestAgeMs float64 `json:"oldest_age_ms"`
+}
+
+// Bucket counts the pending timeouts due within a horizon from Stats.Now.
+type Bucket struct {
+	// Label is a human name, e.g. "next minute".
+	Label string `json:"label"`
+	// WithinMs is the horizon in milliseconds.
+	WithinMs int64 `json:"within_ms"`
+	Count    int64 `json:"count"`
+}
+
+// Stats is the answer of /api/v1/stats.
+type Stats struct {
+	Now     time.Time `json:"now"`
+	Ready   bool      `json:"ready"`
+	Pending int64     `json:"pending"`
+	Totals  Counters  `json:"totals"`
+	Rates   Rates     `json:"rates"`
+	Outbox  Outbox    `json:"outbox"`
+	// Upcoming has the buckets next minute, next 10 minutes, next hour, in
+	// that order; each count includes the shorter horizons.
+	Upcoming []Bucket `json:"upcoming"`
+}
+
+// Snapshot is the data of each "snapshot" event of /api/v1/stream: the whole
+// state a dashboard shows, so a reconnecting client resyncs from one event.
+// The server coalesces changes and sends at most a few per second, and a
+// comment line as heartbeat when nothing changes.
+type Snapshot struct {
+	Stats   Stats     `json:"stats"`
+	Soonest []Timeout `json:"soonest"`
+	Recent  []Expiry  `json:"recent"`
+}
