@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds every image the platform and its tests need, without a registry:
-#   ordertimeout/postgres:15   Debian's postgresql-15 (debootstrap + docker import)
-#   ordertimeout/nats:latest   nats-server from the module pinned in go.mod
+# Builds every image the platform and its tests need:
+#   ordertimeout/postgres:15   the official postgres:15 when a registry answers,
+#                              else Debian's postgresql-15 (debootstrap + docker import)
+#   ordertimeout/nats:latest   nats-server (the official image's binary when a
+#                              registry answers, else built from the module pinned
+#                              in go.mod) in scratch, with the project's config
+#                              and /healthcheck probe
 #   ordertimeout/orders:dev, ordertimeout/timeoutd:dev   the services, FROM scratch
 # Each image is labelled with a hash of its inputs and rebuilt only when they
-# change. Usage: scripts/images.sh [postgres|nats|services]...  (default: all)
+# change; an image already current is never rebuilt, whichever way it was made.
+# ORDERTIMEOUT_OFFLINE=1 skips the registry check (a 4-second curl).
+# Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd]...  (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -22,10 +28,20 @@ gobuild() { # gobuild OUT PKG
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$1" "$2"
 }
 
+# official_postgres builds IMAGE from the official postgres:15 (which has the
+# same POSTGRES_* variables, /docker-entrypoint-initdb.d, pg_isready, pgbench).
+official_postgres() {
+  log "pulling the official postgres:15"
+  docker pull -q postgres:15 >/dev/null || return 1
+  printf 'FROM postgres:15\n' | docker build -q --label ordertimeout.inputs=official -t "$1" - >/dev/null
+}
+
 build_postgres() {
   local img=ordertimeout/postgres:15 hash rootfs=$CACHE/pg-rootfs mirror
   hash=$(input_hash deploy/images/postgres/Dockerfile deploy/images/postgres/entrypoint.sh)
   current "$img" "$hash" && return 0
+  current "$img" official && return 0
+  if registry_answers && official_postgres "$img"; then return 0; fi
   if ! docker image inspect ordertimeout/postgres-rootfs:15 >/dev/null 2>&1; then
     if [ ! -x "$rootfs/usr/lib/postgresql/15/bin/postgres" ]; then
       command -v debootstrap >/dev/null || { log "installing debootstrap"; apt-get install -y -qq debootstrap >/dev/null; }
@@ -45,12 +61,19 @@ build_postgres() {
 }
 
 build_nats() {
-  local img=ordertimeout/nats:latest ctx=$BUILD/nats hash
+  local img=ordertimeout/nats:latest ctx=$BUILD/nats hash version ctr
   hash=$( (grep nats-server go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go) | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
-  log "building $img from the nats-server module"
   rm -rf "$ctx" && mkdir -p "$ctx/data"
-  gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
+  version=$(awk '$1=="github.com/nats-io/nats-server/v2" {sub(/^v/, "", $2); print $2}' go.mod)
+  if registry_answers && docker pull -q "nats:$version" >/dev/null 2>&1; then
+    log "building $img from the official nats:$version"
+    ctr=$(docker create "nats:$version")
+    docker cp "$ctr:/nats-server" "$ctx/nats-server" && docker rm "$ctr" >/dev/null
+  else
+    log "building $img from the nats-server module"
+    gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
+  fi
   gobuild "$ctx/healthcheck" ./deploy/healthcheck
   cp deploy/images/nats/Dockerfile deploy/images/nats/nats.conf "$ctx/"
   docker build -q --label ordertimeout.inputs="$hash" -t "$img" "$ctx" >/dev/null
@@ -59,12 +82,18 @@ build_nats() {
 # build_service NAME: the service's binary and its assets, in scratch.
 build_service() {
   local name=$1 img=ordertimeout/$1:dev ctx=$BUILD/$1 hash
+  [ -d "./services/$name/cmd/$name" ] || die "services/$name/cmd/$name does not exist yet: cannot build $img"
   rm -rf "$ctx" && mkdir -p "$ctx/assets"
   gobuild "$ctx/$name" "./services/$name/cmd/$name"
   gobuild "$ctx/healthcheck" ./deploy/healthcheck
   if [ "$name" = timeoutd ]; then
-    make -s wasm >/dev/null
-    cp -r web/wasm/dist "$ctx/assets/dashboard"
+    if make -n wasm >/dev/null 2>&1; then
+      make -s wasm >/dev/null
+      cp -r web/wasm/dist "$ctx/assets/dashboard"
+    else
+      log "no 'make wasm' target yet: $img gets no dashboard"
+      mkdir -p "$ctx/assets/dashboard"
+    fi
   fi
   printf 'app:x:65532:65532:app:/:/sbin/nologin\n' >"$ctx/passwd"
   cp deploy/images/service/Dockerfile "$ctx/"

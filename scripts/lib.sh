@@ -26,3 +26,31 @@ apt_mirror() {
 input_hash() {
   cat "$@" | sha256sum | cut -c1-12
 }
+
+# COMPOSE_FILE is the stack `make up` runs; COMPOSE_PROJECT names it.
+COMPOSE_FILE=${COMPOSE_FILE:-deploy/compose/compose.yaml}
+COMPOSE_PROJECT=${COMPOSE_PROJECT:-ordertimeout}
+
+# compose runs the compose command this machine has on the project's stack:
+# the `docker compose` plugin where present, else Debian's docker-compose
+# (1.29, installed by scripts/ensure-docker.sh).
+compose() {
+  if docker compose version >/dev/null 2>&1; then
+    docker compose -p "$COMPOSE_PROJECT" -f "$COMPOSE_FILE" "$@"
+  elif command -v docker-compose >/dev/null 2>&1; then
+    docker-compose -p "$COMPOSE_PROJECT" -f "$COMPOSE_FILE" "$@"
+  else
+    die "no compose command: install the Docker compose plugin (docker-compose-plugin) or run scripts/ensure-docker.sh"
+  fi
+}
+
+# registry_answers reports, within a few seconds, whether Docker Hub answers,
+# so the official images can be pulled. ORDERTIMEOUT_OFFLINE=1 skips the check.
+registry_answers() {
+  [ "${ORDERTIMEOUT_OFFLINE:-}" = 1 ] && return 1
+  command -v curl >/dev/null 2>&1 || return 1
+  # The registry answers 401 (token required) to an anonymous /v2/ request.
+  local code
+  code=$(curl -s -o /dev/null -m 4 -w '%{http_code}' https://registry-1.docker.io/v2/ 2>/dev/null) || return 1
+  [ "$code" = 401 ] || [ "$code" = 200 ]
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs the compose stack of deploy/compose (see lib.sh for the compose
+# command chosen). Usage:
+#   scripts/stack.sh up      start it, wait until every service is healthy, print the URLs
+#   scripts/stack.sh down    stop and remove the containers (DOWN_VOLUMES=1: the volumes too)
+#   scripts/stack.sh logs    follow the logs of every service
+#   scripts/stack.sh wait    wait until every service is healthy
+# The images must exist (make up builds them first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+SERVICES=(postgres nats orders timeoutd)
+WAIT_SECONDS=${WAIT_SECONDS:-120}
+
+# health SERVICE prints the health status of the service's container.
+health() {
+  local id
+  id=$(compose ps -q "$1" 2>/dev/null | head -n1)
+  [ -n "$id" ] || { echo missing; return; }
+  docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id" 2>/dev/null || echo missing
+}
+
+wait_healthy() {
+  local s st deadline=$((SECONDS + WAIT_SECONDS)) pending
+  while :; do
+    pending=()
+    for s in "${SERVICES[@]}"; do
+      st=$(health "$s")
+      [ "$st" = healthy ] || pending+=("$s=$st")
+    done
+    [ ${#pending[@]} -eq 0 ] && return 0
+    if [ $SECONDS -ge $deadline ]; then
+      compose ps >&2 || true
+      die "not healthy after ${WAIT_SECONDS}s: ${pending[*]} (see: make logs)"
+    fi
+    sleep 1
+  done
+}
+
+case "${1:-}" in
+  up)
+    compose up -d
+    log "waiting until ${SERVICES[*]} are healthy"
+    wait_healthy
+    cat <<URLS
+The platform is up:
+  dashboard + timeoutd API  http://localhost:${TIMEOUTD_PORT:-8080}/   (API: /api/v1/stats)
+  order API                 http://localhost:${ORDERS_PORT:-8081}/v1/orders   (Authorization: Bearer ${ORDERS_API_TOKENS:-dev-token})
+  NATS                      nats://localhost:${NATS_PORT:-4222}   (monitoring http://localhost:${NATS_MONITOR_PORT:-8222})
+  Postgres                  postgres://postgres:${POSTGRES_PASSWORD:-postgres}@localhost:${POSTGRES_PORT:-5432}/orders
+Next: make demo (load), make logs, make down.
+URLS
+    ;;
+  down)
+    if [ "${DOWN_VOLUMES:-}" = 1 ]; then compose down -v; else compose down; fi ;;
+  logs) compose logs -f --tail=200 ;;
+  wait) wait_healthy ;;
+  *) die "usage: scripts/stack.sh up|down|logs|wait" ;;
+esac
