@@ -39,8 +39,29 @@ logs: ## follow the platform's logs
 demo: ## load generator against `make up`: DEMO_RATE orders/s, random payments (Ctrl-C stops)
 	$(GO) run ./e2e/cmd/demo -orders-url $(DEMO_ORDERS_URL) -token $(DEMO_TOKEN) -rate $(DEMO_RATE) -duration $(DEMO_DURATION)
 
+# The dashboard (web/wasm): Go compiled to WebAssembly, with its static files.
+WASM_DIST := web/wasm/dist
+WASM_SRC := $(shell find web/wasm services/timeoutd/api pkg/events -name '*.go' -not -name '*_test.go' -not -path '$(WASM_DIST)/*') $(wildcard web/wasm/static/*)
+
+.PHONY: wasm
+wasm: $(WASM_DIST)/main.wasm.gz ## build the dashboard into web/wasm/dist (main.wasm, .gz, wasm_exec.js, static files)
+
+$(WASM_DIST)/main.wasm.gz: $(WASM_SRC) go.mod
+	@mkdir -p $(WASM_DIST)
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $(WASM_DIST)/main.wasm ./web/wasm
+	gzip -9 -n -k -f $(WASM_DIST)/main.wasm
+	cp web/wasm/static/* "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" $(WASM_DIST)/
+
+.PHONY: test-wasm
+test-wasm: ## the dashboard's syscall/js layer under GOOS=js GOARCH=wasm, run by Node
+	GOOS=js GOARCH=wasm $(GO) test -count=1 -exec="$$($(GO) env GOROOT)/lib/wasm/go_js_wasm_exec" ./web/wasm/...
+
+.PHONY: chromium
+chromium: ## make sure Chromium is installed for the browser tests (apt-get on Debian)
+	@scripts/ensure-chromium.sh
+
 .PHONY: test
-test: images ## every test: unit, integration, e2e and browser (needs Docker; installs it)
+test: images chromium wasm test-wasm ## every test: unit, integration, e2e and browser (needs Docker; installs it)
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-e2e

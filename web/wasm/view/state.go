@@ -150,6 +150,8 @@ func (s *State) Feed() []FeedItem {
 
 // Header is the header's figures, formatted.
 type Header struct {
+	// Conn is the connection state, with ", recovering" while timeoutd
+	// still loads its pending timeouts.
 	Conn      string
 	Pending   string
 	Scheduled string
@@ -166,6 +168,9 @@ func (s *State) Header() Header {
 		return h
 	}
 	st := s.Stats
+	if s.Conn == Live && !st.Ready {
+		h.Conn = "live, recovering"
+	}
 	h.Pending = FormatCount(st.Pending)
 	h.Scheduled = FormatRate(st.Rates.ScheduledPerSec)
 	h.Fired = FormatRate(st.Rates.FiredPerSec)

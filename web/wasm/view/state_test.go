@@ -101,7 +101,7 @@ func TestRowsCountDownWithServerClock(t *testing.T) {
 func TestHeader(t *testing.T) {
 	t.Parallel()
 	full := api.Stats{
-		Now: t0, Pending: 1234567,
+		Now: t0, Ready: true, Pending: 1234567,
 		Rates:  api.Rates{ScheduledPerSec: 12345, FiredPerSec: 3.21, ClearedPerSec: 0},
 		Outbox: api.Outbox{Rows: 2, OldestAgeMs: 340},
 	}
@@ -112,7 +112,7 @@ func TestHeader(t *testing.T) {
 	}{
 		{"before data", nil, Header{Conn: "connecting", Pending: "–", Scheduled: "–", Fired: "–", Cleared: "–", OutboxAge: "–"}},
 		{"figures", &full, Header{Conn: "live", Pending: "1,234,567", Scheduled: "12.3k/s", Fired: "3.2/s", Cleared: "0/s", OutboxAge: "340 ms"}},
-		{"empty outbox", &api.Stats{Now: t0}, Header{Conn: "live", Pending: "0", Scheduled: "0/s", Fired: "0/s", Cleared: "0/s", OutboxAge: "none"}},
+		{"recovering, empty outbox", &api.Stats{Now: t0}, Header{Conn: "live, recovering", Pending: "0", Scheduled: "0/s", Fired: "0/s", Cleared: "0/s", OutboxAge: "none"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

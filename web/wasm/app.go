@@ -1,0 +1,465 @@
+//go:build js && wasm
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"syscall/js"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+	"github.com/ordertimeout/ordertimeout/web/wasm/view"
+)
+
+// Timing of the page.
+const (
+	// tickMs is the countdowns' refresh period.
+	tickMs = 1000
+	// searchDelayMs debounces typing in the search box.
+	searchDelayMs = 250
+	// refreshEvery bounds how often a browsed page is reloaded as
+	// snapshots arrive.
+	refreshEvery = 2 * time.Second
+	// retryMin and retryMax bound the delay before reopening a stream the
+	// browser gave up on (EventSource retries by itself otherwise).
+	retryMin, retryMax = time.Second, 15 * time.Second
+	// firstDataMark is the performance mark set when the first snapshot
+	// is on screen; the browser test reads it.
+	firstDataMark = "dashboard:first-data"
+)
+
+// eventSourceClosed is EventSource.CLOSED: the browser will not retry.
+const eventSourceClosed = 2
+
+// app is the page: its DOM handles, the view state and the event sources.
+type app struct {
+	win, doc js.Value
+	now      func() time.Time
+	state    view.State
+
+	root                                       js.Value
+	conn                                       text
+	connAttr                                   attr
+	pending, scheduled, fired, cleared, outbox text
+	form, search, prev, next, live             js.Value
+	pager                                      text
+	tbody                                      js.Value
+	rows                                       []*row
+	hist, lat                                  js.Value
+	latMax                                     text
+	feed                                       js.Value
+	feedRows                                   []*feedRow
+	snapAttr                                   attr
+
+	es          js.Value
+	funcs       []js.Func // released by stop
+	interval    js.Value
+	searchTimer js.Value
+	searchFn    js.Func
+	lastRefresh time.Time
+	retry       time.Duration
+	stopped     bool
+}
+
+// row is one line of the pending table.
+type row struct {
+	tr                                js.Value
+	key, version, deadline, countdown text
+	dataKey, class, deadlineTitle     attr
+}
+
+// feedRow is one line of the recent-expiries table.
+type feedRow struct {
+	tr                                    js.Value
+	key, version, firedAt, lateness, outc text
+	class                                 attr
+}
+
+// newApp builds the page inside the element #app of win's document.
+func newApp(win js.Value, now func() time.Time) (*app, error) {
+	doc := win.Get("document")
+	root := doc.Call("getElementById", "app")
+	if root.IsNull() || root.IsUndefined() {
+		return nil, errors.New("no element #app")
+	}
+	a := &app{win: win, doc: doc, now: now, root: root, retry: retryMin}
+	a.mount()
+	return a, nil
+}
+
+// mount replaces #app's content by the dashboard's skeleton.
+func (ap *app) mount() {
+	d := ap.doc
+	stat := func(label, id string, t *text) js.Value {
+		v := h(d, "dd", a("id", id), "–")
+		t.el = v
+		return h(d, "div", a("class", "stat"), h(d, "dt", nil, label), v)
+	}
+	connEl := h(d, "span", a("id", "conn", "class", "conn", "role", "status", "aria-live", "polite", "data-state", "connecting"), "connecting")
+	ap.conn.el, ap.connAttr = connEl, attr{el: connEl, name: "data-state"}
+	header := h(d, "header", a("class", "top"),
+		h(d, "div", a("class", "brand"), h(d, "h1", nil, "ordertimeout"), connEl),
+		h(d, "dl", a("class", "stats", "aria-label", "Timeout statistics"),
+			stat("Pending", "stat-pending", &ap.pending),
+			stat("Scheduled", "stat-scheduled", &ap.scheduled),
+			stat("Fired", "stat-fired", &ap.fired),
+			stat("Cleared", "stat-cleared", &ap.cleared),
+			stat("Oldest unpublished", "stat-outbox", &ap.outbox)))
+
+	ap.search = h(d, "input", a("id", "search", "type", "search", "placeholder", "order id prefix",
+		"autocomplete", "off", "spellcheck", "false", "aria-describedby", "pager-text"))
+	ap.prev = h(d, "button", a("id", "prev", "type", "button", "aria-label", "Previous page"), "‹ Prev")
+	ap.next = h(d, "button", a("id", "next", "type", "button", "aria-label", "Next page"), "Next ›")
+	ap.live = h(d, "button", a("id", "live", "type", "button", "aria-label", "Back to the live list"), "Live")
+	pagerEl := h(d, "span", a("id", "pager-text", "class", "pager-text", "aria-live", "polite"))
+	ap.pager.el = pagerEl
+	ap.tbody = h(d, "tbody", a("id", "pending-rows"))
+	ap.form = h(d, "form", a("class", "search", "role", "search"),
+		h(d, "label", a("for", "search"), "Search by order id"), ap.search)
+	pending := h(d, "section", a("class", "card pending", "aria-labelledby", "pending-h"),
+		h(d, "h2", a("id", "pending-h"), "Pending timeouts"),
+		ap.form,
+		h(d, "div", a("class", "scroll"),
+			h(d, "table", a("id", "pending", "aria-labelledby", "pending-h"),
+				h(d, "thead", nil, h(d, "tr", nil,
+					h(d, "th", a("scope", "col"), "Order id"),
+					h(d, "th", a("scope", "col", "class", "num"), "Version"),
+					h(d, "th", a("scope", "col"), "Deadline (UTC)"),
+					h(d, "th", a("scope", "col", "class", "num"), "Expires in"))),
+				ap.tbody)),
+		h(d, "nav", a("class", "pager", "aria-label", "Pages of pending timeouts"), ap.prev, pagerEl, ap.next, ap.live))
+
+	ap.hist = s(d, "svg", a("id", "hist", "role", "img", "aria-labelledby", "hist-h",
+		"viewBox", fmt.Sprintf("0 0 %g %g", view.HistWidth, view.HistHeight), "preserveAspectRatio", "xMinYMid meet"))
+	histMax := h(d, "span", a("class", "muted"), "(pending, cumulative)")
+	upcoming := h(d, "section", a("class", "card", "aria-labelledby", "hist-h"),
+		h(d, "h2", a("id", "hist-h"), "Upcoming expiries ", histMax), ap.hist)
+
+	ap.lat = s(d, "svg", a("id", "lateness", "role", "img", "aria-labelledby", "lat-h",
+		"viewBox", fmt.Sprintf("0 0 %g %g", view.LatWidth, view.LatHeight), "preserveAspectRatio", "none"))
+	latMax := h(d, "span", a("class", "muted"))
+	ap.latMax.el = latMax
+	ap.feed = h(d, "tbody", a("id", "feed-rows"))
+	recent := h(d, "section", a("class", "card", "aria-labelledby", "recent-h"),
+		h(d, "h2", a("id", "recent-h"), "Recent expiries"),
+		h(d, "figure", a("class", "lat"),
+			ap.lat,
+			h(d, "figcaption", a("id", "lat-h"), "Lateness, oldest to newest; ", latMax)),
+		h(d, "div", a("class", "scroll"),
+			h(d, "table", a("id", "feed", "aria-labelledby", "recent-h"),
+				h(d, "thead", nil, h(d, "tr", nil,
+					h(d, "th", a("scope", "col"), "Order id"),
+					h(d, "th", a("scope", "col", "class", "num"), "Version"),
+					h(d, "th", a("scope", "col"), "Fired at (UTC)"),
+					h(d, "th", a("scope", "col", "class", "num"), "Lateness"),
+					h(d, "th", a("scope", "col"), "Outcome"))),
+				ap.feed)))
+
+	main := h(d, "main", a("class", "grid"), pending, h(d, "div", a("class", "side"), upcoming, recent))
+	footer := h(d, "footer", nil, "Read-only view of timeoutd. Countdowns use the server's clock.")
+	ap.root.Call("replaceChildren", header, main, footer)
+	ap.root.Call("setAttribute", "aria-busy", "false")
+	ap.snapAttr = attr{el: ap.root, name: "data-snapshots"}
+	ap.snapAttr.Set("0")
+	ap.render()
+}
+
+// start opens the stream, ticks the countdowns and wires the controls.
+func (ap *app) start() {
+	ap.searchFn = js.FuncOf(func(js.Value, []js.Value) any {
+		ap.doSearch()
+		return nil
+	})
+	ap.funcs = append(ap.funcs,
+		listen(ap.search, "input", func(js.Value) {
+			ap.win.Call("clearTimeout", ap.searchTimer)
+			ap.searchTimer = ap.win.Call("setTimeout", ap.searchFn, searchDelayMs)
+		}),
+		listen(ap.form, "submit", func(ev js.Value) {
+			ev.Call("preventDefault")
+			ap.win.Call("clearTimeout", ap.searchTimer)
+			ap.doSearch()
+		}),
+		listen(ap.prev, "click", func(js.Value) { ap.load(ap.state.Browse.Prev()) }),
+		listen(ap.next, "click", func(js.Value) { ap.load(ap.state.Browse.Next()) }),
+		listen(ap.live, "click", func(js.Value) {
+			ap.search.Set("value", "")
+			ap.state.Browse.Live()
+			ap.render()
+		}),
+		ap.searchFn)
+	tick := js.FuncOf(func(js.Value, []js.Value) any {
+		ap.renderRows()
+		return nil
+	})
+	ap.funcs = append(ap.funcs, tick)
+	ap.interval = ap.win.Call("setInterval", tick, tickMs)
+	ap.connect()
+}
+
+// stop closes the stream and releases the callbacks (tests call it).
+func (ap *app) stop() {
+	ap.stopped = true
+	ap.win.Call("clearInterval", ap.interval)
+	ap.win.Call("clearTimeout", ap.searchTimer)
+	if !ap.es.IsUndefined() {
+		ap.es.Call("close")
+	}
+	for _, f := range ap.funcs {
+		f.Release()
+	}
+	ap.funcs = nil
+}
+
+// connect opens the event stream.
+func (ap *app) connect() {
+	if ap.stopped {
+		return
+	}
+	es := ap.win.Get("EventSource").New(view.StreamPath)
+	ap.es = es
+	ap.funcs = append(ap.funcs,
+		listen(es, "snapshot", func(ev js.Value) { ap.onSnapshot(ev.Get("data").String()) }),
+		listen(es, "error", func(js.Value) { ap.onStreamError(es) }))
+}
+
+// onSnapshot applies one snapshot event's data.
+func (ap *app) onSnapshot(data string) {
+	var snap api.Snapshot
+	if err := json.Unmarshal([]byte(data), &snap); err != nil {
+		ap.win.Get("console").Call("error", "dashboard: bad snapshot: "+err.Error())
+		return
+	}
+	first := !ap.state.HasData()
+	ap.state.ApplySnapshot(snap, ap.now())
+	ap.retry = retryMin
+	if now := ap.now(); ap.state.Browse.Active() && now.Sub(ap.lastRefresh) >= refreshEvery {
+		ap.lastRefresh = now
+		ap.load(ap.state.Browse.Refresh())
+	}
+	ap.render()
+	if first {
+		if p := ap.win.Get("performance"); !p.IsUndefined() {
+			p.Call("mark", firstDataMark)
+		}
+	}
+}
+
+// onStreamError marks the page as reconnecting; when the browser gave up
+// on es (an HTTP error, say), it reopens the stream after a backoff.
+func (ap *app) onStreamError(es js.Value) {
+	ap.state.Disconnected()
+	ap.renderHeader()
+	if es.Get("readyState").Int() != eventSourceClosed || ap.stopped || !es.Equal(ap.es) {
+		return
+	}
+	es.Call("close")
+	delay := ap.retry
+	ap.retry = min(2*ap.retry, retryMax)
+	timeout(ap.win, int(delay/time.Millisecond), ap.connect)
+}
+
+// doSearch starts a search with the box's content.
+func (ap *app) doSearch() {
+	req, ok := ap.state.Browse.Search(ap.search.Get("value").String())
+	ap.load(req, ok)
+}
+
+// load fetches a page when ok, and renders.
+func (ap *app) load(req view.Request, ok bool) {
+	ap.render()
+	if !ok {
+		return
+	}
+	fail := func(msg string) {
+		ap.state.Browse.Failed(req.Seq, msg)
+		ap.render()
+	}
+	opts := js.Global().Get("Object").New()
+	headers := js.Global().Get("Object").New()
+	headers.Set("Accept", "application/json")
+	opts.Set("headers", headers)
+	then(ap.win.Call("fetch", req.URL, opts), func(resp js.Value) {
+		status := resp.Get("status").Int()
+		then(resp.Call("text"), func(body js.Value) {
+			if status != 200 {
+				fail(problem(status, body.String()))
+				return
+			}
+			var page api.Page
+			if err := json.Unmarshal([]byte(body.String()), &page); err != nil {
+				fail("bad answer from timeoutd: " + err.Error())
+				return
+			}
+			ap.load(ap.state.Browse.Loaded(req.Seq, page))
+		}, func(js.Value) { fail("timeoutd answered " + strconv.Itoa(status)) })
+	}, func(err js.Value) { fail("timeoutd is unreachable") })
+}
+
+// problem formats an error answer, with its problem+json detail if any.
+func problem(status int, body string) string {
+	var p struct{ Title, Detail string }
+	msg := "timeoutd answered " + strconv.Itoa(status)
+	if json.Unmarshal([]byte(body), &p) == nil && (p.Detail != "" || p.Title != "") {
+		msg += ": " + p.Detail
+		if p.Detail == "" {
+			msg += p.Title
+		}
+	}
+	return msg
+}
+
+// render brings the whole page up to date.
+func (ap *app) render() {
+	ap.renderHeader()
+	ap.renderRows()
+	ap.renderPager()
+	ap.renderCharts()
+	ap.renderFeed()
+	ap.snapAttr.Set(strconv.Itoa(ap.state.Snapshots))
+}
+
+func (ap *app) renderHeader() {
+	hd := ap.state.Header()
+	ap.conn.Set(hd.Conn)
+	ap.connAttr.Set(ap.state.Conn.String())
+	if ap.state.Conn == view.Reconnecting {
+		ap.root.Call("setAttribute", "data-stale", "")
+	} else {
+		ap.root.Call("removeAttribute", "data-stale")
+	}
+	ap.pending.Set(hd.Pending)
+	ap.scheduled.Set(hd.Scheduled)
+	ap.fired.Set(hd.Fired)
+	ap.cleared.Set(hd.Cleared)
+	ap.outbox.Set(hd.OutboxAge)
+}
+
+// renderRows updates the pending table in place, reusing its rows.
+func (ap *app) renderRows() {
+	rows := ap.state.Rows(ap.now())
+	for len(ap.rows) < len(rows) {
+		ap.rows = append(ap.rows, ap.newRow())
+	}
+	for len(ap.rows) > len(rows) {
+		last := ap.rows[len(ap.rows)-1]
+		ap.tbody.Call("removeChild", last.tr)
+		ap.rows = ap.rows[:len(ap.rows)-1]
+	}
+	items := ap.state.Pending()
+	for i, r := range rows {
+		el := ap.rows[i]
+		el.dataKey.Set(r.Key)
+		el.key.Set(r.Key)
+		el.version.Set(strconv.FormatInt(r.Version, 10))
+		el.deadline.Set(r.Deadline)
+		el.deadlineTitle.Set(items[i].Deadline.UTC().Format(time.RFC3339Nano))
+		el.countdown.Set(r.Countdown)
+		cls := ""
+		switch {
+		case r.Due:
+			cls = "due"
+		case r.Soon:
+			cls = "soon"
+		}
+		el.class.Set(cls)
+	}
+}
+
+func (ap *app) newRow() *row {
+	d := ap.doc
+	r := &row{}
+	key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num"))
+	dl, cd := h(d, "td", a("class", "deadline")), h(d, "td", a("class", "num countdown"))
+	r.tr = h(d, "tr", nil, key, ver, dl, cd)
+	r.key.el, r.version.el, r.deadline.el, r.countdown.el = key, ver, dl, cd
+	r.class = attr{el: r.tr, name: "class"}
+	r.dataKey = attr{el: r.tr, name: "data-key"}
+	r.deadlineTitle = attr{el: dl, name: "title"}
+	ap.tbody.Call("appendChild", r.tr)
+	return r
+}
+
+func (ap *app) renderPager() {
+	b := &ap.state.Browse
+	ap.pager.Set(ap.state.PagerText())
+	ap.prev.Set("disabled", !b.CanPrev())
+	ap.next.Set("disabled", !ap.state.CanNext())
+	ap.live.Set("hidden", !b.Active() && b.Query == "")
+}
+
+// renderCharts redraws both SVG charts.
+func (ap *app) renderCharts() {
+	d := ap.doc
+	hc := view.Histogram(ap.state.Stats.Upcoming)
+	var kids []any
+	label := "Upcoming expiries:"
+	for _, b := range hc.Bars {
+		cy := fmt.Sprintf("%g", b.Y+b.H/2)
+		kids = append(kids,
+			s(d, "text", a("x", fmt.Sprintf("%g", view.HistLabelWidth-6), "y", cy, "class", "label", "text-anchor", "end", "dominant-baseline", "middle"), b.Label),
+			s(d, "rect", a("x", fmt.Sprintf("%g", b.X), "y", fmt.Sprintf("%g", b.Y), "width", fmt.Sprintf("%g", b.W), "height", fmt.Sprintf("%g", b.H), "rx", "2", "class", "bar"),
+				s(d, "title", nil, b.Label+": "+b.Value)),
+			s(d, "text", a("x", fmt.Sprintf("%g", b.X+b.W+6), "y", cy, "class", "value", "dominant-baseline", "middle"), b.Value))
+		label += " " + b.Label + " " + b.Value + ";"
+	}
+	ap.hist.Call("setAttribute", "aria-label", label)
+	replace(ap.hist, kids)
+
+	lc := view.Lateness(ap.state.Recent)
+	ap.latMax.Set("tallest " + lc.Max)
+	kids = kids[:0]
+	kids = append(kids, s(d, "line", a("x1", "0", "x2", fmt.Sprintf("%g", lc.Width), "y1", fmt.Sprintf("%g", lc.Height), "y2", fmt.Sprintf("%g", lc.Height), "class", "axis")))
+	for _, b := range lc.Bars {
+		cls := "bar"
+		if b.Alert {
+			cls = "bar alert"
+		}
+		kids = append(kids, s(d, "rect", a("x", fmt.Sprintf("%g", b.X), "y", fmt.Sprintf("%g", b.Y), "width", fmt.Sprintf("%g", b.W), "height", fmt.Sprintf("%g", b.H), "class", cls),
+			s(d, "title", nil, b.Label+": "+b.Value)))
+	}
+	replace(ap.lat, kids)
+}
+
+func replace(el js.Value, kids []any) {
+	args := make([]any, len(kids))
+	copy(args, kids)
+	el.Call("replaceChildren", args...)
+}
+
+// renderFeed updates the recent-expiries table in place.
+func (ap *app) renderFeed() {
+	items := ap.state.Feed()
+	d := ap.doc
+	for len(ap.feedRows) < len(items) {
+		r := &feedRow{}
+		key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num"))
+		at, lat, out := h(d, "td", nil), h(d, "td", a("class", "num")), h(d, "td", nil)
+		r.tr = h(d, "tr", nil, key, ver, at, lat, out)
+		r.key.el, r.version.el, r.firedAt.el, r.lateness.el, r.outc.el = key, ver, at, lat, out
+		r.class = attr{el: r.tr, name: "class"}
+		ap.feed.Call("appendChild", r.tr)
+		ap.feedRows = append(ap.feedRows, r)
+	}
+	for len(ap.feedRows) > len(items) {
+		ap.feed.Call("removeChild", ap.feedRows[len(ap.feedRows)-1].tr)
+		ap.feedRows = ap.feedRows[:len(ap.feedRows)-1]
+	}
+	for i, it := range items {
+		r := ap.feedRows[i]
+		r.tr.Call("setAttribute", "data-key", it.Key)
+		r.key.Set(it.Key)
+		r.version.Set(strconv.FormatInt(it.Version, 10))
+		r.firedAt.Set(it.FiredAt)
+		r.lateness.Set(it.Lateness)
+		outcome, cls := "fired", ""
+		if it.Missed {
+			outcome, cls = "missed", "missed"
+		}
+		r.outc.Set(outcome)
+		r.class.Set(cls)
+	}
+}
