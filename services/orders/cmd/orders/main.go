@@ -1,0 +1,196 @@
+// Command orders runs the order service: the REST API, the outbox relay that
+// publishes timeout commands and order events to JetStream, and the consumer
+// of the cancel events timeoutd publishes. It is configured by environment
+// variables (see services/orders/README.md) and stops gracefully on SIGINT or
+// SIGTERM: the HTTP server drains, the consumer finishes the events in
+// flight, and the outbox is flushed.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+	_ "time/tzdata"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/services/orders"
+	ordershttp "github.com/ordertimeout/ordertimeout/services/orders/http"
+	"github.com/ordertimeout/ordertimeout/services/orders/jetstream"
+	"github.com/ordertimeout/ordertimeout/services/orders/postgres"
+)
+
+const (
+	// poolMaxConnsDefault applies when the database URL sets no
+	// pool_max_conns: enough for 64 concurrent clients on a small host.
+	poolMaxConnsDefault = 16
+	// connectTimeout bounds the wait for Postgres at start.
+	connectTimeout = 30 * time.Second
+	// shutdownTimeout bounds the HTTP drain and the outbox flush.
+	shutdownTimeout = 10 * time.Second
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string) error {
+	cfg, err := orders.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	pool, err := openPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		return err
+	}
+
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("orders"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return fmt.Errorf("connect nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		return err
+	}
+
+	relay, err := outbox.NewRelay(pool, js, outbox.Config{Table: postgres.OutboxTable, Logger: log})
+	if err != nil {
+		return err
+	}
+	store := postgres.NewStore(pool, relay.Kick)
+	svc, err := orders.NewService(store, orders.ServiceConfig{Limits: cfg.Limits, Logger: log})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	consumer, err := jetstream.NewConsumer(ctx, js, svc, jetstream.Config{Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	handler, err := ordershttp.NewHandler(ordershttp.Config{
+		Service:  svc,
+		Tokens:   cfg.APITokens,
+		Registry: reg,
+		Logger:   log,
+		Ready: func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			if s := nc.Status(); s != nats.CONNECTED {
+				return fmt.Errorf("nats: %s", s)
+			}
+			return nil
+		},
+		Stats: func(ctx context.Context) (ordershttp.Stats, error) {
+			by, err := store.CountByStatus(ctx)
+			if err != nil {
+				return ordershttp.Stats{}, err
+			}
+			ob, err := relay.Stats(ctx)
+			if err != nil {
+				return ordershttp.Stats{}, err
+			}
+			return ordershttp.Stats{ByStatus: by, OutboxRows: ob.Rows, OutboxOldestAge: ob.OldestAge}, nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Addr:              cfg.HTTPAddr,
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	// The relay outlives the HTTP server so the last commits are flushed.
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRelay()
+	g.Go(func() error { return relay.Run(relayCtx) })
+	g.Go(func() error { return consumer.Run(gctx) })
+	g.Go(func() error {
+		log.Info("orders listening", "addr", cfg.HTTPAddr)
+		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("orders shutting down")
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		defer cancel()
+		defer stopRelay()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("http shutdown: %w", err)
+		}
+		if n, err := relay.Flush(sctx); err != nil {
+			return fmt.Errorf("flush outbox (%d published): %w", n, err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// openPool opens the pool and waits until Postgres answers.
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("ORDERS_DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pc.MaxConns = poolMaxConnsDefault
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	for {
+		err := pool.Ping(wctx)
+		if err == nil {
+			return pool, nil
+		}
+		select {
+		case <-wctx.Done():
+			pool.Close()
+			return nil, fmt.Errorf("connect postgres: %w", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

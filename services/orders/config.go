@@ -1,0 +1,88 @@
+package orders
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	HTTPAddrDefault     = ":8081"
+	PayWithinMinDefault = time.Second
+	PayWithinMaxDefault = 24 * time.Hour
+	LogLevelDefault     = "info"
+)
+
+// Config is the configuration of the orders binary, read from the
+// environment by ConfigFromEnv.
+type Config struct {
+	// DatabaseURL is the Postgres connection string (ORDERS_DATABASE_URL);
+	// required. pgxpool parameters such as pool_max_conns are honoured.
+	DatabaseURL string
+	// NATSURL is the NATS server URL (ORDERS_NATS_URL); required.
+	NATSURL string
+	// HTTPAddr is the listen address of the API, health and metrics
+	// (ORDERS_HTTP_ADDR); default ":8081".
+	HTTPAddr string
+	// APITokens are the bearer tokens accepted on mutating endpoints
+	// (ORDERS_API_TOKENS, comma-separated); at least one is required.
+	APITokens []string
+	// Limits bound payment deadlines (ORDERS_PAY_WITHIN_MIN, default 1s, and
+	// ORDERS_PAY_WITHIN_MAX, default 24h; Go durations).
+	Limits Limits
+	// LogLevel is debug, info, warn or error (ORDERS_LOG_LEVEL); default info.
+	LogLevel slog.Level
+}
+
+// ConfigFromEnv reads the configuration through getenv (os.Getenv in main)
+// and validates it; errors name the variable.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL: getenv("ORDERS_DATABASE_URL"),
+		NATSURL:     getenv("ORDERS_NATS_URL"),
+		HTTPAddr:    cmp.Or(getenv("ORDERS_HTTP_ADDR"), HTTPAddrDefault),
+	}
+	for _, t := range strings.Split(getenv("ORDERS_API_TOKENS"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			c.APITokens = append(c.APITokens, t)
+		}
+	}
+	var err error
+	if c.Limits.PayWithinMin, err = envDuration(getenv, "ORDERS_PAY_WITHIN_MIN", PayWithinMinDefault); err != nil {
+		return Config{}, err
+	}
+	if c.Limits.PayWithinMax, err = envDuration(getenv, "ORDERS_PAY_WITHIN_MAX", PayWithinMaxDefault); err != nil {
+		return Config{}, err
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(cmp.Or(getenv("ORDERS_LOG_LEVEL"), LogLevelDefault))); err != nil {
+		return Config{}, fmt.Errorf("ORDERS_LOG_LEVEL: %w", err)
+	}
+	switch {
+	case c.DatabaseURL == "":
+		return Config{}, fmt.Errorf("ORDERS_DATABASE_URL is required")
+	case c.NATSURL == "":
+		return Config{}, fmt.Errorf("ORDERS_NATS_URL is required")
+	case len(c.APITokens) == 0:
+		return Config{}, fmt.Errorf("ORDERS_API_TOKENS: at least one bearer token is required")
+	case c.Limits.PayWithinMin <= 0:
+		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MIN must be positive, got %s", c.Limits.PayWithinMin)
+	case c.Limits.PayWithinMax < c.Limits.PayWithinMin:
+		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MAX (%s) must not be below ORDERS_PAY_WITHIN_MIN (%s)", c.Limits.PayWithinMax, c.Limits.PayWithinMin)
+	}
+	return c, nil
+}
+
+func envDuration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,98 @@
+package http
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/ordertimeout/ordertimeout/services/orders"
+)
+
+// Codes of the HTTP adapter itself, mapped in the same table as the domain's.
+const (
+	codeBodyTooLarge     orders.Code = "body_too_large"
+	codeUnsupportedMedia orders.Code = "unsupported_media_type"
+	codeRouteNotFound    orders.Code = "route_not_found"
+	codeMethodNotAllowed orders.Code = "method_not_allowed"
+	codeInternal         orders.Code = "internal"
+)
+
+// statusOf maps every error code to its HTTP status: the one table.
+var statusOf = map[orders.Code]int{
+	orders.CodeValidation:          http.StatusBadRequest,
+	orders.CodeUnauthorized:        http.StatusUnauthorized,
+	orders.CodeNotFound:            http.StatusNotFound,
+	orders.CodeConflict:            http.StatusConflict,
+	orders.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
+	codeBodyTooLarge:               http.StatusRequestEntityTooLarge,
+	codeUnsupportedMedia:           http.StatusUnsupportedMediaType,
+	codeRouteNotFound:              http.StatusNotFound,
+	codeMethodNotAllowed:           http.StatusMethodNotAllowed,
+	codeInternal:                   http.StatusInternalServerError,
+}
+
+// titles are the problem titles, one per code.
+var titles = map[orders.Code]string{
+	orders.CodeValidation:          "Invalid request",
+	orders.CodeUnauthorized:        "Unauthorized",
+	orders.CodeNotFound:            "Order not found",
+	orders.CodeConflict:            "Illegal transition",
+	orders.CodeIdempotencyMismatch: "Idempotency key reused with a different request",
+	codeBodyTooLarge:               "Request body too large",
+	codeUnsupportedMedia:           "Unsupported media type",
+	codeRouteNotFound:              "Not found",
+	codeMethodNotAllowed:           "Method not allowed",
+	codeInternal:                   "Internal server error",
+}
+
+// problem is an RFC 9457 problem document. For an illegal transition (409)
+// the "status" member holds the order's current status, as the pinned REST
+// contract says, instead of the numeric HTTP status (which the response line
+// carries); every other problem has the numeric status.
+type problem struct {
+	Type      string              `json:"type"`
+	Title     string              `json:"title"`
+	Status    any                 `json:"status"`
+	Detail    string              `json:"detail"`
+	Instance  string              `json:"instance,omitempty"`
+	RequestID string              `json:"request_id,omitempty"`
+	Errors    []orders.FieldError `json:"errors,omitempty"`
+}
+
+// writeError writes err as a problem; an error that is not a domain error is
+// logged and answered with a generic 500.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var de *orders.Error
+	if !errors.As(err, &de) {
+		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()),
+			"method", r.Method, "path", r.URL.Path, "err", err)
+		de = &orders.Error{Code: codeInternal, Detail: "the request failed; quote the request id when reporting it"}
+	}
+	status, ok := statusOf[de.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	p := problem{Type: "/problems/" + string(de.Code), Title: titles[de.Code], Status: status, Detail: de.Detail,
+		Instance: r.URL.Path, RequestID: requestID(r.Context()), Errors: de.Fields}
+	if de.Code == orders.CodeConflict && de.Status != "" {
+		p.Status = de.Status
+	}
+	if de.Code == orders.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="orders"`)
+	}
+	writeJSON(w, status, "application/problem+json", p, s.log)
+}
+
+// writeJSON writes v as JSON with the given status and content type.
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any, log *slog.Logger) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		log.Error("encode response", "err", err)
+		http.Error(w, `{"title":"Internal server error","status":500}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,374 @@
+package http_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ordertimeout/ordertimeout/services/orders"
+	ordershttp "github.com/ordertimeout/ordertimeout/services/orders/http"
+)
+
+const token = "test-token"
+
+var now = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+const createBody = `{"customer_id":"c-1","currency":"EUR","items":[{"sku":"A-1","quantity":2,"unit_price_minor":1250}],"pay_within":"15m"}`
+
+type env struct {
+	h     http.Handler
+	store *fakeStore
+}
+
+func newEnv(t *testing.T, ready func(context.Context) error) env {
+	t.Helper()
+	store := newFakeStore()
+	svc, err := orders.NewService(store, orders.ServiceConfig{Now: func() time.Time { return now },
+		Limits: orders.Limits{PayWithinMin: time.Second, PayWithinMax: 24 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ordershttp.NewHandler(ordershttp.Config{Service: svc, Tokens: []string{"other", token}, Registry: prometheus.NewRegistry(),
+		Ready: ready, MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler),
+		Stats: func(ctx context.Context) (ordershttp.Stats, error) {
+			by, err := store.CountByStatus(ctx)
+			return ordershttp.Stats{ByStatus: by, OutboxRows: 3, OutboxOldestAge: time.Second}, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env{h: h, store: store}
+}
+
+// do sends a request; auth adds the bearer token.
+func (e env) do(t *testing.T, method, path, body string, auth bool, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, req)
+	return rec
+}
+
+// create creates an order through the API and returns it.
+func (e env) create(t *testing.T) orders.Order {
+	t.Helper()
+	rec := e.do(t, "POST", "/v1/orders", createBody, true)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	return decode[orders.Order](t, rec)
+}
+
+func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatalf("decode %s: %v", rec.Body, err)
+	}
+	return v
+}
+
+type problemBody struct {
+	Type   string          `json:"type"`
+	Title  string          `json:"title"`
+	Status json.RawMessage `json:"status"`
+	Detail string          `json:"detail"`
+	Errors []struct {
+		Field  string `json:"field"`
+		Reason string `json:"reason"`
+	} `json:"errors"`
+	RequestID string `json:"request_id"`
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	long := `{"customer_id":"` + strings.Repeat("x", 5000) + `"}`
+	tests := []struct {
+		name   string
+		method string
+		// path may contain {pending} or {paid}, replaced by seeded order ids.
+		path   string
+		body   string
+		auth   bool
+		hdr    []string
+		status int
+		// field is the first errors[].field of a problem ("" = none expected).
+		field string
+		// state is the "status" member of a 409 problem.
+		state string
+		check func(t *testing.T, rec *httptest.ResponseRecorder)
+	}{
+		{name: "create", method: "POST", path: "/v1/orders", body: createBody, auth: true, status: 201, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			o := decode[orders.Order](t, rec)
+			if o.Status != orders.StatusPendingPayment || o.Version != 1 || o.AmountMinor != 2500 || !o.PayBy.Equal(now.Add(15*time.Minute)) {
+				t.Errorf("order = %+v", o)
+			}
+			if rec.Header().Get("Location") != "/v1/orders/"+o.ID {
+				t.Errorf("Location = %q", rec.Header().Get("Location"))
+			}
+		}},
+		{name: "create with pay_by", method: "POST", path: "/v1/orders", auth: true, status: 201,
+			body: `{"customer_id":"c","currency":"USD","items":[{"sku":"s","quantity":1,"unit_price_minor":0}],"pay_by":"2026-11-23T12:00:00+01:00"}`},
+		{name: "create without token", method: "POST", path: "/v1/orders", body: createBody, status: 401},
+		{name: "create with a wrong token", method: "POST", path: "/v1/orders", body: createBody, hdr: []string{"Authorization", "Bearer nope"}, status: 401},
+		{name: "create with basic auth", method: "POST", path: "/v1/orders", body: createBody, hdr: []string{"Authorization", "Basic " + token}, status: 401},
+		{name: "create malformed json", method: "POST", path: "/v1/orders", body: `{"customer_id":`, auth: true, status: 400, field: "body"},
+		{name: "create empty body", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "body"},
+		{name: "create trailing data", method: "POST", path: "/v1/orders", body: createBody + `{}`, auth: true, status: 400, field: "body"},
+		{name: "create unknown field", method: "POST", path: "/v1/orders", body: `{"colour":"red"}`, auth: true, status: 400, field: "colour"},
+		{name: "create wrong type", method: "POST", path: "/v1/orders", body: `{"items":[{"quantity":"2"}]}`, auth: true, status: 400, field: "items.quantity"},
+		{name: "create both deadlines", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_by",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m","pay_by":"2026-11-23T11:00:00Z"}`},
+		{name: "create no deadline", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_within",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}]}`},
+		{name: "create deadline too soon", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_within",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"500ms"}`},
+		{name: "create deadline too far", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_within",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"25h"}`},
+		{name: "create pay_by in the past", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_by",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_by":"2026-11-23T09:00:00Z"}`},
+		{name: "create pay_by not rfc3339", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_by",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_by":"tomorrow"}`},
+		{name: "create bad duration", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_within",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"soon"}`},
+		{name: "create bad currency", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "currency",
+			body: `{"customer_id":"c","currency":"eur","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create missing customer", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: `{"currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create no items", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items",
+			body: `{"customer_id":"c","currency":"EUR","items":[],"pay_within":"1m"}`},
+		{name: "create zero quantity", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[1].quantity",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1},{"sku":"t","quantity":0,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create negative price", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].unit_price_minor",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":-1}],"pay_within":"1m"}`},
+		{name: "create amount overflow", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].unit_price_minor",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1000000,"unit_price_minor":9223372036854775}],"pay_within":"1m"}`},
+		{name: "create missing sku", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].sku",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create body too large", method: "POST", path: "/v1/orders", body: long, auth: true, status: 413},
+		{name: "create not json", method: "POST", path: "/v1/orders", body: createBody, auth: true, hdr: []string{"Content-Type", "text/plain"}, status: 415, field: "Content-Type"},
+		{name: "create long idempotency key", method: "POST", path: "/v1/orders", body: createBody, auth: true,
+			hdr: []string{"Idempotency-Key", strings.Repeat("k", 256)}, status: 400, field: "Idempotency-Key"},
+		{name: "get", method: "GET", path: "/v1/orders/{pending}", status: 200},
+		{name: "get unknown", method: "GET", path: "/v1/orders/nope", status: 404},
+		{name: "get invalid id", method: "GET", path: "/v1/orders/a.b", status: 404},
+		{name: "list", method: "GET", path: "/v1/orders?status=paid&customer_id=c-1", status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			p := decode[struct {
+				Items      []orders.Order `json:"items"`
+				NextCursor *string        `json:"next_cursor"`
+			}](t, rec)
+			if len(p.Items) != 1 || p.Items[0].Status != orders.StatusPaid || p.NextCursor == nil || *p.NextCursor != "" {
+				t.Errorf("page = %s", rec.Body)
+			}
+		}},
+		{name: "list empty", method: "GET", path: "/v1/orders?customer_id=nobody", status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if !strings.Contains(rec.Body.String(), `"items":[]`) {
+				t.Errorf("body = %s", rec.Body)
+			}
+		}},
+		{name: "list bad status", method: "GET", path: "/v1/orders?status=lost", status: 400, field: "status"},
+		{name: "list bad limit", method: "GET", path: "/v1/orders?limit=ten", status: 400, field: "limit"},
+		{name: "list zero limit", method: "GET", path: "/v1/orders?limit=0", status: 400, field: "limit"},
+		{name: "list limit too large", method: "GET", path: "/v1/orders?limit=501", status: 400, field: "limit"},
+		{name: "list bad cursor", method: "GET", path: "/v1/orders?cursor=!!!", status: 400, field: "cursor"},
+		{name: "pay", method: "POST", path: "/v1/orders/{pending}/pay", auth: true, status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if o := decode[orders.Order](t, rec); o.Status != orders.StatusPaid || o.Version != 2 {
+				t.Errorf("order = %+v", o)
+			}
+		}},
+		{name: "pay paid", method: "POST", path: "/v1/orders/{paid}/pay", auth: true, status: 409, state: "paid"},
+		{name: "pay unknown", method: "POST", path: "/v1/orders/nope/pay", auth: true, status: 404},
+		{name: "pay without token", method: "POST", path: "/v1/orders/{pending}/pay", status: 401},
+		{name: "cancel", method: "POST", path: "/v1/orders/{pending}/cancel", auth: true, status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if o := decode[orders.Order](t, rec); o.Status != orders.StatusCancelled || o.CancelReason != orders.CancelByCustomer {
+				t.Errorf("order = %+v", o)
+			}
+		}},
+		{name: "cancel paid", method: "POST", path: "/v1/orders/{paid}/cancel", auth: true, status: 409, state: "paid"},
+		{name: "cancel unknown", method: "POST", path: "/v1/orders/nope/cancel", auth: true, status: 404},
+		{name: "cancel without token", method: "POST", path: "/v1/orders/{pending}/cancel", status: 401},
+		{name: "extend", method: "POST", path: "/v1/orders/{pending}/extend", body: `{"pay_within":"1h"}`, auth: true, status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if o := decode[orders.Order](t, rec); !o.PayBy.Equal(now.Add(time.Hour)) || o.Version != 2 || o.Status != orders.StatusPendingPayment {
+				t.Errorf("order = %+v", o)
+			}
+		}},
+		{name: "extend paid", method: "POST", path: "/v1/orders/{paid}/extend", body: `{"pay_within":"1h"}`, auth: true, status: 409, state: "paid"},
+		{name: "extend bad deadline", method: "POST", path: "/v1/orders/{pending}/extend", body: `{"pay_by":"yesterday"}`, auth: true, status: 400, field: "pay_by"},
+		{name: "extend unknown field", method: "POST", path: "/v1/orders/{pending}/extend", body: `{"pay_in":"1h"}`, auth: true, status: 400, field: "pay_in"},
+		{name: "extend unknown", method: "POST", path: "/v1/orders/nope/extend", body: `{"pay_within":"1h"}`, auth: true, status: 404},
+		{name: "extend without token", method: "POST", path: "/v1/orders/{pending}/extend", body: `{"pay_within":"1h"}`, status: 401},
+		{name: "unknown route", method: "GET", path: "/v2/orders", status: 404},
+		{name: "method not allowed", method: "DELETE", path: "/v1/orders/{pending}", status: 405},
+		{name: "healthz", method: "GET", path: "/healthz", status: 200},
+		{name: "readyz", method: "GET", path: "/readyz", status: 200},
+		{name: "openapi", method: "GET", path: "/openapi.json", status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if !json.Valid(rec.Body.Bytes()) || !strings.Contains(rec.Body.String(), `"openapi": "3.1.0"`) {
+				t.Errorf("openapi.json is not the document: %.100s", rec.Body)
+			}
+		}},
+		{name: "metrics", method: "GET", path: "/metrics", status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			for _, want := range []string{
+				`orders_http_requests_total{code="201",method="POST",route="/v1/orders"}`,
+				`orders_http_request_duration_seconds_bucket{method="POST",route="/v1/orders/{id}/pay"`,
+				`orders_by_status{status="paid"} 1`, `orders_by_status{status="pending_payment"} 1`,
+				`orders_outbox_rows 3`, `orders_outbox_lag_seconds 1`,
+			} {
+				if !strings.Contains(rec.Body.String(), want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			pending, paid := e.create(t), e.create(t)
+			if rec := e.do(t, "POST", "/v1/orders/"+paid.ID+"/pay", "", true); rec.Code != 200 {
+				t.Fatalf("pay: %d %s", rec.Code, rec.Body)
+			}
+			path := strings.NewReplacer("{pending}", pending.ID, "{paid}", paid.ID).Replace(tt.path)
+			rec := e.do(t, tt.method, path, tt.body, tt.auth, tt.hdr...)
+			if rec.Code != tt.status {
+				t.Fatalf("%s %s = %d, want %d: %s", tt.method, path, rec.Code, tt.status, rec.Body)
+			}
+			if rec.Header().Get("X-Request-Id") == "" {
+				t.Error("no X-Request-Id")
+			}
+			if tt.status >= 400 {
+				checkProblem(t, rec, tt.field, tt.state)
+			}
+			if tt.check != nil {
+				tt.check(t, rec)
+			}
+		})
+	}
+}
+
+// checkProblem checks a problem+json body: its members, the named field and,
+// for a conflict, the current state in "status".
+func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, field, state string) {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	p := decode[problemBody](t, rec)
+	if p.Type == "" || p.Title == "" || p.Detail == "" || p.RequestID == "" {
+		t.Errorf("incomplete problem %s", rec.Body)
+	}
+	wantStatus := `"` + state + `"`
+	if state == "" {
+		wantStatus = itoa(rec.Code)
+	}
+	if string(p.Status) != wantStatus {
+		t.Errorf("problem status = %s, want %s", p.Status, wantStatus)
+	}
+	if field != "" && (len(p.Errors) == 0 || p.Errors[0].Field != field || p.Errors[0].Reason == "") {
+		t.Errorf("problem errors = %+v, want field %q", p.Errors, field)
+	}
+	if strings.Contains(rec.Body.String(), token) {
+		t.Error("the token leaked into the body")
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestReadyzReportsDependencyFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(context.Context) error { return errors.New("postgres: down") })
+	rec := e.do(t, "GET", "/readyz", "", false)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "postgres: down") {
+		t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestRequestIDIsKeptOrMade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tests := []struct{ name, in, want string }{
+		{"kept", "abc-123", "abc-123"},
+		{"made when unsafe", "a b\n", ""},
+		{"made when absent", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := e.do(t, "GET", "/v1/orders/nope", "", false, "X-Request-Id", tt.in)
+			got := rec.Header().Get("X-Request-Id")
+			p := decode[problemBody](t, rec)
+			if got == "" || p.RequestID != got || (tt.want != "" && got != tt.want) || (tt.want == "" && got == tt.in) {
+				t.Fatalf("request id = %q (problem %q), want %q", got, p.RequestID, tt.want)
+			}
+		})
+	}
+}
+
+func TestIdempotentCreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	first := e.do(t, "POST", "/v1/orders", createBody, true, "Idempotency-Key", "k-1")
+	// The same request with other whitespace and field order is the same.
+	same := `{"pay_within":"15m", "items":[{"unit_price_minor":1250,"quantity":2,"sku":"A-1"}],"currency":"EUR","customer_id":"c-1"}`
+	retry := e.do(t, "POST", "/v1/orders", same, true, "Idempotency-Key", "k-1")
+	other := e.do(t, "POST", "/v1/orders", strings.Replace(createBody, "15m", "20m", 1), true, "Idempotency-Key", "k-1")
+	if first.Code != 201 || retry.Code != 201 || first.Body.String() != retry.Body.String() || retry.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %s / %d %s", first.Code, first.Body, retry.Code, retry.Body)
+	}
+	if other.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("other body under the same key = %d %s, want 422", other.Code, other.Body)
+	}
+	checkProblem(t, other, "", "")
+	if n := len(e.store.orders); n != 1 {
+		t.Fatalf("%d orders stored, want 1", n)
+	}
+}
+
+func TestListPaginates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	want := map[string]bool{}
+	for range 5 {
+		want[e.create(t).ID] = true
+	}
+	seen := map[string]bool{}
+	cursor, last := "", "~"
+	for page := 0; ; page++ {
+		rec := e.do(t, "GET", "/v1/orders?limit=2&cursor="+cursor, "", false)
+		if rec.Code != 200 || page > 3 {
+			t.Fatalf("page %d: %d %s", page, rec.Code, rec.Body)
+		}
+		p := decode[struct {
+			Items      []orders.Order `json:"items"`
+			NextCursor string         `json:"next_cursor"`
+		}](t, rec)
+		for _, o := range p.Items {
+			if seen[o.ID] || o.ID >= last {
+				t.Fatalf("order %s repeated or out of order", o.ID)
+			}
+			seen[o.ID], last = true, o.ID
+		}
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("listed %d orders, want %d", len(seen), len(want))
+	}
+}

@@ -1,0 +1,272 @@
+package orders
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Status is the state of an order.
+type Status string
+
+// The statuses; the values are those of events.OrderEvent.Status.
+const (
+	StatusPendingPayment Status = events.StatusPendingPayment
+	StatusPaid           Status = events.StatusPaid
+	StatusCancelled      Status = events.StatusCancelled
+)
+
+// Statuses lists every status, in state machine order.
+var Statuses = []Status{StatusPendingPayment, StatusPaid, StatusCancelled}
+
+// Valid reports whether s is a known status.
+func (s Status) Valid() bool {
+	return s == StatusPendingPayment || s == StatusPaid || s == StatusCancelled
+}
+
+// CancelReason says why an order was cancelled.
+type CancelReason string
+
+// The cancel reasons; the values are those of events.OrderEvent.CancelReason.
+const (
+	CancelByCustomer     CancelReason = events.CancelByCustomer
+	CancelPaymentTimeout CancelReason = events.CancelPaymentTimeout
+)
+
+// Limits of a create request.
+const (
+	// MaxItems is the most line items an order may have.
+	MaxItems = 100
+	// MaxQuantity is the largest quantity of one line item.
+	MaxQuantity = 1_000_000
+	// MaxTextLen bounds customer ids and SKUs, in bytes.
+	MaxTextLen = 128
+)
+
+// Item is one line of an order. Prices are integer minor units (cents).
+type Item struct {
+	SKU            string `json:"sku"`
+	Quantity       int64  `json:"quantity"`
+	UnitPriceMinor int64  `json:"unit_price_minor"`
+}
+
+// Order is an order as stored and as served by the REST API.
+type Order struct {
+	// ID is a valid events key (a UUIDv7 string, so ids sort by creation).
+	ID         string `json:"id"`
+	CustomerID string `json:"customer_id"`
+	// Currency is an ISO 4217 code such as EUR.
+	Currency string `json:"currency"`
+	Items    []Item `json:"items"`
+	// AmountMinor is the sum of quantity × unit price, in minor units.
+	AmountMinor int64  `json:"amount_minor"`
+	Status      Status `json:"status"`
+	// CancelReason is set only when Status is cancelled.
+	CancelReason CancelReason `json:"cancel_reason,omitempty"`
+	// Version starts at 1 and grows by one with every change; it is the
+	// version of the timeout commands and events about this order.
+	Version int64 `json:"version"`
+	// PayBy is the payment deadline, in UTC.
+	PayBy     time.Time `json:"pay_by"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Change is a committed-together state change: the order after it, the
+// timeout command for timeoutd (nil when none is needed) and the domain event
+// (nil when none is published).
+type Change struct {
+	Order   Order
+	Command *events.Command
+	Event   *events.OrderEvent
+}
+
+// Deadline is the payment deadline of a create or extend request: exactly one
+// of PayWithin (a Go duration such as "15m") and PayBy (RFC 3339) is set.
+type Deadline struct {
+	PayWithin string `json:"pay_within,omitempty"`
+	PayBy     string `json:"pay_by,omitempty"`
+}
+
+// CreateRequest is the body of POST /v1/orders.
+type CreateRequest struct {
+	CustomerID string `json:"customer_id"`
+	Currency   string `json:"currency"`
+	Items      []Item `json:"items"`
+	Deadline
+}
+
+// Limits bounds a payment deadline relative to the time of the request.
+type Limits struct {
+	// PayWithinMin and PayWithinMax bound the deadline minus now.
+	PayWithinMin, PayWithinMax time.Duration
+}
+
+// resolve returns the absolute deadline of d at now, or the fields' errors.
+func (d Deadline) resolve(now time.Time, lim Limits) (time.Time, []FieldError) {
+	switch {
+	case d.PayWithin == "" && d.PayBy == "":
+		return time.Time{}, []FieldError{{"pay_within", "one of pay_within and pay_by is required"}}
+	case d.PayWithin != "" && d.PayBy != "":
+		return time.Time{}, []FieldError{{"pay_by", "only one of pay_within and pay_by may be set"}}
+	}
+	field, within := "pay_within", time.Duration(0)
+	var deadline time.Time
+	if d.PayWithin != "" {
+		w, err := time.ParseDuration(d.PayWithin)
+		if err != nil {
+			return time.Time{}, []FieldError{{field, fmt.Sprintf("must be a duration such as 15m or 1h30m, got %.64q", d.PayWithin)}}
+		}
+		within, deadline = w, now.Add(w)
+	} else {
+		field = "pay_by"
+		t, err := events.ParseTime(field, d.PayBy)
+		if err != nil {
+			return time.Time{}, []FieldError{{field, fmt.Sprintf("must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %.64q", d.PayBy)}}
+		}
+		within, deadline = t.Sub(now), t
+	}
+	if within < lim.PayWithinMin || within > lim.PayWithinMax {
+		return time.Time{}, []FieldError{{field, fmt.Sprintf("the deadline must be between %s and %s from now", lim.PayWithinMin, lim.PayWithinMax)}}
+	}
+	return ceilMicro(deadline), nil
+}
+
+// ceilMicro rounds t up to Postgres's microsecond precision, so the stored
+// deadline is never earlier than the one asked for.
+func ceilMicro(t time.Time) time.Time {
+	r := t.Truncate(time.Microsecond)
+	if r.Before(t) {
+		r = r.Add(time.Microsecond)
+	}
+	return r.UTC()
+}
+
+// NewOrder validates req and returns the new order id at now with its Change:
+// status pending_payment, version 1, a set command and a created event.
+func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, error) {
+	var fe []FieldError
+	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes", MaxTextLen)})
+	}
+	if !validCurrency(req.Currency) {
+		fe = append(fe, FieldError{"currency", "must be an ISO 4217 code of three upper-case letters, such as EUR"})
+	}
+	if len(req.Items) == 0 || len(req.Items) > MaxItems {
+		fe = append(fe, FieldError{"items", fmt.Sprintf("must hold 1 to %d items", MaxItems)})
+	}
+	var amount int64
+	for i, it := range req.Items {
+		if i == MaxItems {
+			break
+		}
+		p := fmt.Sprintf("items[%d].", i)
+		switch {
+		case it.SKU == "" || len(it.SKU) > MaxTextLen:
+			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes", MaxTextLen)})
+		case it.Quantity < 1 || it.Quantity > MaxQuantity:
+			fe = append(fe, FieldError{p + "quantity", fmt.Sprintf("must be between 1 and %d", MaxQuantity)})
+		case it.UnitPriceMinor < 0:
+			fe = append(fe, FieldError{p + "unit_price_minor", "must not be negative"})
+		case it.UnitPriceMinor > (math.MaxInt64-amount)/it.Quantity:
+			fe = append(fe, FieldError{p + "unit_price_minor", "makes the order amount overflow"})
+		default:
+			amount += it.Quantity * it.UnitPriceMinor
+		}
+	}
+	payBy, dfe := req.Deadline.resolve(now, lim)
+	fe = append(fe, dfe...)
+	if err := validationError(fe); err != nil {
+		return Change{}, err
+	}
+	now = now.Truncate(time.Microsecond).UTC()
+	o := Order{ID: id, CustomerID: req.CustomerID, Currency: req.Currency, Items: req.Items, AmountMinor: amount,
+		Status: StatusPendingPayment, Version: 1, PayBy: payBy, CreatedAt: now, UpdatedAt: now}
+	return Change{Order: o, Command: o.setCommand(), Event: o.event(events.OrderCreated)}, nil
+}
+
+// Pay marks a pending order paid at now: a clear command and a paid event.
+// Whether now is past PayBy does not matter (see the package doc).
+func (o Order) Pay(now time.Time) (Change, error) {
+	if o.Status != StatusPendingPayment {
+		return Change{}, conflict("pay", o.Status)
+	}
+	o = o.next(now)
+	o.Status = StatusPaid
+	return Change{Order: o, Command: o.clearCommand(), Event: o.event(events.OrderPaid)}, nil
+}
+
+// Cancel cancels a pending order at the customer's request: a clear command
+// and a cancelled event.
+func (o Order) Cancel(now time.Time) (Change, error) {
+	if o.Status != StatusPendingPayment {
+		return Change{}, conflict("cancel", o.Status)
+	}
+	o = o.next(now)
+	o.Status, o.CancelReason = StatusCancelled, CancelByCustomer
+	return Change{Order: o, Command: o.clearCommand(), Event: o.event(events.OrderCancelled)}, nil
+}
+
+// Extend moves the deadline of a pending order: a set command with the new
+// version (which makes the cancel event of the old one stale). No domain
+// event is published: the contract has none for a moved deadline.
+func (o Order) Extend(d Deadline, now time.Time, lim Limits) (Change, error) {
+	payBy, fe := d.resolve(now, lim)
+	if err := validationError(fe); err != nil {
+		return Change{}, err
+	}
+	if o.Status != StatusPendingPayment {
+		return Change{}, conflict("extend", o.Status)
+	}
+	o = o.next(now)
+	o.PayBy = payBy
+	return Change{Order: o, Command: o.setCommand()}, nil
+}
+
+// Expire cancels the order for a payment timeout when it is still pending at
+// version; the cancelled event announces it and no command is needed (the
+// timeout has fired). The store applies the same condition in SQL.
+func (o Order) Expire(version int64, now time.Time) (Change, bool) {
+	if o.Status != StatusPendingPayment || o.Version != version {
+		return Change{}, false
+	}
+	o = o.next(now)
+	o.Status, o.CancelReason = StatusCancelled, CancelPaymentTimeout
+	return Change{Order: o, Event: o.event(events.OrderCancelled)}, true
+}
+
+// next returns o at the next version, updated at now.
+func (o Order) next(now time.Time) Order {
+	o.Version++
+	o.UpdatedAt = now.Truncate(time.Microsecond).UTC()
+	return o
+}
+
+func (o Order) setCommand() *events.Command {
+	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: o.ID, Version: o.Version,
+		Deadline: o.PayBy, FireSubject: events.OrderCancelSubject(o.ID)}
+}
+
+func (o Order) clearCommand() *events.Command {
+	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: o.ID, Version: o.Version}
+}
+
+func (o Order) event(t events.OrderEventType) *events.OrderEvent {
+	return &events.OrderEvent{Schema: events.SchemaVersion, Type: t, OrderID: o.ID, Version: o.Version,
+		Status: string(o.Status), CancelReason: string(o.CancelReason), CustomerID: o.CustomerID,
+		AmountMinor: o.AmountMinor, Currency: o.Currency, PayBy: o.PayBy, At: o.UpdatedAt}
+}
+
+func validCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}

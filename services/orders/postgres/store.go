@@ -1,0 +1,299 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/services/orders"
+)
+
+// OutboxTable is the outbox table the migrations create; give it to
+// outbox.Config.Table.
+const OutboxTable = outbox.TableDefault
+
+// Store is the orders.Store over a pgx pool.
+type Store struct {
+	pool     *pgxpool.Pool
+	onCommit func()
+}
+
+var _ orders.Store = (*Store)(nil)
+
+// NewStore returns a Store over pool (migrated with Migrate). onCommit, if
+// not nil, is called after every commit that wrote outbox rows (main passes
+// the relay's Kick); it must not block.
+func NewStore(pool *pgxpool.Pool, onCommit func()) *Store {
+	if onCommit == nil {
+		onCommit = func() {}
+	}
+	return &Store{pool: pool, onCommit: onCommit}
+}
+
+const orderColumns = `id, customer_id, currency, items, amount_minor, status, cancel_reason, version, pay_by, created_at, updated_at`
+
+const insertOrderSQL = `INSERT INTO orders (` + orderColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+
+func insertArgs(o orders.Order) []any {
+	return []any{o.ID, o.CustomerID, o.Currency, o.Items, o.AmountMinor, string(o.Status), nullable(string(o.CancelReason)),
+		o.Version, o.PayBy, o.CreatedAt, o.UpdatedAt}
+}
+
+// batchExecer queues outbox.Insert's statement on a batch, so the outbox
+// rows travel in the same round trip as the order.
+type batchExecer struct{ b *pgx.Batch }
+
+func (e batchExecer) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	e.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+// Create implements orders.Store.
+func (s *Store) Create(ctx context.Context, ch orders.Change, key *orders.IdempotencyKey) (orders.Order, bool, error) {
+	msgs, err := messages(ch)
+	if err != nil {
+		return orders.Order{}, false, err
+	}
+	if key != nil {
+		return s.createIdempotent(ctx, ch, msgs, key)
+	}
+	b := &pgx.Batch{}
+	b.Queue(insertOrderSQL, insertArgs(ch.Order)...)
+	if err := outbox.Insert(ctx, batchExecer{b}, OutboxTable, msgs); err != nil {
+		return orders.Order{}, false, err
+	}
+	// Without BEGIN, the batch runs in one implicit transaction.
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return orders.Order{}, false, fmt.Errorf("insert order: %w", err)
+	}
+	s.onCommit()
+	return ch.Order, false, nil
+}
+
+func (s *Store) createIdempotent(ctx context.Context, ch orders.Change, msgs []outbox.Message, key *orders.IdempotencyKey) (orders.Order, bool, error) {
+	resp, err := json.Marshal(ch.Order)
+	if err != nil {
+		return orders.Order{}, false, fmt.Errorf("encode order: %w", err)
+	}
+	var stored orders.Order
+	replayed := false
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A concurrent request with the same key waits here for the first
+		// one's transaction, then sees its row.
+		tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, response) VALUES ($1, $2, $3)
+			ON CONFLICT (key) DO NOTHING`, key.Key, key.Hash, resp)
+		if err != nil {
+			return fmt.Errorf("claim idempotency key: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			var hash, body []byte
+			if err := tx.QueryRow(ctx, `SELECT request_hash, response FROM idempotency_keys WHERE key = $1`, key.Key).Scan(&hash, &body); err != nil {
+				return fmt.Errorf("read idempotency key: %w", err)
+			}
+			if !bytes.Equal(hash, key.Hash) {
+				return orders.ErrIdempotencyMismatch
+			}
+			replayed = true
+			if err := json.Unmarshal(body, &stored); err != nil {
+				return fmt.Errorf("decode stored response: %w", err)
+			}
+			return nil
+		}
+		if _, err := tx.Exec(ctx, insertOrderSQL, insertArgs(ch.Order)...); err != nil {
+			return fmt.Errorf("insert order: %w", err)
+		}
+		return outbox.Insert(ctx, tx, OutboxTable, msgs)
+	})
+	if err != nil {
+		return orders.Order{}, false, err
+	}
+	if replayed {
+		return stored, true, nil
+	}
+	s.onCommit()
+	return ch.Order, false, nil
+}
+
+// Get implements orders.Store.
+func (s *Store) Get(ctx context.Context, id string) (orders.Order, error) {
+	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return orders.Order{}, orders.ErrNotFound
+	}
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("get order: %w", err)
+	}
+	return o, nil
+}
+
+// List implements orders.Store. The query is built from the filters in use,
+// so each shape gets its own prepared statement and index.
+func (s *Store) List(ctx context.Context, f orders.ListFilter) (orders.Page, error) {
+	sql := `SELECT ` + orderColumns + ` FROM orders WHERE true`
+	args := []any{}
+	arg := func(cond string, v any) {
+		args = append(args, v)
+		sql += fmt.Sprintf(" AND %s $%d", cond, len(args))
+	}
+	if f.Status != "" {
+		arg("status =", string(f.Status))
+	}
+	if f.CustomerID != "" {
+		arg("customer_id =", f.CustomerID)
+	}
+	if f.After != "" {
+		arg("id <", f.After)
+	}
+	args = append(args, f.Limit+1)
+	sql += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return orders.Page{}, fmt.Errorf("list orders: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
+	if err != nil {
+		return orders.Page{}, fmt.Errorf("list orders: %w", err)
+	}
+	p := orders.Page{Items: items}
+	if len(items) > f.Limit {
+		p.Items = items[:f.Limit]
+		p.Next = p.Items[f.Limit-1].ID
+	}
+	return p, nil
+}
+
+// errNoop makes Expire's transition roll back without an error.
+var errNoop = errors.New("postgres: no-op")
+
+// Update implements orders.Store.
+func (s *Store) Update(ctx context.Context, id string, fn func(orders.Order) (orders.Change, error)) (orders.Order, error) {
+	_, after, err := s.update(ctx, id, fn)
+	return after, err
+}
+
+// Expire implements orders.Store: the transition of orders.Order.Expire,
+// written with the condition status = 'pending_payment' AND version = $v.
+func (s *Store) Expire(ctx context.Context, id string, version int64, now time.Time) (orders.Order, bool, error) {
+	before, after, err := s.update(ctx, id, func(o orders.Order) (orders.Change, error) {
+		ch, ok := o.Expire(version, now)
+		if !ok {
+			return orders.Change{}, errNoop
+		}
+		return ch, nil
+	})
+	if errors.Is(err, errNoop) {
+		return before, false, nil
+	}
+	return after, err == nil, err
+}
+
+// update locks the row, applies fn and writes its change with the outbox
+// rows; it returns the order before and after.
+func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (orders.Change, error)) (before, after orders.Order, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		before, err = scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return orders.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock order: %w", err)
+		}
+		ch, err := fn(before)
+		if err != nil {
+			return err
+		}
+		msgs, err := messages(ch)
+		if err != nil {
+			return err
+		}
+		o := ch.Order
+		// Every transition leaves pending_payment; the condition repeats
+		// the domain check against the locked row.
+		tag, err := tx.Exec(ctx, `UPDATE orders SET status = $2, cancel_reason = $3, version = $4, pay_by = $5, updated_at = $6
+			WHERE id = $1 AND status = 'pending_payment' AND version = $7`,
+			o.ID, string(o.Status), nullable(string(o.CancelReason)), o.Version, o.PayBy, o.UpdatedAt, before.Version)
+		if err != nil {
+			return fmt.Errorf("update order: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("update order %s: the locked row changed", id)
+		}
+		after = o
+		return outbox.Insert(ctx, tx, OutboxTable, msgs)
+	})
+	if err != nil {
+		return before, orders.Order{}, err
+	}
+	s.onCommit()
+	return before, after, nil
+}
+
+// CountByStatus implements orders.Store. It scans the status index.
+func (s *Store) CountByStatus(ctx context.Context) (map[orders.Status]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM orders GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("count orders: %w", err)
+	}
+	counts := map[orders.Status]int64{}
+	var status string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		counts[orders.Status(status)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count orders: %w", err)
+	}
+	return counts, nil
+}
+
+// messages encodes a change's command and event as outbox rows.
+func messages(ch orders.Change) ([]outbox.Message, error) {
+	msgs := make([]outbox.Message, 0, 2)
+	if c := ch.Command; c != nil {
+		data, err := json.Marshal(c)
+		if err != nil {
+			return nil, fmt.Errorf("encode command: %w", err)
+		}
+		msgs = append(msgs, outbox.Message{Subject: c.Subject(), MsgID: c.MsgID(), Data: data})
+	}
+	if e := ch.Event; e != nil {
+		data, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("encode event: %w", err)
+		}
+		msgs = append(msgs, outbox.Message{Subject: e.Subject(), MsgID: e.MsgID(), Data: data})
+	}
+	return msgs, nil
+}
+
+func scanOrder(row pgx.Row) (orders.Order, error) {
+	var o orders.Order
+	var status string
+	var reason *string
+	err := row.Scan(&o.ID, &o.CustomerID, &o.Currency, &o.Items, &o.AmountMinor, &status, &reason, &o.Version, &o.PayBy, &o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return orders.Order{}, err
+	}
+	o.Status = orders.Status(status)
+	if reason != nil {
+		o.CancelReason = orders.CancelReason(*reason)
+	}
+	o.PayBy, o.CreatedAt, o.UpdatedAt = o.PayBy.UTC(), o.CreatedAt.UTC(), o.UpdatedAt.UTC()
+	return o, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

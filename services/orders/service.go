@@ -1,0 +1,203 @@
+package orders
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Store persists orders. Every method that changes an order writes the
+// Change's command and event to the outbox in the same transaction.
+// Implementations return *Error values for domain failures (ErrNotFound,
+// ErrConflict, ErrIdempotencyMismatch) and wrapped errors otherwise.
+type Store interface {
+	// Create inserts ch. With a non-nil key it first claims the key for the
+	// request hash: a key already used with the same hash returns the order
+	// stored with it and replayed=true (nothing is written); a different
+	// hash is ErrIdempotencyMismatch.
+	Create(ctx context.Context, ch Change, key *IdempotencyKey) (o Order, replayed bool, err error)
+	// Get returns the order id, or ErrNotFound.
+	Get(ctx context.Context, id string) (Order, error)
+	// List returns a page of orders in a stable order (newest id first).
+	List(ctx context.Context, f ListFilter) (Page, error)
+	// Update locks order id, calls fn with it and, when fn succeeds, writes
+	// the Change it returns. It returns fn's error unchanged.
+	Update(ctx context.Context, id string, fn func(Order) (Change, error)) (Order, error)
+	// Expire cancels order id for a payment timeout if it is still
+	// pending_payment at version, writing the cancelled event; applied is
+	// false (and nothing is written) otherwise. It returns ErrNotFound when
+	// no such order exists.
+	Expire(ctx context.Context, id string, version int64, now time.Time) (o Order, applied bool, err error)
+	// CountByStatus returns how many orders are in each status.
+	CountByStatus(ctx context.Context) (map[Status]int64, error)
+}
+
+// IdempotencyKey is the Idempotency-Key of a create request and the hash of
+// its canonical body.
+type IdempotencyKey struct {
+	Key  string
+	Hash []byte
+}
+
+// ListFilter selects a page of orders.
+type ListFilter struct {
+	// Status and CustomerID filter when set.
+	Status     Status
+	CustomerID string
+	// Limit is the page size, 1 to ListLimitMax.
+	Limit int
+	// After is the id of the last order of the previous page ("" = first).
+	After string
+}
+
+// Limits of list pages.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 500
+	// MaxIdempotencyKeyLen bounds the Idempotency-Key header, in bytes.
+	MaxIdempotencyKeyLen = 255
+)
+
+// Page is a page of orders and the id to continue after ("" at the end).
+type Page struct {
+	Items []Order
+	Next  string
+}
+
+// Service applies the order use cases to a Store.
+type Service struct {
+	store  Store
+	limits Limits
+	now    func() time.Time
+	log    *slog.Logger
+}
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	// Limits bounds payment deadlines; zero fields take PayWithinMinDefault
+	// and PayWithinMaxDefault.
+	Limits Limits
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewService returns a Service over store.
+func NewService(store Store, cfg ServiceConfig) (*Service, error) {
+	lim := Limits{
+		PayWithinMin: cmp.Or(cfg.Limits.PayWithinMin, PayWithinMinDefault),
+		PayWithinMax: cmp.Or(cfg.Limits.PayWithinMax, PayWithinMaxDefault),
+	}
+	if lim.PayWithinMin <= 0 || lim.PayWithinMax < lim.PayWithinMin {
+		return nil, fmt.Errorf("orders: Limits: need 0 < PayWithinMin <= PayWithinMax, got %s and %s", lim.PayWithinMin, lim.PayWithinMax)
+	}
+	s := &Service{store: store, limits: lim, now: cfg.Now, log: cfg.Logger}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+// Create creates an order; idemKey is the Idempotency-Key header ("" = none).
+// replayed reports that the answer is the stored one of an earlier request.
+func (s *Service) Create(ctx context.Context, req CreateRequest, idemKey string) (o Order, replayed bool, err error) {
+	var key *IdempotencyKey
+	if idemKey != "" {
+		if len(idemKey) > MaxIdempotencyKeyLen {
+			return Order{}, false, Invalid("Idempotency-Key", "must be at most %d bytes", MaxIdempotencyKeyLen)
+		}
+		// The canonical body: the decoded request re-encoded, so whitespace
+		// and field order do not make a retry look different.
+		body, err := json.Marshal(req)
+		if err != nil {
+			return Order{}, false, fmt.Errorf("hash request: %w", err)
+		}
+		sum := sha256.Sum256(body)
+		key = &IdempotencyKey{Key: idemKey, Hash: sum[:]}
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Order{}, false, fmt.Errorf("new order id: %w", err)
+	}
+	ch, err := NewOrder(id.String(), req, s.now(), s.limits)
+	if err != nil {
+		return Order{}, false, err
+	}
+	return s.store.Create(ctx, ch, key)
+}
+
+// Get returns an order or ErrNotFound.
+func (s *Service) Get(ctx context.Context, id string) (Order, error) {
+	if err := checkID(id); err != nil {
+		return Order{}, err
+	}
+	return s.store.Get(ctx, id)
+}
+
+// List returns a page of orders; a zero Limit takes ListLimitDefault.
+func (s *Service) List(ctx context.Context, f ListFilter) (Page, error) {
+	f.Limit = cmp.Or(f.Limit, ListLimitDefault)
+	var fe []FieldError
+	if f.Status != "" && !f.Status.Valid() {
+		fe = append(fe, FieldError{"status", "must be pending_payment, paid or cancelled"})
+	}
+	if f.Limit < 1 || f.Limit > ListLimitMax {
+		fe = append(fe, FieldError{"limit", fmt.Sprintf("must be between 1 and %d", ListLimitMax)})
+	}
+	if len(f.CustomerID) > MaxTextLen {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be at most %d bytes", MaxTextLen)})
+	}
+	if err := validationError(fe); err != nil {
+		return Page{}, err
+	}
+	return s.store.List(ctx, f)
+}
+
+// Pay marks order id paid.
+func (s *Service) Pay(ctx context.Context, id string) (Order, error) {
+	return s.update(ctx, id, func(o Order) (Change, error) { return o.Pay(s.now()) })
+}
+
+// Cancel cancels order id at the customer's request.
+func (s *Service) Cancel(ctx context.Context, id string) (Order, error) {
+	return s.update(ctx, id, func(o Order) (Change, error) { return o.Cancel(s.now()) })
+}
+
+// Extend moves the payment deadline of order id.
+func (s *Service) Extend(ctx context.Context, id string, d Deadline) (Order, error) {
+	return s.update(ctx, id, func(o Order) (Change, error) { return o.Extend(d, s.now(), s.limits) })
+}
+
+// Expire applies a cancel event: order id is cancelled for a payment timeout
+// if it is still pending_payment at version. applied is false for a stale or
+// duplicate event.
+func (s *Service) Expire(ctx context.Context, id string, version int64) (o Order, applied bool, err error) {
+	return s.store.Expire(ctx, id, version, s.now())
+}
+
+func (s *Service) update(ctx context.Context, id string, fn func(Order) (Change, error)) (Order, error) {
+	if err := checkID(id); err != nil {
+		return Order{}, err
+	}
+	return s.store.Update(ctx, id, fn)
+}
+
+// checkID rejects ids that cannot exist, so they never reach the store.
+func checkID(id string) error {
+	if !events.ValidKey(id) {
+		return ErrNotFound
+	}
+	return nil
+}
