@@ -1,0 +1,319 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	thttp "github.com/ordertimeout/ordertimeout/services/timeoutd/http"
+	tjs "github.com/ordertimeout/ordertimeout/services/timeoutd/jetstream"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/postgres"
+)
+
+// Defaults of Config.
+const (
+	// HTTPAddrDefault is the HTTP listen address.
+	HTTPAddrDefault = ":8080"
+	// ShutdownTimeoutDefault bounds the graceful shutdown.
+	ShutdownTimeoutDefault = 20 * time.Second
+	// DBMaxConnsDefault is the pgxpool size.
+	DBMaxConnsDefault = 16
+	// RelayBatchDefault is the outbox relay's batch (PubAcks in flight).
+	RelayBatchDefault = 5000
+)
+
+// Config is everything the daemon reads from its environment; FromEnv
+// documents the variable of each field.
+type Config struct {
+	// DatabaseURL is the Postgres connection string (required).
+	DatabaseURL string
+	// NATSURL is the NATS server URL (required).
+	NATSURL string
+	// HTTPAddr is the HTTP listen address; default HTTPAddrDefault. Use
+	// "127.0.0.1:0" to pick a free port (see Main.Addr).
+	HTTPAddr string
+	// DashboardDir, when set, is served at /.
+	DashboardDir string
+	// ShutdownTimeout bounds the graceful shutdown; default
+	// ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
+	DBMaxConns int
+	// RelayBatch is the relay's batch size; default RelayBatchDefault.
+	RelayBatch int
+	// DuplicateWindow is the streams' duplicate window; default
+	// streams.DuplicateWindowDefault (2m), far above the relay's worst lag
+	// (AckTimeout 5s plus a retry).
+	DuplicateWindow time.Duration
+	// Consumer configures the command consumer.
+	Consumer tjs.ConsumerConfig
+	// Service configures the domain service (FireSubjectPrefixes, Tick, …).
+	Service timeoutd.Config
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// envDuration, envInt parse optional variables, naming them in errors.
+func envDuration(getenv func(string) string, name string, dst *time.Duration, errs *[]error) {
+	if v := getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			*errs = append(*errs, fmt.Errorf("%s: %q is not a duration such as 250ms", name, v))
+			return
+		}
+		*dst = d
+	}
+}
+
+func envInt(getenv func(string) string, name string, dst *int, errs *[]error) {
+	if v := getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			*errs = append(*errs, fmt.Errorf("%s: %q is not a non-negative integer", name, v))
+			return
+		}
+		*dst = n
+	}
+}
+
+// FromEnv reads the TIMEOUTD_* variables (see services/timeoutd/README.md).
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL:  getenv("TIMEOUTD_DATABASE_URL"),
+		NATSURL:      getenv("TIMEOUTD_NATS_URL"),
+		HTTPAddr:     getenv("TIMEOUTD_HTTP_ADDR"),
+		DashboardDir: getenv("TIMEOUTD_DASHBOARD_DIR"),
+	}
+	var errs []error
+	if v := getenv("TIMEOUTD_FIRE_SUBJECT_PREFIXES"); v != "" {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.Service.FireSubjectPrefixes = append(c.Service.FireSubjectPrefixes, p)
+			}
+		}
+	}
+	envDuration(getenv, "TIMEOUTD_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, &errs)
+	envDuration(getenv, "TIMEOUTD_DUPLICATE_WINDOW", &c.DuplicateWindow, &errs)
+	envDuration(getenv, "TIMEOUTD_TICK", &c.Service.Tick, &errs)
+	envDuration(getenv, "TIMEOUTD_TOMBSTONE_TTL", &c.Service.TombstoneTTL, &errs)
+	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
+	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
+	envInt(getenv, "TIMEOUTD_DB_MAX_CONNS", &c.DBMaxConns, &errs)
+	envInt(getenv, "TIMEOUTD_RELAY_BATCH", &c.RelayBatch, &errs)
+	envInt(getenv, "TIMEOUTD_BATCH_SIZE", &c.Consumer.BatchSize, &errs)
+	envInt(getenv, "TIMEOUTD_MAX_PENDING", &c.Service.MaxPending, &errs)
+	envInt(getenv, "TIMEOUTD_PARTITIONS", &c.Service.Partitions, &errs)
+	envInt(getenv, "TIMEOUTD_FIRE_BATCH", &c.Service.FireBatch, &errs)
+	envInt(getenv, "TIMEOUTD_OVERDUE_RATE", &c.Service.OverdueRate, &errs)
+	return c, errors.Join(errs...)
+}
+
+func (c Config) withDefaults() (Config, error) {
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
+	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, streams.DuplicateWindowDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Service.Logger = cmp.Or(c.Service.Logger, c.Logger)
+	if len(c.Service.FireSubjectPrefixes) == 0 {
+		c.Service.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
+	}
+	switch {
+	case c.DatabaseURL == "":
+		return c, errors.New("daemon: TIMEOUTD_DATABASE_URL (DatabaseURL) is required")
+	case c.NATSURL == "":
+		return c, errors.New("daemon: TIMEOUTD_NATS_URL (NATSURL) is required")
+	case c.DBMaxConns < 2:
+		return c, fmt.Errorf("daemon: TIMEOUTD_DB_MAX_CONNS (DBMaxConns) must be at least 2, got %d", c.DBMaxConns)
+	}
+	return c, nil
+}
+
+// Main is the daemon as the binary runs it: Postgres (migrated), NATS
+// (streams ensured, durable consumer), the outbox relay, the service and the
+// HTTP server. End-to-end tests and benchmarks run it in-process the same
+// way: New, then Run in a goroutine, then wait for Ready.
+type Main struct {
+	cfg   Config
+	log   *slog.Logger
+	pool  *pgxpool.Pool
+	nc    *nats.Conn
+	svc   *timeoutd.Service
+	srv   *http.Server
+	ln    net.Listener
+	once  sync.Once
+}
+
+// New connects to Postgres and NATS, applies the migrations, ensures the
+// streams and the consumer, and listens on HTTPAddr. Nothing is consumed or
+// fired before Run.
+func New(ctx context.Context, cfg Config) (_ *Main, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Main{cfg: cfg, log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
+	}
+	pcfg.MaxConns = int32(cfg.DBMaxConns)
+	if m.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	if err := postgres.Migrate(ctx, m.pool); err != nil {
+		return nil, err
+	}
+	m.nc, err = nats.Connect(cfg.NATSURL, nats.Name("timeoutd"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return nil, fmt.Errorf("connect nats: %w", err)
+	}
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(2*cfg.RelayBatch))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: cfg.DuplicateWindow,
+		FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes}); err != nil {
+		return nil, err
+	}
+	src, err := tjs.NewConsumer(ctx, js, cfg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := thttp.NewMetrics(reg)
+	var svc *timeoutd.Service
+	relay, err := outbox.NewRelay(m.pool, js, outbox.Config{
+		Table: postgres.OutboxTable, BatchSize: cfg.RelayBatch, Logger: cfg.Logger,
+		OnPublished: func(b []outbox.Message, at time.Time) { svc.Published(b, at) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc, err = timeoutd.New(cfg.Service, timeoutd.Deps{Store: postgres.NewStore(m.pool), Source: src,
+		DeadLetters: tjs.NewDeadLetters(js), Relay: relay, Metrics: metrics})
+	if err != nil {
+		_ = src.Close()
+		return nil, err
+	}
+	m.svc = svc
+	metrics.Watch(svc)
+	h, err := thttp.NewHandler(thttp.Config{Service: svc, Registry: reg, DashboardDir: cfg.DashboardDir, Logger: cfg.Logger,
+		Checks: map[string]func(context.Context) error{"nats": func(context.Context) error {
+			if !m.nc.IsConnected() {
+				return fmt.Errorf("not connected (%s)", m.nc.Status())
+			}
+			return nil
+		}}})
+	if err != nil {
+		return nil, err
+	}
+	if m.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen on TIMEOUTD_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	m.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	return m, nil
+}
+
+// Addr is the HTTP server's listen address (useful with port 0).
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// Service is the running service, for tests that inspect it.
+func (m *Main) Service() *timeoutd.Service { return m.svc }
+
+// Ready returns a channel closed when recovery is done.
+func (m *Main) Ready() <-chan struct{} { return m.svc.Ready() }
+
+// Run serves HTTP and runs the service until ctx ends, then shuts down
+// gracefully within ShutdownTimeout: readiness false, HTTP drained, fetching
+// stopped, the batch in flight finished, the outbox flushed, connections
+// closed. It returns the first error that stopped it early.
+func (m *Main) Run(ctx context.Context) error {
+	defer m.close()
+	errc := make(chan error, 2)
+	go func() {
+		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve http: %w", err)
+		}
+	}()
+	svcCtx, stopSvc := context.WithCancel(ctx)
+	defer stopSvc()
+	svcDone := make(chan error, 1)
+	go func() { svcDone <- m.svc.Run(svcCtx) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	case err = <-svcDone:
+		svcDone <- err
+	}
+	m.log.Info("timeoutd shutting down")
+	stopSvc()
+	timer := time.AfterFunc(m.cfg.ShutdownTimeout, func() {
+		m.log.Error("graceful shutdown timed out; aborting")
+		m.svc.Kill()
+	})
+	defer timer.Stop()
+	if e := <-svcDone; err == nil {
+		err = e
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.srv.Shutdown(sctx)
+	return err
+}
+
+// Kill stops the daemon abruptly, as SIGKILL would: the service abandons
+// what is in flight and the connections close without draining. Run
+// returns soon after. It is for tests of crash recovery.
+func (m *Main) Kill() {
+	m.svc.Kill()
+	m.nc.Close()
+	_ = m.srv.Close()
+}
+
+func (m *Main) close() {
+	m.once.Do(func() {
+		if m.srv != nil {
+			_ = m.srv.Close()
+		} else if m.ln != nil {
+			_ = m.ln.Close()
+		}
+		if m.nc != nil {
+			_ = m.nc.Drain()
+		}
+		if m.pool != nil {
+			m.pool.Close()
+		}
+	})
+}

@@ -1,0 +1,25 @@
+// Package timeoutd is the durable timeout daemon's domain: the Timeout type,
+// the contracts of its adapters ([Store], [Source], [DeadLetterer], [Relay],
+// [Metrics]) and the long-running components a [Service] runs:
+//
+//   - ingest (ingest.go): command batches from JetStream are validated,
+//     deduplicated per key, upserted into Postgres in one statement (a row
+//     only changes when the version is newer), committed, acked, and then
+//     applied to the in-memory schedule; invalid commands are dead-lettered
+//     with their reason and terminated.
+//   - the schedule (schedule.go): a pkg/wheel wheel and a key → slot index
+//     holding every pending deadline in memory.
+//   - the scheduler (scheduler.go): the wheel's expired batches are checked
+//     against the wall clock (never early: what is not due is rescheduled),
+//     then marked fired and their expiry events written to the outbox in one
+//     transaction per batch, and the relay is kicked.
+//   - recovery (recovery.go): at start, the pending rows are loaded into the
+//     schedule in keyset-paginated batches, the overdue ones fire at a bounded
+//     rate, the outbox is flushed, and only then is the service ready.
+//   - the janitor (janitor.go): expired tombstones are deleted in batches.
+//   - stats (stats.go): counters, rates, recent expiries and upcoming
+//     buckets for the HTTP API.
+//
+// The adapters live in subpackages (postgres, jetstream, http) and are wired
+// by package daemon; this package imports none of them.
+package timeoutd

@@ -1,0 +1,330 @@
+package http
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+)
+
+// Service is what the handlers need of the daemon; *timeoutd.Service
+// implements it.
+type Service interface {
+	IsReady() bool
+	Check(ctx context.Context) error
+	Stats() timeoutd.Stats
+	Recent(n int) []events.Expiry
+	ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error)
+	GetPending(ctx context.Context, key string) (timeoutd.Timeout, error)
+	Generation() uint64
+}
+
+// Defaults of Config.
+const (
+	// SnapshotIntervalDefault is the shortest pause between two SSE
+	// snapshots (changes in between are coalesced): at most 4 per second.
+	SnapshotIntervalDefault = 250 * time.Millisecond
+	// HeartbeatDefault is the pause after which an idle SSE stream gets a
+	// comment line, so proxies keep it open and clients detect a dead one.
+	HeartbeatDefault = 15 * time.Second
+	// ResyncDefault is the longest pause between two snapshots even when no
+	// counter changed, so "now" and the upcoming buckets stay fresh.
+	ResyncDefault = 5 * time.Second
+)
+
+// Config configures the handler.
+type Config struct {
+	// Service is the daemon the API reads.
+	Service Service
+	// Checks are the dependency checks of /readyz besides Service.Check
+	// and recovery (e.g. the NATS connection).
+	Checks map[string]func(ctx context.Context) error
+	// Registry is what /metrics serves; nil serves nothing at /metrics.
+	Registry *prometheus.Registry
+	// DashboardDir, when set, is served at / (see dashboard.go).
+	DashboardDir string
+	// SnapshotInterval is the shortest pause between SSE snapshots; default
+	// SnapshotIntervalDefault.
+	SnapshotInterval time.Duration
+	// Heartbeat is the SSE heartbeat; default HeartbeatDefault.
+	Heartbeat time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+type server struct {
+	cfg Config
+	svc Service
+	log *slog.Logger
+}
+
+// NewHandler returns the router: /healthz, /readyz, /metrics, /api/v1/… and,
+// when configured, the dashboard at /.
+func NewHandler(cfg Config) (http.Handler, error) {
+	if cfg.Service == nil {
+		return nil, errors.New("http: Config.Service is nil")
+	}
+	cfg.SnapshotInterval = cmp.Or(cfg.SnapshotInterval, SnapshotIntervalDefault)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, HeartbeatDefault)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Get("/readyz", s.readyz)
+	if cfg.Registry != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	}
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Get("/timeouts", s.listTimeouts)
+		r.Get("/timeouts/{key}", s.getTimeout)
+		r.Get("/stats", s.stats)
+		r.Get("/expiries", s.expiries)
+		r.Get("/stream", s.stream)
+		r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+			s.problem(w, r, http.StatusNotFound, "no such endpoint", r.URL.Path, nil)
+		})
+	})
+	if cfg.DashboardDir != "" {
+		d, err := newDashboard(cfg.DashboardDir)
+		if err != nil {
+			return nil, err
+		}
+		r.Handle("/*", d)
+	}
+	return r, nil
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var failed []string
+	if !s.svc.IsReady() {
+		failed = append(failed, "recovery: not done or shutting down")
+	}
+	if err := s.svc.Check(ctx); err != nil {
+		failed = append(failed, "postgres: "+err.Error())
+	}
+	for name, check := range s.cfg.Checks {
+		if err := check(ctx); err != nil {
+			failed = append(failed, name+": "+err.Error())
+		}
+	}
+	if len(failed) > 0 {
+		s.problem(w, r, http.StatusServiceUnavailable, "not ready", strings.Join(failed, "; "), nil)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// fieldError is one member of a validation problem's "errors".
+type fieldError struct {
+	Field  string `json:"field"`
+	Reason string `json:"reason"`
+}
+
+// invalidParam is a query parameter error, mapped to 400 with its field.
+type invalidParam struct{ field, reason string }
+
+func (e *invalidParam) Error() string { return e.field + ": " + e.reason }
+
+// statusOf maps domain errors to HTTP statuses: the one table.
+func statusOf(err error) int {
+	var ip *invalidParam
+	switch {
+	case errors.As(err, &ip), errors.Is(err, timeoutd.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, timeoutd.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, timeoutd.ErrNotReady):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// fail writes err as a problem; unexpected errors become a generic 500 with
+// the request id, and are logged.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	var ip *invalidParam
+	switch {
+	case errors.As(err, &ip):
+		s.problem(w, r, status, "invalid request", err.Error(), []fieldError{{ip.field, ip.reason}})
+	case status == http.StatusInternalServerError:
+		id := middleware.GetReqID(r.Context())
+		s.log.Error("request failed", "path", r.URL.Path, "request_id", id, "err", err)
+		s.problem(w, r, status, "internal error", "request id "+id, nil)
+	default:
+		s.problem(w, r, status, http.StatusText(status), err.Error(), nil)
+	}
+}
+
+// problem writes an RFC 9457 application/problem+json response.
+func (s *server) problem(w http.ResponseWriter, r *http.Request, status int, title, detail string, errs []fieldError) {
+	body := struct {
+		Type     string       `json:"type"`
+		Title    string       `json:"title"`
+		Status   int          `json:"status"`
+		Detail   string       `json:"detail,omitempty"`
+		Instance string       `json:"instance,omitempty"`
+		Errors   []fieldError `json:"errors,omitempty"`
+	}{"about:blank", title, status, detail, r.URL.Path, errs}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func (s *server) json(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// intParam parses an optional integer query parameter in [1, maxV].
+func intParam(r *http.Request, name string, def, maxV int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxV {
+		return 0, &invalidParam{name, fmt.Sprintf("must be an integer in [1, %d]", maxV)}
+	}
+	return n, nil
+}
+
+func encodeCursor(t timeoutd.Timeout) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.Deadline.UnixNano(), 10) + ":" + t.Key))
+}
+
+func decodeCursor(s string) (timeoutd.Cursor, error) {
+	bad := &invalidParam{"cursor", "is not a cursor returned by this API"}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return timeoutd.Cursor{}, bad
+	}
+	ns, key, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || !events.ValidKey(key) {
+		return timeoutd.Cursor{}, bad
+	}
+	return timeoutd.Cursor{Deadline: time.Unix(0, n).UTC(), Key: key}, nil
+}
+
+func toAPI(t timeoutd.Timeout) api.Timeout {
+	return api.Timeout{Key: t.Key, Version: t.Version, Deadline: t.Deadline, FireSubject: t.FireSubject, Partition: t.Partition,
+		MaxLatenessMs: t.MaxLateness.Milliseconds(), Payload: t.Payload}
+}
+
+// page reads a page of pending timeouts.
+func (s *server) page(ctx context.Context, q timeoutd.Query) (api.Page, error) {
+	q.Limit++ // one more tells whether a next page exists
+	ts, err := s.svc.ListPending(ctx, q)
+	if err != nil {
+		return api.Page{}, err
+	}
+	p := api.Page{Items: make([]api.Timeout, 0, len(ts))}
+	if len(ts) == q.Limit {
+		ts = ts[:len(ts)-1]
+		p.NextCursor = encodeCursor(ts[len(ts)-1])
+	}
+	for _, t := range ts {
+		p.Items = append(p.Items, toAPI(t))
+	}
+	return p, nil
+}
+
+func (s *server) listTimeouts(w http.ResponseWriter, r *http.Request) {
+	limit, err := intParam(r, "limit", api.LimitDefault, api.LimitMax)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	q := timeoutd.Query{Limit: limit, KeyPrefix: r.URL.Query().Get("key")}
+	if q.KeyPrefix != "" && !events.ValidKey(q.KeyPrefix) {
+		s.fail(w, r, &invalidParam{"key", "must be a key prefix of letters, digits, '-' or '_'"})
+		return
+	}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		if q.After, err = decodeCursor(c); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	p, err := s.page(r.Context(), q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.json(w, p)
+}
+
+func (s *server) getTimeout(w http.ResponseWriter, r *http.Request) {
+	key := chi.URLParam(r, "key")
+	if !events.ValidKey(key) {
+		s.fail(w, r, &invalidParam{"key", "must be 1 to 128 letters, digits, '-' or '_'"})
+		return
+	}
+	t, err := s.svc.GetPending(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.json(w, toAPI(t))
+}
+
+func statsToAPI(st timeoutd.Stats) api.Stats {
+	out := api.Stats{Now: st.Now, Ready: st.Ready, Pending: st.Pending,
+		Totals: api.Counters{Scheduled: st.Scheduled, Cleared: st.Cleared, Fired: st.Fired, Missed: st.Missed, DeadLettered: st.DeadLettered},
+		Rates:  api.Rates{ScheduledPerSec: st.ScheduledPerSec, ClearedPerSec: st.ClearedPerSec, FiredPerSec: st.FiredPerSec},
+		Outbox: api.Outbox{Rows: st.OutboxRows, OldestAgeMs: float64(st.OutboxOldest) / 1e6},
+	}
+	out.Upcoming = make([]api.Bucket, len(st.Upcoming))
+	for i, b := range st.Upcoming {
+		out.Upcoming[i] = api.Bucket{Label: b.Label, WithinMs: b.Within.Milliseconds(), Count: b.Count}
+	}
+	return out
+}
+
+func (s *server) stats(w http.ResponseWriter, _ *http.Request) { s.json(w, statsToAPI(s.svc.Stats())) }
+
+func (s *server) recent(n int) []api.Expiry {
+	es := s.svc.Recent(n)
+	out := make([]api.Expiry, len(es))
+	for i, e := range es {
+		out[i] = api.Expiry{Key: e.Key, Version: e.Version, Deadline: e.Deadline, FiredAt: e.FiredAt,
+			LatenessMs: float64(max(e.LatenessNs, 0)) / 1e6, Outcome: string(e.Outcome)}
+	}
+	return out
+}
+
+func (s *server) expiries(w http.ResponseWriter, r *http.Request) {
+	limit, err := intParam(r, "limit", api.LimitDefault, api.LimitMax)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.json(w, api.ExpiryList{Items: s.recent(limit)})
+}

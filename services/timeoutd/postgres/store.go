@@ -1,0 +1,276 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+// OutboxTable is the name of timeoutd's outbox table.
+const OutboxTable = "outbox"
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrate applies the embedded migrations that pool's database lacks.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	return migrate(ctx, db)
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("load migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		return fmt.Errorf("load migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	return nil
+}
+
+// Store implements timeoutd.Store on a pgxpool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ timeoutd.Store = (*Store)(nil)
+
+// NewStore returns a Store on pool; run Migrate first.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const applySQL = `
+INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload)
+SELECT * FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::text[], $7::text[], $8::bytea[])
+ON CONFLICT (key) DO UPDATE SET
+	version = EXCLUDED.version, deadline_ns = EXCLUDED.deadline_ns, max_lateness_ms = EXCLUDED.max_lateness_ms,
+	state = EXCLUDED.state, fire_subject = EXCLUDED.fire_subject, payload = EXCLUDED.payload
+WHERE t.version < EXCLUDED.version
+RETURNING key, version, state, deadline_ns`
+
+// Apply implements timeoutd.Store: one INSERT … ON CONFLICT DO UPDATE …
+// WHERE version is newer, over unnest arrays, in its own transaction.
+func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int, now time.Time) ([]timeoutd.Change, error) {
+	n := len(cmds)
+	versions, deadlines := make([]int64, n), make([]int64, n)
+	lateness, parts, states := make([]int32, n), make([]int16, n), make([]int16, n)
+	keys, subjects, payloads := make([]string, n), make([]*string, n), make([][]byte, n)
+	for i, c := range cmds {
+		versions[i], keys[i] = c.Version, c.Key
+		parts[i] = int16(timeoutd.PartitionOf(c.Key, partitions))
+		if c.Kind == events.KindClear {
+			states[i], deadlines[i] = int16(timeoutd.StateCleared), now.UnixNano()
+			continue
+		}
+		states[i], deadlines[i] = int16(timeoutd.StatePending), c.Deadline.UnixNano()
+		lateness[i] = int32(min(c.MaxLatenessMs, math.MaxInt32))
+		if c.FireSubject != events.OrderCancelSubject(c.Key) {
+			subjects[i] = &c.FireSubject
+		}
+		if len(c.Payload) > 0 {
+			payloads[i] = c.Payload
+		}
+	}
+	rows, err := s.pool.Query(ctx, applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads)
+	if err != nil {
+		return nil, fmt.Errorf("upsert timeouts: %w", err)
+	}
+	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Change, error) {
+		var c timeoutd.Change
+		var state int16
+		var deadline int64
+		err := r.Scan(&c.Key, &c.Version, &state, &deadline)
+		c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upsert timeouts: %w", err)
+	}
+	return changes, nil
+}
+
+const fireSQL = `
+UPDATE timeouts t SET state = 2, deadline_ns = $3
+FROM unnest($1::text[], $2::int8[]) AS d(key, version)
+WHERE t.key = d.key COLLATE "C" AND t.version = d.version AND t.state = 0
+RETURNING t.key, t.version, t.part, t.max_lateness_ms, t.fire_subject, t.payload`
+
+// Fire implements timeoutd.Store: the conditional update and the outbox
+// insert share one transaction.
+func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []timeoutd.Timeout, err error) {
+	keys, versions := make([]string, len(due)), make([]int64, len(due))
+	deadlines := make(map[string]time.Time, len(due))
+	for i, d := range due {
+		keys[i], versions[i] = d.Key, d.Version
+		deadlines[d.Key] = d.Deadline
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin fire: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	rows, err := tx.Query(ctx, fireSQL, keys, versions, firedAt.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("mark fired: %w", err)
+	}
+	fired, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
+		var t timeoutd.Timeout
+		var part int16
+		var lateness int32
+		var subject *string
+		err := r.Scan(&t.Key, &t.Version, &part, &lateness, &subject, &t.Payload)
+		t.Partition, t.MaxLateness, t.State = int(part), time.Duration(lateness)*time.Millisecond, timeoutd.StateFired
+		t.Deadline, t.FireSubject = deadlines[t.Key], fireSubject(t.Key, subject)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark fired: %w", err)
+	}
+	msgs := make([]outbox.Message, len(fired))
+	for i, t := range fired {
+		msgs[i] = build(t)
+	}
+	if err := outbox.Insert(ctx, tx, OutboxTable, msgs); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit fire: %w", err)
+	}
+	return fired, nil
+}
+
+func fireSubject(key string, stored *string) string {
+	if stored != nil {
+		return *stored
+	}
+	return events.OrderCancelSubject(key)
+}
+
+// LoadPending implements timeoutd.Store with a keyset scan of the primary key.
+func (s *Store) LoadPending(ctx context.Context, afterKey string, limit int) ([]timeoutd.Timeout, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key, version, deadline_ns FROM timeouts
+		WHERE key > $1 AND state = 0 ORDER BY key LIMIT $2`, afterKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("load pending: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
+		var t timeoutd.Timeout
+		var deadline int64
+		err := r.Scan(&t.Key, &t.Version, &deadline)
+		t.Deadline = time.Unix(0, deadline).UTC()
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load pending: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteTombstones implements timeoutd.Store.
+func (s *Store) DeleteTombstones(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM timeouts WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM timeouts WHERE state <> 0 AND deadline_ns < $1 LIMIT $2))`, before.UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete tombstones: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+const timeoutCols = `key, version, deadline_ns, part, max_lateness_ms, fire_subject, payload`
+
+func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
+	var t timeoutd.Timeout
+	var deadline int64
+	var part int16
+	var lateness int32
+	var subject *string
+	err := r.Scan(&t.Key, &t.Version, &deadline, &part, &lateness, &subject, &t.Payload)
+	t.Deadline, t.Partition, t.MaxLateness = time.Unix(0, deadline).UTC(), int(part), time.Duration(lateness)*time.Millisecond
+	t.FireSubject = fireSubject(t.Key, subject)
+	return t, err
+}
+
+// ListPending implements timeoutd.Store on the partial (deadline, key) index.
+// A key prefix is a range on the key (the column's collation is "C" and
+// keys are ASCII below 0x7f).
+func (s *Store) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
+	after := int64(math.MinInt64)
+	if !q.After.Deadline.IsZero() {
+		after = q.After.Deadline.UnixNano()
+	}
+	sql := `SELECT ` + timeoutCols + ` FROM timeouts WHERE state = 0 AND (deadline_ns, key) > ($1, $2)`
+	args := []any{after, q.After.Key, q.Limit}
+	if q.KeyPrefix != "" {
+		sql += ` AND key >= $4 AND key < $4 || chr(127)`
+		args = append(args, q.KeyPrefix)
+	}
+	rows, err := s.pool.Query(ctx, sql+` ORDER BY deadline_ns, key LIMIT $3`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list pending: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("list pending: %w", err)
+	}
+	return out, nil
+}
+
+// GetPending implements timeoutd.Store.
+func (s *Store) GetPending(ctx context.Context, key string) (timeoutd.Timeout, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+timeoutCols+` FROM timeouts WHERE key = $1 AND state = 0`, key)
+	if err != nil {
+		return timeoutd.Timeout{}, fmt.Errorf("get pending: %w", err)
+	}
+	t, err := pgx.CollectExactlyOneRow(rows, scanTimeout)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return timeoutd.Timeout{}, timeoutd.ErrNotFound
+	}
+	if err != nil {
+		return timeoutd.Timeout{}, fmt.Errorf("get pending: %w", err)
+	}
+	return t, nil
+}
+
+// CountDue implements timeoutd.Store with one index range count per horizon.
+func (s *Store) CountDue(ctx context.Context, horizons []time.Time) ([]int64, error) {
+	hs := make([]int64, len(horizons))
+	for i, h := range horizons {
+		hs[i] = h.UnixNano()
+	}
+	rows, err := s.pool.Query(ctx, `SELECT (SELECT count(*) FROM timeouts WHERE state = 0 AND deadline_ns < h)
+		FROM unnest($1::int8[]) WITH ORDINALITY AS u(h, i) ORDER BY i`, hs)
+	if err != nil {
+		return nil, fmt.Errorf("count due: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("count due: %w", err)
+	}
+	return out, nil
+}
+
+// Ping implements timeoutd.Store.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }

@@ -1,0 +1,99 @@
+package timeoutd
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/wheel"
+)
+
+// onExpire is the wheel's callback: it is never called concurrently with
+// itself. It checks every expired timer against the wall clock (never early:
+// a timer whose deadline has not passed by the wall clock, say because the
+// clock was stepped back, is rescheduled), takes the due ones out of the
+// index and fires them in transactions of at most FireBatch.
+func (s *Service) onExpire(batch []wheel.Expired[*slot]) {
+	s.fireMu.Lock()
+	defer s.fireMu.Unlock()
+	if s.stopping.Load() {
+		return // still pending in Postgres; the next process fires them
+	}
+	now := s.cfg.Now()
+	nowNs := now.UnixNano()
+	due := make([]Due, 0, len(batch))
+	s.sched.mu.Lock()
+	for _, e := range batch {
+		sl := e.Value
+		if s.sched.keys[sl.key] != sl {
+			continue // replaced or cleared after the wheel cut it
+		}
+		if sl.deadline > nowNs {
+			h, err := s.sched.w.Schedule(time.Unix(0, sl.deadline), sl)
+			if err != nil {
+				delete(s.sched.keys, sl.key)
+				s.cfg.Logger.Error("reschedule early timer", "key", sl.key, "err", err)
+				continue
+			}
+			sl.h = h
+			continue
+		}
+		due = append(due, Due{Key: sl.key, Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC()})
+		delete(s.sched.keys, sl.key)
+	}
+	s.sched.mu.Unlock()
+	for len(due) > 0 {
+		n := min(len(due), s.cfg.FireBatch)
+		s.fire(due[:n], now)
+		due = due[n:]
+	}
+}
+
+// fire marks due fired and queues their expiry events in one transaction,
+// then kicks the relay. On failure the timeouts go back into the schedule
+// to be retried after RetryDelay (unless a newer command replaced them).
+func (s *Service) fire(due []Due, now time.Time) {
+	var fired, missed uint64
+	build := func(t Timeout) outbox.Message {
+		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
+			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
+		subject := t.FireSubject
+		if t.MaxLateness > 0 && now.Sub(t.Deadline) > t.MaxLateness {
+			e.Outcome, subject = events.OutcomeMissed, events.MissedSubject(t.Key)
+			missed++
+		} else {
+			fired++
+		}
+		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
+		return outbox.Message{Subject: subject, MsgID: e.MsgID(), Data: data}
+	}
+	_, err := s.store.Fire(s.hard, due, now, build)
+	if err != nil {
+		if s.hard.Err() != nil {
+			return // killed: the rows are still pending in Postgres
+		}
+		s.cfg.Logger.Warn("fire batch failed; retrying", "size", len(due), "err", err)
+		s.requeue(due, now.Add(s.cfg.RetryDelay))
+		return
+	}
+	s.m.BatchSize("fire", len(due))
+	s.stats.fired.Add(fired)
+	s.stats.missed.Add(missed)
+	s.relay.Kick()
+}
+
+// requeue puts due back into the schedule to expire at at, skipping keys a
+// newer command re-armed meanwhile.
+func (s *Service) requeue(due []Due, at time.Time) {
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	for _, d := range due {
+		if _, ok := s.sched.keys[d.Key]; ok {
+			continue
+		}
+		if err := s.sched.setLocked(d.Key, d.Version, d.Deadline, at); err != nil {
+			s.cfg.Logger.Error("requeue timeout", "key", d.Key, "err", err)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package timeoutd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/wheel"
+)
+
+// Deps are the adapters a Service uses.
+type Deps struct {
+	Store       Store
+	Source      Source
+	DeadLetters DeadLetterer
+	Relay       Relay
+	// Metrics is optional; default NopMetrics.
+	Metrics Metrics
+}
+
+// Service is the timeout daemon: it recovers, then ingests commands, fires
+// expired timeouts and sweeps tombstones until its context ends.
+type Service struct {
+	cfg   Config
+	store Store
+	src   Source
+	dlq   DeadLetterer
+	relay Relay
+	m     Metrics
+	sched *schedule
+	stats *stats
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	live      atomic.Bool // ready and not shutting down
+
+	// hard is the context of every I/O; Kill cancels it, so an in-flight
+	// batch is abandoned as in a crash. Set once by Run.
+	hard     context.Context
+	kill     context.CancelFunc
+	runOnce  sync.Once
+	fireMu   sync.Mutex // held by an onExpire call in progress
+	stopping atomic.Bool
+}
+
+// New returns a Service; it starts the wheel's goroutines, which Run stops.
+func New(cfg Config, d Deps) (*Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case d.Store == nil:
+		return nil, errors.New("timeoutd: Deps.Store is nil")
+	case d.Source == nil:
+		return nil, errors.New("timeoutd: Deps.Source is nil")
+	case d.DeadLetters == nil:
+		return nil, errors.New("timeoutd: Deps.DeadLetters is nil")
+	case d.Relay == nil:
+		return nil, errors.New("timeoutd: Deps.Relay is nil")
+	}
+	if d.Metrics == nil {
+		d.Metrics = NopMetrics{}
+	}
+	s := &Service{cfg: cfg, store: d.Store, src: d.Source, dlq: d.DeadLetters, relay: d.Relay, m: d.Metrics,
+		ready: make(chan struct{})}
+	s.hard, s.kill = context.WithCancel(context.Background())
+	s.stats = newStats(cfg.Recent)
+	s.sched, err = newSchedule(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.onExpire)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ready returns a channel closed when recovery has finished.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// IsReady reports whether recovery has finished and shutdown has not begun.
+func (s *Service) IsReady() bool { return s.live.Load() }
+
+// Kill stops the service abruptly, as a crash would: every database and
+// NATS operation in flight is cancelled, nothing is drained, flushed or
+// nacked. Run returns soon after. It is for tests of crash recovery.
+func (s *Service) Kill() {
+	s.stopping.Store(true)
+	s.kill()
+}
+
+// Run recovers the pending timeouts, reports ready, and then ingests
+// commands, fires expired timeouts, sweeps tombstones and refreshes stats
+// until ctx ends. Then it shuts down gracefully: readiness goes false,
+// fetching stops, the batch in flight finishes, the wheel stops (the
+// timeouts it held stay pending in Postgres), and the outbox is flushed.
+// It returns nil after a graceful shutdown or Kill, or the error that
+// prevented recovery. Run may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	first := false
+	s.runOnce.Do(func() { first = true })
+	if !first {
+		return errors.New("timeoutd: Run called twice")
+	}
+	hard := s.hard
+	// ctx also ends on Kill, so every loop stops.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(hard, cancel)
+	defer stop()
+	defer s.sched.stop()
+
+	relayCtx, stopRelay := context.WithCancel(hard)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopRelay()
+	wg.Go(func() { _ = s.relay.Run(relayCtx) })
+
+	if err := s.recover(ctx); err != nil {
+		if ctx.Err() != nil || hard.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	wg.Go(func() { s.runJanitor(ctx) })
+	wg.Go(func() { s.runStats(ctx) })
+	s.runIngest(ctx)
+
+	// Graceful shutdown (ingest returned because ctx ended or Kill).
+	s.live.Store(false)
+	s.stopping.Store(true)
+	s.sched.stop()
+	s.fireMu.Lock() // waits for a fire transaction in progress
+	s.fireMu.Unlock()
+	if hard.Err() != nil {
+		return nil
+	}
+	if err := s.src.Close(); err != nil {
+		s.cfg.Logger.Warn("close command source", "err", err)
+	}
+	n, err := s.relay.Flush(hard)
+	if err != nil {
+		s.cfg.Logger.Warn("flush outbox on shutdown", "err", err)
+	}
+	s.cfg.Logger.Info("timeoutd stopped", "flushed", n, "pending_in_db", s.sched.len())
+	return nil
+}
+
+// markReady reports ready once recovery is done.
+func (s *Service) markReady(took time.Duration) {
+	s.readyOnce.Do(func() {
+		s.live.Store(true)
+		close(s.ready)
+		s.m.RecoveryDuration(took)
+	})
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Pending returns the number of pending timeouts held in memory.
+func (s *Service) Pending() int { return s.sched.len() }
+
+// ListPending returns a page of pending timeouts from the store.
+func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {
+	if q.Limit < 1 {
+		return nil, fmt.Errorf("%w: limit must be positive", ErrInvalid)
+	}
+	return s.store.ListPending(ctx, q)
+}
+
+// GetPending returns the pending timeout of key, or ErrNotFound.
+func (s *Service) GetPending(ctx context.Context, key string) (Timeout, error) {
+	return s.store.GetPending(ctx, key)
+}
+
+// Check reports whether Postgres answers; readiness also needs IsReady.
+func (s *Service) Check(ctx context.Context) error { return s.store.Ping(ctx) }

@@ -1,0 +1,193 @@
+package timeoutd
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Horizons of the upcoming buckets in Stats.
+var horizons = []struct {
+	label  string
+	within time.Duration
+}{{"next minute", time.Minute}, {"next 10 minutes", 10 * time.Minute}, {"next hour", time.Hour}}
+
+// rateWindow is the number of one-second samples rates are computed over.
+const rateWindow = 5
+
+// Bucket counts the pending timeouts due within a horizon.
+type Bucket struct {
+	Label  string
+	Within time.Duration
+	Count  int64
+}
+
+// Stats is what the API shows of the service.
+type Stats struct {
+	Now     time.Time
+	Ready   bool
+	Pending int64
+	// Totals since the process started.
+	Scheduled, Cleared, Fired, Missed, DeadLettered uint64
+	// Per-second rates over the last few seconds.
+	ScheduledPerSec, ClearedPerSec, FiredPerSec float64
+	// Outbox backlog, refreshed every second.
+	OutboxRows   int64
+	OutboxOldest time.Duration
+	// Upcoming buckets, refreshed every second.
+	Upcoming []Bucket
+}
+
+// counters are the totals behind Stats.
+type counters struct{ scheduled, cleared, fired, missed, deadLettered uint64 }
+
+// stats holds the counters, rate samples, recent expiries and the cached
+// upcoming buckets and outbox backlog.
+type stats struct {
+	scheduled, cleared, fired, missed, deadLettered atomic.Uint64
+
+	mu       sync.Mutex
+	samples  [rateWindow + 1]counters // ring of one-second samples
+	sampleAt [rateWindow + 1]time.Time
+	nSamples int
+	upcoming []Bucket
+	outbox   outbox.Stats
+	recent   []events.Expiry // ring, newest at recent[(next-1)%len]
+	next     int
+	full     bool
+}
+
+func newStats(recent int) *stats { return &stats{recent: make([]events.Expiry, recent)} }
+
+func (st *stats) totals() counters {
+	return counters{st.scheduled.Load(), st.cleared.Load(), st.fired.Load(), st.missed.Load(), st.deadLettered.Load()}
+}
+
+// runStats samples the counters and refreshes the cached store figures
+// every second until ctx ends.
+func (s *Service) runStats(ctx context.Context) {
+	for {
+		now := s.cfg.Now()
+		s.stats.sample(now)
+		s.refresh(ctx, now)
+		if !sleep(ctx, time.Second) {
+			return
+		}
+	}
+}
+
+// refresh reads the upcoming buckets and the outbox backlog from Postgres.
+func (s *Service) refresh(ctx context.Context, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	hs := make([]time.Time, len(horizons))
+	for i, h := range horizons {
+		hs[i] = now.Add(h.within)
+	}
+	counts, err := s.store.CountDue(ctx, hs)
+	if err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("count upcoming timeouts", "err", err)
+	}
+	ob, obErr := s.relay.Stats(ctx)
+	s.stats.mu.Lock()
+	defer s.stats.mu.Unlock()
+	if err == nil {
+		s.stats.upcoming = make([]Bucket, len(horizons))
+		for i, h := range horizons {
+			s.stats.upcoming[i] = Bucket{Label: h.label, Within: h.within, Count: counts[i]}
+		}
+	}
+	if obErr == nil {
+		s.stats.outbox = ob
+	}
+}
+
+func (st *stats) sample(now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	i := st.nSamples % len(st.samples)
+	st.samples[i], st.sampleAt[i] = st.totals(), now
+	st.nSamples++
+}
+
+// Stats returns the current figures.
+func (s *Service) Stats() Stats {
+	st := s.stats
+	t := st.totals()
+	out := Stats{Now: s.cfg.Now().UTC(), Ready: s.IsReady(), Pending: int64(s.Pending()),
+		Scheduled: t.scheduled, Cleared: t.cleared, Fired: t.fired, Missed: t.missed, DeadLettered: t.deadLettered}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.nSamples >= 2 {
+		newest := (st.nSamples - 1) % len(st.samples)
+		oldest := max(0, st.nSamples-len(st.samples)) % len(st.samples)
+		a, b := st.samples[oldest], st.samples[newest]
+		if secs := st.sampleAt[newest].Sub(st.sampleAt[oldest]).Seconds(); secs > 0 {
+			out.ScheduledPerSec = float64(b.scheduled-a.scheduled) / secs
+			out.ClearedPerSec = float64(b.cleared-a.cleared) / secs
+			out.FiredPerSec = float64(b.fired+b.missed-a.fired-a.missed) / secs
+		}
+	}
+	out.OutboxRows, out.OutboxOldest = st.outbox.Rows, st.outbox.OldestAge
+	out.Upcoming = append([]Bucket(nil), st.upcoming...)
+	return out
+}
+
+// Generation changes whenever a counter changes, so a stream of snapshots
+// can skip sending when nothing happened.
+func (s *Service) Generation() uint64 {
+	t := s.stats.totals()
+	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered
+}
+
+// Recent returns up to n recent expiries, newest first, without payloads.
+func (s *Service) Recent(n int) []events.Expiry {
+	st := s.stats
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	size := st.next
+	if st.full {
+		size = len(st.recent)
+	}
+	n = min(n, size)
+	out := make([]events.Expiry, n)
+	for i := range n {
+		out[i] = st.recent[(st.next-1-i+len(st.recent))%len(st.recent)]
+	}
+	return out
+}
+
+// Published is the relay's OnPublished callback: it observes the lateness of
+// each expiry event at its PubAck (ackedAt minus deadline) and records the
+// batch's last events as recent expiries. Messages that are not expiry
+// events are ignored.
+func (s *Service) Published(batch []outbox.Message, ackedAt time.Time) {
+	st := s.stats
+	keep := max(0, len(batch)-len(st.recent))
+	recent := make([]events.Expiry, 0, len(batch)-keep)
+	for i, m := range batch {
+		var e events.Expiry
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			continue
+		}
+		s.m.FireLateness(ackedAt.Sub(e.Deadline))
+		if i >= keep {
+			e.Payload = nil
+			recent = append(recent, e)
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, e := range recent {
+		st.recent[st.next] = e
+		st.next++
+		if st.next == len(st.recent) {
+			st.next, st.full = 0, true
+		}
+	}
+}
