@@ -155,14 +155,14 @@ func (c Config) withDefaults() (Config, error) {
 // HTTP server. End-to-end tests and benchmarks run it in-process the same
 // way: New, then Run in a goroutine, then wait for Ready.
 type Main struct {
-	cfg   Config
-	log   *slog.Logger
-	pool  *pgxpool.Pool
-	nc    *nats.Conn
-	svc   *timeoutd.Service
-	srv   *http.Server
-	ln    net.Listener
-	once  sync.Once
+	cfg  Config
+	log  *slog.Logger
+	pool *pgxpool.Pool
+	nc   *nats.Conn
+	svc  *timeoutd.Service
+	srv  *http.Server
+	ln   net.Listener
+	once sync.Once
 }
 
 // New connects to Postgres and NATS, applies the migrations, ensures the
