@@ -25,7 +25,7 @@ current() {
 }
 
 gobuild() { # gobuild OUT PKG
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$1" "$2"
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -tags timetzdata -ldflags='-s -w' -o "$1" "$2"
 }
 
 # official_postgres builds IMAGE from the official postgres:15 (which has the

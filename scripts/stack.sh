@@ -4,6 +4,7 @@
 #   scripts/stack.sh up      start it, wait until every service is healthy, print the URLs
 #   scripts/stack.sh down    stop and remove the containers (DOWN_VOLUMES=1: the volumes too)
 #   scripts/stack.sh logs    follow the logs of every service
+#   scripts/stack.sh dump    print the last lines of every service's log
 #   scripts/stack.sh wait    wait until every service is healthy
 # The images must exist (make up builds them first).
 set -euo pipefail
@@ -55,6 +56,7 @@ URLS
   down)
     if [ "${DOWN_VOLUMES:-}" = 1 ]; then compose down -v; else compose down; fi ;;
   logs) compose logs -f --tail=200 ;;
+  dump) compose logs --no-color --tail=300 ;;
   wait) wait_healthy ;;
-  *) die "usage: scripts/stack.sh up|down|logs|wait" ;;
+  *) die "usage: scripts/stack.sh up|down|logs|dump|wait" ;;
 esac

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+)
+
+// stats reads timeoutd's /api/v1/stats.
+func stats(t *testing.T, s *stack) api.Stats {
+	t.Helper()
+	resp, err := http.Get(s.TimeoutdURL + "/api/v1/stats")
+	if err != nil {
+		t.Fatalf("get stats: %v", err)
+	}
+	defer resp.Body.Close()
+	var st api.Stats
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("get stats: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("decode stats: %v", err)
+	}
+	return st
+}
+
+// Scenario 4: timeoutd is killed with SIGKILL while 10,000 deadlines are
+// pending and restarted: every unpaid order is still cancelled exactly once,
+// none early, none of the paid ones. Payments happen while timeoutd is down
+// and after it is back; deadlines fall before, during and after the outage.
+func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
+	const n = 10_000
+	s := startStack(t, stackOptions{})
+	c := watch(t, s.NATSURL)
+	cl := s.orders()
+	t0 := time.Now()
+	// Deadlines from 14 s to 26 s after t0; payments 1 to 6 s before them,
+	// so not before t0+8s: after the kill when creation is fast enough.
+	lo := load{
+		N: n, Workers: 32,
+		Deadline: func(time.Time) ordersapi.Deadline { return payBy(t0.Add(14*time.Second + rand.N(12*time.Second))) },
+		PayShare: 0.5,
+		PayAt:    payBetween(6*time.Second, time.Second),
+	}
+	done := make(chan loadResult)
+	go func() { done <- lo.run(t, cl) }()
+
+	// Kill timeoutd once every order is created and its deadline durably
+	// pending: the orders' creation and timeoutd's ingest run concurrently.
+	var killedPending atomic.Int64
+	waitFor(t, 40*time.Second, "10,000 pending deadlines in timeoutd", func() bool {
+		st := stats(t, s)
+		killedPending.Store(st.Pending)
+		return st.Pending+int64(st.Totals.Cleared) >= n
+	})
+	created := time.Since(t0)
+	s.Kill(t, svcTimeoutd)
+	killedAt := time.Now()
+	t.Logf("created %d orders in %s; SIGKILLed timeoutd with %d deadlines pending", n, created.Round(time.Millisecond), killedPending.Load())
+
+	<-time.After(2 * time.Second) // keep timeoutd down while payments queue up
+	started := s.Start(t, svcTimeoutd)
+	ready := waitReady(t, s.TimeoutdURL+"/readyz", time.Minute)
+	recovery := ready.Sub(started)
+	t.Logf("RECOVERY: timeoutd ready %s after its process started (%s after the kill), %d pending after recovery",
+		recovery.Round(time.Millisecond), ready.Sub(killedAt).Round(time.Millisecond), stats(t, s).Pending)
+
+	res := <-done
+	if len(res.Unpaid)+len(res.Paid) != n {
+		t.Fatalf("load accounted for %d orders, want %d", len(res.Unpaid)+len(res.Paid), n)
+	}
+	late := verifyOutcomes(t, cl, c, res, 90*time.Second, 2*time.Second)
+	t.Logf("lateness of the cancel events (includes those due during the outage): %s", late)
+}
+
+// Scenario 5: the NATS container is restarted mid-run: orders keep being
+// created and paid during the outage, and once NATS is back nothing is lost.
+func TestNATSRestartedMidRun(t *testing.T) {
+	s := startStack(t, stackOptions{})
+	cl := s.orders()
+	var createErrors atomic.Int64
+	lo := load{
+		N: 400, Over: 6 * time.Second, Workers: 8,
+		Deadline: func(time.Time) ordersapi.Deadline { return within(3*time.Second + rand.N(5*time.Second)) },
+		PayShare: 0.5,
+		PayAt:    payBetween(2*time.Second, time.Second),
+		OnCreateError: func(err error) {
+			if createErrors.Add(1) == 1 {
+				t.Logf("first create error while NATS restarts: %v", err)
+			}
+		},
+	}
+	done := make(chan loadResult)
+	go func() { done <- lo.run(t, cl) }()
+	<-time.After(2 * time.Second) // let the load run before the outage
+	restartAt := time.Now()
+	s.Restart(t, svcNATS)
+	t.Logf("NATS restarted in %s", time.Since(restartAt).Round(time.Millisecond))
+	res := <-done
+	t.Logf("%d orders created (%d create errors during the outage)", len(res.Unpaid)+len(res.Paid), createErrors.Load())
+	if len(res.Unpaid)+len(res.Paid) < 300 {
+		t.Fatalf("only %d of 400 orders created", len(res.Unpaid)+len(res.Paid))
+	}
+	// A consumer connected after the outage reads both streams from the start.
+	c := watch(t, s.NATSURL)
+	verifyOutcomes(t, cl, c, res, time.Minute, 2*time.Second)
+}

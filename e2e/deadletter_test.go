@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Scenario 6: malformed commands published on the command subjects are
+// dead-lettered with a reason naming the problem, timeoutd stays healthy,
+// and valid traffic keeps flowing.
+func TestMalformedCommandsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t)
+	c := watch(t, s.NATSURL)
+	nc, err := nats.Connect(s.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := time.Now().UnixNano()
+	set := func(key, deadline, extra string) string {
+		return fmt.Sprintf(`{"schema":1,"kind":"set","key":%q,"version":1,"deadline":%q,"fire_subject":%q%s}`,
+			key, deadline, events.OrderCancelSubject(key), extra)
+	}
+	soon := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	tests := []struct {
+		name   string
+		key    string // subject token
+		body   func(key string) string
+		reason events.Reason
+	}{
+		{"bad json", "bad-json", func(string) string { return `{"kind":"set","key":` }, events.ReasonMalformed},
+		{"not an object", "not-object", func(string) string { return `[1,2,3]` }, events.ReasonMalformed},
+		{"unknown schema version", "schema-9", func(k string) string {
+			return strings.Replace(set(k, soon, ""), `"schema":1`, `"schema":9`, 1)
+		}, events.ReasonUnsupportedSchema},
+		{"zero version", "version-0", func(k string) string {
+			return strings.Replace(set(k, soon, ""), `"version":1`, `"version":0`, 1)
+		}, events.ReasonInvalidVersion},
+		{"bad key", "bad-key", func(string) string { return set("no spaces allowed", soon, "") }, events.ReasonInvalidKey},
+		{"huge payload", "huge-payload", func(k string) string {
+			return set(k, soon, `,"payload":"`+strings.Repeat("x", 64*1024)+`"`)
+		}, events.ReasonPayloadTooLarge},
+		{"deadline in year 9999", "year-9999", func(k string) string { return set(k, "9999-12-31T23:59:59Z", "") }, events.ReasonDeadlineOutOfRange},
+		{"fire subject not allowed", "foreign-subject", func(k string) string {
+			return strings.Replace(set(k, soon, ""), events.OrderCancelSubject(k), "payments.refund."+k, 1)
+		}, events.ReasonSubjectNotAllowed},
+	}
+	t.Run("dead letters", func(t *testing.T) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				key := fmt.Sprintf("e2e-%s-%d", tt.key, run)
+				subject := events.CommandSubject(key)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := js.Publish(ctx, subject, []byte(tt.body(key)), jetstream.WithMsgID("e2e-bad:"+key)); err != nil {
+					t.Fatalf("publish: %v", err)
+				}
+				var d events.DeadLetter
+				waitFor(t, 10*time.Second, "the dead letter of "+subject, func() bool {
+					var ok bool
+					d, ok = c.deadLetterOf(subject)
+					return ok
+				})
+				if d.Reason != tt.reason || d.Detail == "" || len(d.Data) == 0 {
+					t.Fatalf("dead letter %+v, want reason %s with a detail and the original data", d, tt.reason)
+				}
+				t.Logf("dead-lettered: reason %s, field %q: %s", d.Reason, d.Field, d.Detail)
+			})
+		}
+	})
+	t.Run("service healthy and valid traffic flows", func(t *testing.T) {
+		// Runs once the parallel subtests of "dead letters" have finished.
+		for _, path := range []string{"/healthz", "/readyz"} {
+			resp, err := http.Get(s.TimeoutdURL + path)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("timeoutd %s after malformed commands: %v %v", path, resp, err)
+			}
+			resp.Body.Close()
+		}
+		cl := s.orders()
+		o := createOrder(t, cl, within(1500*time.Millisecond))
+		expectOnTimeCancellation(t, cl, c, o)
+	})
+}

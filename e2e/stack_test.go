@@ -1,0 +1,425 @@
+package e2e
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	tcnetwork "github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+)
+
+// Images of the stack, built by `make images`; the environment variables
+// override them. Postgres and NATS are testinfra's (same overrides).
+var (
+	ordersImage   = cmp.Or(os.Getenv("ORDERTIMEOUT_ORDERS_IMAGE"), "ordertimeout/orders:dev")
+	timeoutdImage = cmp.Or(os.Getenv("ORDERTIMEOUT_TIMEOUTD_IMAGE"), "ordertimeout/timeoutd:dev")
+)
+
+// Container names of the stack; also their host names on its network.
+const (
+	svcPostgres = "postgres"
+	svcNATS     = "nats"
+	svcOrders   = "orders"
+	svcTimeoutd = "timeoutd"
+)
+
+// apiToken is the orders API token the stack is started with.
+const apiToken = "e2e-token"
+
+// logTailLines is how many lines of each container's log a failed test prints.
+const logTailLines = 300
+
+// stackOptions adjusts a stack.
+type stackOptions struct {
+	// OrdersEnv and TimeoutdEnv add to or override the services' environment.
+	OrdersEnv, TimeoutdEnv map[string]string
+}
+
+// stack is Postgres, NATS, orders and timeoutd running as containers on one
+// network. Host ports are fixed for the stack's life, so the URLs stay valid
+// across Kill, Start and Restart.
+type stack struct {
+	// OrdersURL is the orders service's root, e.g. http://127.0.0.1:41234.
+	OrdersURL string
+	// TimeoutdURL is timeoutd's root: its API under /api/v1 and the
+	// dashboard at /.
+	TimeoutdURL string
+	// NATSURL is the client URL of the stack's NATS server.
+	NATSURL string
+	// APIToken is a bearer token the orders service accepts.
+	APIToken string
+
+	network *testcontainers.DockerNetwork
+	mu      sync.Mutex
+	ctrs    map[string]testcontainers.Container
+	order   []string // container names in start order
+}
+
+// startStack starts a stack of t's own, removed when t ends; when t fails,
+// every container's logs are printed first.
+func startStack(t *testing.T, opts stackOptions) *stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
+	}
+	s, err := newStack(context.Background(), opts)
+	t.Cleanup(func() { s.terminate() })
+	if err != nil {
+		s.printLogs(t)
+		t.Fatalf("start stack: %v", err)
+	}
+	s.printLogsOnFailure(t)
+	return s
+}
+
+var (
+	sharedOnce sync.Once
+	sharedStk  *stack
+	sharedErr  error
+)
+
+// sharedStack returns the stack shared by the scenarios that do not disturb
+// each other (no kill, no restart), started at the first call and removed by
+// TestMain. When t fails, the containers' logs are printed.
+func sharedStack(t *testing.T) *stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
+	}
+	sharedOnce.Do(func() { sharedStk, sharedErr = newStack(context.Background(), stackOptions{}) })
+	if sharedErr != nil {
+		sharedStk.printLogs(t)
+		t.Fatalf("start shared stack: %v", sharedErr)
+	}
+	sharedStk.printLogsOnFailure(t)
+	return sharedStk
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedStk != nil {
+		sharedStk.terminate()
+	}
+	os.Exit(code)
+}
+
+func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
+	s := &stack{APIToken: apiToken, ctrs: map[string]testcontainers.Container{}}
+	if err := requireImages(ctx, testinfra.PostgresImage, testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
+		return s, err
+	}
+	nw, err := tcnetwork.New(ctx)
+	if err != nil {
+		return s, fmt.Errorf("create network: %w", err)
+	}
+	s.network = nw
+
+	initSQL, err := os.ReadFile("../deploy/compose/initdb/10-databases.sql")
+	if err != nil {
+		return s, fmt.Errorf("read the compose stack's init script: %w", err)
+	}
+	if err := s.run(ctx, svcPostgres, testinfra.PostgresImage, "5432/tcp",
+		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"}),
+		testcontainers.WithFiles(testcontainers.ContainerFile{
+			Reader: strings.NewReader(string(initSQL)), ContainerFilePath: "/docker-entrypoint-initdb.d/10-databases.sql", FileMode: 0o644,
+		}),
+		// The data of the e2e runs is disposable: trade durability for speed.
+		testcontainers.WithCmdArgs("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300"),
+		testcontainers.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-h", "127.0.0.1", "-U", "postgres", "-d", "timeouts"}).
+			WithPollInterval(100*time.Millisecond).WithStartupTimeout(60*time.Second)),
+	); err != nil {
+		return s, err
+	}
+	if err := s.run(ctx, svcNATS, testinfra.NATSImage, "4222/tcp",
+		testcontainers.WithCmdArgs("-c", "/etc/nats/nats.conf"),
+		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:8222/healthz?js-enabled-only=true"}).
+			WithPollInterval(100*time.Millisecond).WithStartupTimeout(30*time.Second)),
+	); err != nil {
+		return s, err
+	}
+	s.NATSURL = "nats://" + s.hostPort(svcNATS)
+
+	pg := "postgres://postgres:postgres@" + svcPostgres + ":5432/"
+	orders := map[string]string{
+		"ORDERS_DATABASE_URL": pg + "orders?sslmode=disable",
+		"ORDERS_NATS_URL":     "nats://" + svcNATS + ":4222",
+		"ORDERS_HTTP_ADDR":    ":8081",
+		"ORDERS_API_TOKENS":   apiToken,
+		"ORDERS_LOG_LEVEL":    "info",
+	}
+	timeoutd := map[string]string{
+		"TIMEOUTD_DATABASE_URL":  pg + "timeouts?sslmode=disable",
+		"TIMEOUTD_NATS_URL":      "nats://" + svcNATS + ":4222",
+		"TIMEOUTD_HTTP_ADDR":     ":8080",
+		"TIMEOUTD_DASHBOARD_DIR": "/assets/dashboard",
+		"TIMEOUTD_LOG_LEVEL":     "info",
+	}
+	for k, v := range opts.OrdersEnv {
+		orders[k] = v
+	}
+	for k, v := range opts.TimeoutdEnv {
+		timeoutd[k] = v
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() {
+		errs[0] = s.run(ctx, svcOrders, ordersImage, "8081/tcp", testcontainers.WithEnv(orders), readyz("8081/tcp"))
+	})
+	wg.Go(func() {
+		errs[1] = s.run(ctx, svcTimeoutd, timeoutdImage, "8080/tcp", testcontainers.WithEnv(timeoutd), readyz("8080/tcp"))
+	})
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return s, err
+	}
+	s.OrdersURL = "http://" + s.hostPort(svcOrders)
+	s.TimeoutdURL = "http://" + s.hostPort(svcTimeoutd)
+	return s, nil
+}
+
+// readyz waits until the service's /readyz answers 2xx.
+func readyz(port string) testcontainers.CustomizeRequestOption {
+	return testcontainers.WithWaitStrategy(wait.ForHTTP("/readyz").WithPort(port).
+		WithPollInterval(100 * time.Millisecond).WithStartupTimeout(90 * time.Second))
+}
+
+// run starts the container name from img on the stack's network, with port
+// published on a free loopback port chosen now and kept across restarts.
+func (s *stack) run(ctx context.Context, name, img, port string, opts ...testcontainers.ContainerCustomizer) error {
+	hostPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	p := network.MustParsePort(port)
+	opts = append([]testcontainers.ContainerCustomizer{
+		tcnetwork.WithNetwork([]string{name}, s.network),
+		testcontainers.WithExposedPorts(port),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{p: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: hostPort}}}
+		}),
+		testcontainers.WithLabels(map[string]string{"ordertimeout.e2e.port": hostPort}),
+	}, opts...)
+	ctr, err := testcontainers.Run(ctx, img, opts...)
+	if ctr != nil {
+		s.mu.Lock()
+		s.ctrs[name] = ctr
+		s.order = append(s.order, name)
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("start %s (%s): %w", name, img, err)
+	}
+	return nil
+}
+
+// hostPort returns 127.0.0.1:<published port> of a container of the stack.
+func (s *stack) hostPort(name string) string {
+	ctr := s.container(name)
+	info, err := ctr.Inspect(context.Background())
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	return "127.0.0.1:" + info.Config.Labels["ordertimeout.e2e.port"]
+}
+
+func (s *stack) container(name string) testcontainers.Container {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ctrs[name]
+}
+
+// freePort returns a TCP port free on the loopback interface right now.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port, nil
+}
+
+// requireImages fails with the command to run when an image is missing: the
+// suite never builds or pulls images itself.
+func requireImages(ctx context.Context, imgs ...string) error {
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("docker: %w (run scripts/ensure-docker.sh)", err)
+	}
+	defer cli.Close()
+	var missing []string
+	for _, img := range imgs {
+		if _, err := cli.ImageInspect(ctx, img); err != nil {
+			missing = append(missing, img)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing image(s) %s: build them with `make images` (scripts/images.sh)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// orders returns a client of the stack's orders service.
+func (s *stack) orders() *ordersapi.Client {
+	return &ordersapi.Client{BaseURL: s.OrdersURL, Token: s.APIToken}
+}
+
+// Kill sends SIGKILL to the container name (svcTimeoutd, svcOrders, …) and
+// waits until it has exited.
+func (s *stack) Kill(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatalf("docker: %v", err)
+	}
+	defer cli.Close()
+	id := s.container(name).GetContainerID()
+	if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatalf("kill %s: %v", name, err)
+	}
+	waitFor(t, 30*time.Second, name+" to exit", func() bool {
+		st, err := s.container(name).State(ctx)
+		return err == nil && !st.Running
+	})
+}
+
+// Start starts the stopped or killed container name again, without waiting
+// for it to be ready, and returns the time its process started.
+func (s *stack) Start(t *testing.T, name string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatalf("docker: %v", err)
+	}
+	defer cli.Close()
+	id := s.container(name).GetContainerID()
+	if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	info, err := s.container(name).Inspect(ctx)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", name, err)
+	}
+	started, err := time.Parse(time.RFC3339Nano, info.State.StartedAt)
+	if err != nil {
+		t.Fatalf("%s start time %q: %v", name, info.State.StartedAt, err)
+	}
+	return started
+}
+
+// Restart stops the container name (SIGTERM, then SIGKILL after 10 s) and
+// starts it again, waiting until it is ready. Data volumes are kept.
+func (s *stack) Restart(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	timeout := 10 * time.Second
+	if err := s.container(name).Stop(ctx, &timeout); err != nil {
+		t.Fatalf("stop %s: %v", name, err)
+	}
+	if err := s.container(name).Start(ctx); err != nil {
+		t.Fatalf("start %s again: %v", name, err)
+	}
+}
+
+// waitReady polls url (a /readyz) until it answers 2xx and returns when it
+// did; it fails t after timeout.
+func waitReady(t *testing.T, url string, timeout time.Duration) time.Time {
+	t.Helper()
+	c := http.Client{Timeout: time.Second}
+	var at time.Time
+	waitFor(t, timeout, url+" to answer 2xx", func() bool {
+		resp, err := c.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		at = time.Now()
+		return resp.StatusCode/100 == 2
+	})
+	return at
+}
+
+func (s *stack) terminate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx := context.Background()
+	for i := len(s.order) - 1; i >= 0; i-- {
+		_ = s.ctrs[s.order[i]].Terminate(ctx, testcontainers.StopTimeout(time.Second))
+	}
+	s.ctrs = map[string]testcontainers.Container{}
+	s.order = nil
+	if s.network != nil {
+		_ = s.network.Remove(ctx)
+		s.network = nil
+	}
+}
+
+func (s *stack) printLogsOnFailure(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.printLogs(t)
+		}
+	})
+}
+
+// printLogs logs the last logTailLines lines of every container of s.
+func (s *stack) printLogs(t *testing.T) {
+	t.Helper()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	names := append([]string(nil), s.order...)
+	s.mu.Unlock()
+	for _, name := range names {
+		t.Logf("==== logs of %s (last %d lines) ====\n%s", name, logTailLines, tail(testinfra.Logs(s.container(name)), logTailLines))
+	}
+}
+
+// tail returns the last n lines of text.
+func tail(text string, n int) string {
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitFor polls cond every 50 ms until it holds, failing t with what after
+// timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
