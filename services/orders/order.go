@@ -54,7 +54,8 @@ type Item struct {
 
 // Order is an order as stored and as served by the REST API.
 type Order struct {
-	// ID is a valid events key (a UUIDv7 string, so ids sort by creation).
+	// ID is a valid events key: a UUIDv7 string, so ids sort by creation
+	// time (strictly, for the orders of one process).
 	ID         string `json:"id"`
 	CustomerID string `json:"customer_id"`
 	// Currency is an ISO 4217 code such as EUR.

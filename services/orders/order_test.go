@@ -1,0 +1,140 @@
+package orders_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/orders"
+)
+
+var (
+	now    = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	limits = orders.Limits{PayWithinMin: time.Second, PayWithinMax: 24 * time.Hour}
+)
+
+func newOrder(t *testing.T) orders.Order {
+	t.Helper()
+	ch, err := orders.NewOrder("o-1", orders.CreateRequest{CustomerID: "c", Currency: "EUR",
+		Items: []orders.Item{{SKU: "a", Quantity: 3, UnitPriceMinor: 100}}, Deadline: orders.Deadline{PayWithin: "10m"}}, now, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch.Order
+}
+
+func TestNewOrderAnnouncesASetCommand(t *testing.T) {
+	t.Parallel()
+	ch, err := orders.NewOrder("o-1", orders.CreateRequest{CustomerID: "c", Currency: "EUR",
+		Items: []orders.Item{{SKU: "a", Quantity: 3, UnitPriceMinor: 100}}, Deadline: orders.Deadline{PayBy: "2026-11-23T10:10:00.0000001Z"}}, now, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, c, e := ch.Order, ch.Command, ch.Event
+	// Postgres keeps microseconds: the deadline rounds up, never earlier.
+	wantPayBy := time.Date(2026, 11, 23, 10, 10, 0, 1000, time.UTC)
+	if o.Status != orders.StatusPendingPayment || o.Version != 1 || o.AmountMinor != 300 || !o.PayBy.Equal(wantPayBy) {
+		t.Fatalf("order = %+v", o)
+	}
+	if c == nil || c.Kind != events.KindSet || c.Key != "o-1" || c.Version != 1 || !c.Deadline.Equal(o.PayBy) ||
+		c.FireSubject != events.OrderCancelSubject("o-1") || c.Validate() != nil {
+		t.Fatalf("command = %+v", c)
+	}
+	if e == nil || e.Type != events.OrderCreated || e.Version != 1 || e.Status != events.StatusPendingPayment || e.AmountMinor != 300 {
+		t.Fatalf("event = %+v", e)
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	t.Parallel()
+	later := now.Add(time.Minute)
+	pending := newOrder(t)
+	paid, _ := pending.Pay(later)
+	cancelled, _ := pending.Cancel(later)
+	tests := []struct {
+		name       string
+		apply      func(o orders.Order) (orders.Change, error)
+		from       orders.Order
+		wantStatus orders.Status
+		wantReason orders.CancelReason
+		wantCmd    events.CommandKind // "" = no command
+		wantEvent  events.OrderEventType
+		wantErr    error
+	}{
+		{"pay pending", func(o orders.Order) (orders.Change, error) { return o.Pay(later) }, pending, orders.StatusPaid, "", events.KindClear, events.OrderPaid, nil},
+		{"pay paid", func(o orders.Order) (orders.Change, error) { return o.Pay(later) }, paid.Order, "", "", "", "", orders.ErrConflict},
+		{"pay cancelled", func(o orders.Order) (orders.Change, error) { return o.Pay(later) }, cancelled.Order, "", "", "", "", orders.ErrConflict},
+		{"cancel pending", func(o orders.Order) (orders.Change, error) { return o.Cancel(later) }, pending, orders.StatusCancelled, orders.CancelByCustomer, events.KindClear, events.OrderCancelled, nil},
+		{"cancel paid", func(o orders.Order) (orders.Change, error) { return o.Cancel(later) }, paid.Order, "", "", "", "", orders.ErrConflict},
+		{"extend pending", func(o orders.Order) (orders.Change, error) {
+			return o.Extend(orders.Deadline{PayWithin: "1h"}, later, limits)
+		}, pending, orders.StatusPendingPayment, "", events.KindSet, "", nil},
+		{"extend cancelled", func(o orders.Order) (orders.Change, error) {
+			return o.Extend(orders.Deadline{PayWithin: "1h"}, later, limits)
+		}, cancelled.Order, "", "", "", "", orders.ErrConflict},
+		{"extend beyond the limit", func(o orders.Order) (orders.Change, error) {
+			return o.Extend(orders.Deadline{PayWithin: "48h"}, later, limits)
+		}, pending, "", "", "", "", orders.ErrValidation},
+		{"expire pending at its version", func(o orders.Order) (orders.Change, error) {
+			ch, ok := o.Expire(1, later)
+			if !ok {
+				return ch, errors.New("not applied")
+			}
+			return ch, nil
+		}, pending, orders.StatusCancelled, orders.CancelPaymentTimeout, "", events.OrderCancelled, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ch, err := tt.apply(tt.from)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				var de *orders.Error
+				if errors.Is(tt.wantErr, orders.ErrConflict) && (!errors.As(err, &de) || de.Status != tt.from.Status) {
+					t.Fatalf("conflict does not carry the current status %s: %+v", tt.from.Status, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := ch.Order
+			if o.Status != tt.wantStatus || o.CancelReason != tt.wantReason || o.Version != tt.from.Version+1 || !o.UpdatedAt.Equal(later) {
+				t.Fatalf("order = %+v", o)
+			}
+			if (ch.Command == nil) != (tt.wantCmd == "") || (ch.Command != nil && (ch.Command.Kind != tt.wantCmd || ch.Command.Version != o.Version || ch.Command.Validate() != nil)) {
+				t.Fatalf("command = %+v, want kind %q at version %d", ch.Command, tt.wantCmd, o.Version)
+			}
+			if (ch.Event == nil) != (tt.wantEvent == "") || (ch.Event != nil && (ch.Event.Type != tt.wantEvent || ch.Event.Version != o.Version)) {
+				t.Fatalf("event = %+v, want %q", ch.Event, tt.wantEvent)
+			}
+		})
+	}
+}
+
+func TestExpireIgnoresStaleAndSettledOrders(t *testing.T) {
+	t.Parallel()
+	pending := newOrder(t)
+	extended, _ := pending.Extend(orders.Deadline{PayWithin: "1h"}, now, limits)
+	paid, _ := pending.Pay(now)
+	tests := []struct {
+		name    string
+		o       orders.Order
+		version int64
+	}{
+		{"stale version after extend", extended.Order, 1},
+		{"future version", pending, 2},
+		{"paid", paid.Order, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if _, ok := tt.o.Expire(tt.version, now); ok {
+				t.Fatalf("expire of %+v at version %d applied", tt.o, tt.version)
+			}
+		})
+	}
+}

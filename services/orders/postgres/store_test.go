@@ -1,0 +1,315 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/services/orders"
+	"github.com/ordertimeout/ordertimeout/services/orders/postgres"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+type env struct {
+	pool    *pgxpool.Pool
+	store   *postgres.Store
+	svc     *orders.Service
+	commits *atomic.Int64
+}
+
+// newEnv migrates a fresh database and returns a service over its store.
+func newEnv(t *testing.T) env {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	// Migrating twice is a no-op.
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	commits := &atomic.Int64{}
+	store := postgres.NewStore(pool, func() { commits.Add(1) })
+	svc, err := orders.NewService(store, orders.ServiceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env{pool: pool, store: store, svc: svc, commits: commits}
+}
+
+func createReq(customer string) orders.CreateRequest {
+	return orders.CreateRequest{CustomerID: customer, Currency: "EUR",
+		Items: []orders.Item{{SKU: "A-1", Quantity: 2, UnitPriceMinor: 1250}}, Deadline: orders.Deadline{PayWithin: "15m"}}
+}
+
+func (e env) create(t *testing.T, customer string) orders.Order {
+	t.Helper()
+	o, _, err := e.svc.Create(context.Background(), createReq(customer), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// outbox returns the "subject msg_id" of the outbox rows about id, in order.
+func (e env) outbox(t *testing.T, id string) []string {
+	t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT subject || ' ' || msg_id FROM outbox WHERE msg_id LIKE '%:' || $1 || ':%' ORDER BY id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestChangesWriteTheirOutboxRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	o := e.create(t, "c-1")
+	got, err := e.svc.Get(ctx, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != o.ID || !got.PayBy.Equal(o.PayBy) || !got.CreatedAt.Equal(o.CreatedAt) || got.AmountMinor != 2500 || len(got.Items) != 1 || got.Items[0] != o.Items[0] {
+		t.Fatalf("get = %+v, want %+v", got, o)
+	}
+	extended, err := e.svc.Extend(ctx, o.ID, orders.Deadline{PayWithin: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid, err := e.svc.Pay(ctx, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extended.Version != 2 || paid.Version != 3 || paid.Status != orders.StatusPaid || !paid.PayBy.Equal(extended.PayBy) {
+		t.Fatalf("extended %+v, paid %+v", extended, paid)
+	}
+	want := []string{
+		"timeouts.cmd." + o.ID + " set:" + o.ID + ":1",
+		"orders.created." + o.ID + " order.created:" + o.ID + ":1",
+		"timeouts.cmd." + o.ID + " set:" + o.ID + ":2",
+		"timeouts.cmd." + o.ID + " clear:" + o.ID + ":3",
+		"orders.paid." + o.ID + " order.paid:" + o.ID + ":3",
+	}
+	if got := e.outbox(t, o.ID); !slices.Equal(got, want) {
+		t.Fatalf("outbox = %q\nwant     %q", got, want)
+	}
+	if n := e.commits.Load(); n != 3 {
+		t.Fatalf("onCommit called %d times, want 3", n)
+	}
+	// A failed transition writes nothing.
+	_, err = e.svc.Cancel(ctx, o.ID)
+	var de *orders.Error
+	if !errors.As(err, &de) || de.Code != orders.CodeConflict || de.Status != orders.StatusPaid {
+		t.Fatalf("cancel of a paid order: %v", err)
+	}
+	if _, err := e.svc.Pay(ctx, "missing"); !errors.Is(err, orders.ErrNotFound) {
+		t.Fatalf("pay of a missing order: %v", err)
+	}
+	if got := e.outbox(t, o.ID); len(got) != len(want) {
+		t.Fatalf("failed transitions wrote outbox rows: %q", got)
+	}
+}
+
+func TestExpireAppliesOnlyTheCurrentVersionOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	o := e.create(t, "c")
+	if _, err := e.svc.Extend(ctx, o.ID, orders.Deadline{PayWithin: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name        string
+		version     int64
+		wantApplied bool
+	}{
+		{"stale version", 1, false},
+		{"current version", 2, true},
+		{"duplicate", 2, false},
+		{"stale after cancel", 1, false},
+	}
+	for _, s := range steps {
+		got, applied, err := e.svc.Expire(ctx, o.ID, s.version)
+		if err != nil || applied != s.wantApplied {
+			t.Fatalf("%s: applied=%v err=%v, want applied=%v", s.name, applied, err, s.wantApplied)
+		}
+		if applied && (got.Status != orders.StatusCancelled || got.CancelReason != orders.CancelPaymentTimeout || got.Version != 3) {
+			t.Fatalf("%s: order %+v", s.name, got)
+		}
+	}
+	if _, _, err := e.svc.Expire(ctx, "missing", 1); !errors.Is(err, orders.ErrNotFound) {
+		t.Fatalf("expire of a missing order: %v", err)
+	}
+	cancelled := 0
+	for _, r := range e.outbox(t, o.ID) {
+		if r == "orders.cancelled."+o.ID+" order.cancelled:"+o.ID+":3" {
+			cancelled++
+		}
+	}
+	if cancelled != 1 {
+		t.Fatalf("%d cancelled events in the outbox, want 1: %q", cancelled, e.outbox(t, o.ID))
+	}
+}
+
+// TestPayRacesDeadline runs a payment and the cancel event of the same order
+// at once, many times: exactly one wins and the loser sees the winner's
+// state (the documented outcome).
+func TestPayRacesDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	const n = 40
+	payWins, cancelWins := 0, 0
+	for i := range n {
+		o := e.create(t, fmt.Sprint("race-", i))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var paid orders.Order
+		var payErr, expErr error
+		var applied bool
+		wg.Go(func() { <-start; paid, payErr = e.svc.Pay(ctx, o.ID) })
+		wg.Go(func() { <-start; _, applied, expErr = e.svc.Expire(ctx, o.ID, o.Version) })
+		close(start)
+		wg.Wait()
+		if expErr != nil {
+			t.Fatal(expErr)
+		}
+		final, err := e.svc.Get(ctx, o.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var de *orders.Error
+		switch {
+		case payErr == nil && !applied:
+			payWins++
+			if final.Status != orders.StatusPaid || paid.Version != 2 || final.Version != 2 {
+				t.Fatalf("pay won but the order is %+v", final)
+			}
+		case applied && errors.As(payErr, &de) && de.Code == orders.CodeConflict && de.Status == orders.StatusCancelled:
+			cancelWins++
+			if final.Status != orders.StatusCancelled || final.CancelReason != orders.CancelPaymentTimeout || final.Version != 2 {
+				t.Fatalf("cancel won but the order is %+v", final)
+			}
+		default:
+			t.Fatalf("no single winner: pay err %v, expiry applied %v, order %+v", payErr, applied, final)
+		}
+		if rows := e.outbox(t, o.ID); len(rows) != 3 && len(rows) != 4 {
+			t.Fatalf("outbox after the race: %q", rows)
+		}
+	}
+	t.Logf("pay won %d, cancel won %d of %d races", payWins, cancelWins, n)
+}
+
+func TestIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	first, replayed, err := e.svc.Create(ctx, createReq("c"), "key-1")
+	if err != nil || replayed {
+		t.Fatalf("first: replayed=%v err=%v", replayed, err)
+	}
+	again, replayed, err := e.svc.Create(ctx, createReq("c"), "key-1")
+	if err != nil || !replayed || again.ID != first.ID || !again.PayBy.Equal(first.PayBy) || again.Version != 1 {
+		t.Fatalf("retry: %+v replayed=%v err=%v, want %+v", again, replayed, err, first)
+	}
+	if _, _, err := e.svc.Create(ctx, createReq("other"), "key-1"); !errors.Is(err, orders.ErrIdempotencyMismatch) {
+		t.Fatalf("other body: %v", err)
+	}
+	// Concurrent first requests under one key create one order.
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range ids {
+		wg.Go(func() {
+			o, _, err := e.svc.Create(ctx, createReq("d"), "key-2")
+			ids[i], errs[i] = o.ID, err
+		})
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != nil || ids[i] != ids[0] {
+			t.Fatalf("concurrent create %d: id %s err %v, want id %s", i, ids[i], errs[i], ids[0])
+		}
+	}
+	var n int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE customer_id = 'd'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d orders for the key, want 1 (%v)", n, err)
+	}
+}
+
+func TestListFiltersAndPaginates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	var mine []string
+	for i := range 7 {
+		o := e.create(t, "c-a")
+		mine = append(mine, o.ID)
+		if i%2 == 0 {
+			if _, err := e.svc.Pay(ctx, o.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.create(t, "c-b")
+	}
+	slices.Reverse(mine)
+	tests := []struct {
+		name   string
+		filter orders.ListFilter
+		want   []string
+	}{
+		{"customer", orders.ListFilter{CustomerID: "c-a", Limit: 3}, mine},
+		{"customer and status", orders.ListFilter{CustomerID: "c-a", Status: orders.StatusPaid, Limit: 2}, []string{mine[0], mine[2], mine[4], mine[6]}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			f := tt.filter
+			for page := 0; page < 10; page++ {
+				p, err := e.svc.List(ctx, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range p.Items {
+					got = append(got, o.ID)
+				}
+				if p.Next == "" {
+					break
+				}
+				f.After = p.Next
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("listed %q\nwant   %q", got, tt.want)
+			}
+		})
+	}
+	counts, err := e.store.CountByStatus(ctx)
+	if err != nil || counts[orders.StatusPaid] != 4 || counts[orders.StatusPendingPayment] != 10 {
+		t.Fatalf("counts = %v, %v", counts, err)
+	}
+}
