@@ -126,7 +126,7 @@ func (ap *app) mount() {
 			h(d, "table", a("id", "pending", "aria-labelledby", "pending-h"),
 				h(d, "thead", nil, h(d, "tr", nil,
 					h(d, "th", a("scope", "col"), "Order id"),
-					h(d, "th", a("scope", "col", "class", "num"), "Version"),
+					h(d, "th", a("scope", "col", "class", "num opt"), "Version"),
 					h(d, "th", a("scope", "col"), "Deadline (UTC)"),
 					h(d, "th", a("scope", "col", "class", "num"), "Expires in"))),
 				ap.tbody)),
@@ -152,7 +152,7 @@ func (ap *app) mount() {
 			h(d, "table", a("id", "feed", "aria-labelledby", "recent-h"),
 				h(d, "thead", nil, h(d, "tr", nil,
 					h(d, "th", a("scope", "col"), "Order id"),
-					h(d, "th", a("scope", "col", "class", "num"), "Version"),
+					h(d, "th", a("scope", "col", "class", "num opt"), "Version"),
 					h(d, "th", a("scope", "col"), "Fired at (UTC)"),
 					h(d, "th", a("scope", "col", "class", "num"), "Lateness"),
 					h(d, "th", a("scope", "col"), "Outcome"))),
@@ -372,7 +372,7 @@ func (ap *app) renderRows() {
 func (ap *app) newRow() *row {
 	d := ap.doc
 	r := &row{}
-	key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num"))
+	key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num opt"))
 	dl, cd := h(d, "td", a("class", "deadline")), h(d, "td", a("class", "num countdown"))
 	r.tr = h(d, "tr", nil, key, ver, dl, cd)
 	r.key.el, r.version.el, r.deadline.el, r.countdown.el = key, ver, dl, cd
@@ -436,7 +436,7 @@ func (ap *app) renderFeed() {
 	d := ap.doc
 	for len(ap.feedRows) < len(items) {
 		r := &feedRow{}
-		key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num"))
+		key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num opt"))
 		at, lat, out := h(d, "td", nil), h(d, "td", a("class", "num")), h(d, "td", nil)
 		r.tr = h(d, "tr", nil, key, ver, at, lat, out)
 		r.key.el, r.version.el, r.firedAt.el, r.lateness.el, r.outc.el = key, ver, at, lat, out
