@@ -1,0 +1,63 @@
+package orders_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/services/orders"
+)
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"ORDERS_DATABASE_URL": "postgres://x", "ORDERS_NATS_URL": "nats://x", "ORDERS_API_TOKENS": " a , b ,"}
+	tests := []struct {
+		name    string
+		set     map[string]string
+		wantErr string // a substring naming the variable; "" = valid
+		check   func(t *testing.T, c orders.Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c orders.Config) {
+			if c.HTTPAddr != ":8081" || c.Limits.PayWithinMin != time.Second || c.Limits.PayWithinMax != 24*time.Hour ||
+				len(c.APITokens) != 2 || c.APITokens[0] != "a" || c.APITokens[1] != "b" {
+				t.Fatalf("config = %+v", c)
+			}
+		}},
+		{name: "overrides", set: map[string]string{"ORDERS_HTTP_ADDR": ":9", "ORDERS_PAY_WITHIN_MIN": "5s", "ORDERS_PAY_WITHIN_MAX": "1h", "ORDERS_LOG_LEVEL": "debug"},
+			check: func(t *testing.T, c orders.Config) {
+				if c.HTTPAddr != ":9" || c.Limits.PayWithinMin != 5*time.Second || c.Limits.PayWithinMax != time.Hour || c.LogLevel.String() != "DEBUG" {
+					t.Fatalf("config = %+v", c)
+				}
+			}},
+		{name: "no database", set: map[string]string{"ORDERS_DATABASE_URL": ""}, wantErr: "ORDERS_DATABASE_URL"},
+		{name: "no nats", set: map[string]string{"ORDERS_NATS_URL": ""}, wantErr: "ORDERS_NATS_URL"},
+		{name: "no tokens", set: map[string]string{"ORDERS_API_TOKENS": " , "}, wantErr: "ORDERS_API_TOKENS"},
+		{name: "bad min", set: map[string]string{"ORDERS_PAY_WITHIN_MIN": "soon"}, wantErr: "ORDERS_PAY_WITHIN_MIN"},
+		{name: "zero min", set: map[string]string{"ORDERS_PAY_WITHIN_MIN": "0s"}, wantErr: "ORDERS_PAY_WITHIN_MIN"},
+		{name: "max below min", set: map[string]string{"ORDERS_PAY_WITHIN_MAX": "500ms"}, wantErr: "ORDERS_PAY_WITHIN_MAX"},
+		{name: "bad level", set: map[string]string{"ORDERS_LOG_LEVEL": "loud"}, wantErr: "ORDERS_LOG_LEVEL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tt.set {
+				env[k] = v
+			}
+			c, err := orders.ConfigFromEnv(func(k string) string { return env[k] })
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}

@@ -1,0 +1,158 @@
+package jetstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/orders"
+	"github.com/ordertimeout/ordertimeout/services/orders/jetstream"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+// flakyExpirer fails the first call of each order with a transient error,
+// then records the versions it applied.
+type flakyExpirer struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	applied map[string][]int64
+}
+
+func (f *flakyExpirer) Expire(_ context.Context, id string, version int64) (orders.Order, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[id]++
+	if f.calls[id] == 1 {
+		return orders.Order{}, false, errors.New("postgres: connection refused")
+	}
+	if id == "unknown" {
+		return orders.Order{}, false, orders.ErrNotFound
+	}
+	f.applied[id] = append(f.applied[id], version)
+	return orders.Order{ID: id}, true, nil
+}
+
+func (f *flakyExpirer) snapshot() (map[string]int, map[string][]int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	calls := map[string]int{}
+	applied := map[string][]int64{}
+	for k, v := range f.calls {
+		calls[k] = v
+	}
+	for k, v := range f.applied {
+		applied[k] = append([]int64(nil), v...)
+	}
+	return calls, applied
+}
+
+func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	ns := testinfra.NATS(t)
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	exp := &flakyExpirer{calls: map[string]int{}, applied: map[string][]int64{}}
+	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Concurrency: 2, RetryDelay: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	d := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	publish := func(subject string, data []byte, id string) {
+		t.Helper()
+		m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+		m.Header.Set(natsjs.MsgIDHeader, id)
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fired := func(key string, outcome events.Outcome) []byte {
+		b, _ := json.Marshal(events.Expiry{Schema: 1, Outcome: outcome, Key: key, Version: 3, Deadline: d, FiredAt: d})
+		return b
+	}
+	publish(events.OrderCancelSubject("o-1"), fired("o-1", events.OutcomeFired), "1")
+	publish(events.OrderCancelSubject("unknown"), fired("unknown", events.OutcomeFired), "2")
+	publish(events.OrderCancelSubject("o-2"), fired("o-2", events.OutcomeMissed), "3")
+	publish(events.OrderCancelSubject("o-3"), []byte(`{"schema":2,"outcome":"fired"}`), "4")
+
+	tests := []struct {
+		name    string
+		subject string
+		reason  events.Reason
+		field   string
+	}{
+		{"missed outcome on a cancel subject", events.DeadLetterSubject("orders", events.ReasonUnknownKind), events.ReasonUnknownKind, "outcome"},
+		{"newer schema", events.DeadLetterSubject("orders", events.ReasonUnsupportedSchema), events.ReasonUnsupportedSchema, "schema"},
+	}
+	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var m *natsjs.RawStreamMsg
+			poll(t, func() bool {
+				m, err = dlq.GetLastMsgForSubject(ctx, tt.subject)
+				return err == nil
+			})
+			var dl events.DeadLetter
+			if err := json.Unmarshal(m.Data, &dl); err != nil || dl.Reason != tt.reason || dl.Field != tt.field || m.Header.Get(natsjs.MsgIDHeader) == "" {
+				t.Fatalf("dead letter = %+v (%v)", dl, err)
+			}
+		})
+	}
+	poll(t, func() bool {
+		calls, applied := exp.snapshot()
+		return len(applied["o-1"]) == 1 && calls["unknown"] == 2
+	})
+	calls, applied := exp.snapshot()
+	if calls["o-1"] != 2 || applied["o-1"][0] != 3 || calls["o-2"] != 0 || calls["o-3"] != 0 {
+		t.Fatalf("calls %v applied %v: want one retry of o-1 and none for rejected events", calls, applied)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// poll waits up to 10s for cond.
+func poll(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
