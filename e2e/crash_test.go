@@ -32,8 +32,9 @@ func stats(t *testing.T, s *stack) api.Stats {
 
 // Scenario 4: timeoutd is killed with SIGKILL while 10,000 deadlines are
 // pending and restarted: every unpaid order is still cancelled exactly once,
-// none early, none of the paid ones. Payments happen while timeoutd is down
-// and after it is back; deadlines fall before, during and after the outage.
+// none early, none of the paid ones. Every deadline is pending at the kill;
+// the outage lasts until the earliest deadlines have passed (they fire late,
+// at recovery), and payments happen while timeoutd is down and after.
 func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	const n = 10_000
 	s := startStack(t, stackOptions{})
@@ -64,7 +65,8 @@ func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	killedAt := time.Now()
 	t.Logf("created %d orders in %s; SIGKILLed timeoutd with %d deadlines pending", n, created.Round(time.Millisecond), killedPending.Load())
 
-	<-time.After(2 * time.Second) // keep timeoutd down while payments queue up
+	// Keep timeoutd down at least 2 s, and until the first deadlines passed.
+	<-time.After(max(2*time.Second, time.Until(t0.Add(16*time.Second))))
 	started := s.Start(t, svcTimeoutd)
 	ready := waitReady(t, s.TimeoutdURL+"/readyz", time.Minute)
 	recovery := ready.Sub(started)
