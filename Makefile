@@ -77,5 +77,18 @@ bench-wheel: ## pkg/wheel against Go's runtime timers: go test -bench and wheelb
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/wheel
 	$(GO) run ./pkg/wheel/cmd/wheelbench all 1000000
 
+# Sizes of the load benchmarks (bench/, a module of its own so River stays
+# out of the services' dependencies); results go to bench/results/.
+BENCH_N ?= 1000000
+BENCH_ORDERS_DURATION ?= 30s
+
+.PHONY: bench-timeoutd
+bench-timeoutd: images ## timeoutd beside River on one Postgres: ingest, clear, bytes, recovery, RSS, expiry storm
+	cd bench && $(GO) run ./cmd/loadgen timeoutd -n $(BENCH_N) -out results/timeoutd.txt
+
+.PHONY: bench-orders
+bench-orders: images ## orders POST /v1/orders at 64 clients beside pgbench single-row inserts on one Postgres
+	cd bench && $(GO) run ./cmd/loadgen orders -duration $(BENCH_ORDERS_DURATION) -out results/orders.txt
+
 .PHONY: bench
-bench: bench-wheel ## every benchmark
+bench: bench-wheel bench-timeoutd bench-orders ## every benchmark

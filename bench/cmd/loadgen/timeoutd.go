@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/bench/internal/riverbench"
+	"github.com/ordertimeout/ordertimeout/bench/internal/timeoutdbench"
+)
+
+// timeoutdWorkload measures timeoutd and River with the same keys and
+// deadlines on the same Postgres server.
+type timeoutdWorkload struct {
+	n            int
+	stormN       int
+	stormSpan    time.Duration
+	stormLead    time.Duration
+	peers        string
+	riverStorms  string
+	riverWorkers int
+	cancelSample int
+	cancelConc   int
+}
+
+func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
+	w := &timeoutdWorkload{}
+	fs.IntVar(&w.n, "n", 100_000, "timeouts for ingest, bytes, RSS, recovery and clear (the targets use 1000000)")
+	fs.IntVar(&w.stormN, "storm-n", 200_000, "timeouts of the expiry storm")
+	fs.DurationVar(&w.stormSpan, "storm-span", 10*time.Second, "the storm's deadlines are spread uniformly over this span")
+	fs.DurationVar(&w.stormLead, "storm-lead", 20*time.Second, "the first storm deadline is this long after the storm's first command")
+	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
+	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:1ms/1ms",
+		"River storm runs, comma-separated mode:FetchCooldown/FetchPollInterval; mode available (due jobs fetched directly) or scheduled (River's job scheduler)")
+	fs.IntVar(&w.riverWorkers, "river-workers", riverbench.WorkersDefault, "River storm MaxWorkers")
+	fs.IntVar(&w.cancelSample, "river-cancel-sample", riverbench.CancelSampleDefault, "JobCancel is timed on this many jobs")
+	fs.IntVar(&w.cancelConc, "river-cancel-concurrency", riverbench.CancelConcurrencyDefault, "goroutines calling JobCancel")
+	return w
+}
+
+// spread returns n keys "<prefix>-<i>" and deadlines uniformly spread over
+// span from start.
+func spread(prefix string, n int, start time.Time, span time.Duration) ([]string, []time.Time) {
+	keys := make([]string, n)
+	deadlines := make([]time.Time, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+		deadlines[i] = start.Add(time.Duration(int64(span) * int64(i) / int64(n))).UTC()
+	}
+	return keys, deadlines
+}
+
+func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Report) error {
+	in, cleanup, err := startInfra(ctx, o, rep, true)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers)
+	run := time.Now().Unix()
+	// Far-future deadlines: nothing fires while ingest, bytes and recovery
+	// are measured.
+	keys, deadlines := spread(fmt.Sprintf("k%d", run), w.n, time.Now().Add(2*time.Hour), time.Hour)
+	for _, peer := range strings.Split(w.peers, ",") {
+		switch peer {
+		case "timeoutd":
+			err = w.timeoutd(ctx, o, rep, in, keys, deadlines)
+		case "river":
+			err = w.river(ctx, rep, in, keys, deadlines)
+		default:
+			err = fmt.Errorf("unknown peer %q", peer)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", peer, err)
+		}
+	}
+	return nil
+}
+
+func (w *timeoutdWorkload) stormKeys(peer string) ([]string, []time.Time) {
+	return spread(fmt.Sprintf("s%d%s", time.Now().Unix(), peer), w.stormN, time.Now().Add(w.stormLead), w.stormSpan)
+}
+
+func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness.Report, in *infra, keys []string, deadlines []time.Time) error {
+	bin, err := harness.Build(ctx, o.root, "./services/timeoutd/cmd/timeoutd", o.work)
+	if err != nil {
+		return err
+	}
+	db, err := in.pg.CreateDatabase(ctx, "timeoutd")
+	if err != nil {
+		return err
+	}
+	b, err := timeoutdbench.New(ctx, timeoutdbench.Config{
+		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, LogPath: filepath.Join(o.work, "timeoutd.log"),
+	}, rep)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.Memory(ctx, "idle"); err != nil {
+		return err
+	}
+	if err := b.Ingest(ctx, keys, deadlines); err != nil {
+		return err
+	}
+	if err := b.Memory(ctx, "after_ingest"); err != nil {
+		return err
+	}
+	if err := b.Bytes(ctx, len(keys)); err != nil {
+		return err
+	}
+	if err := b.Recovery(ctx, len(keys)); err != nil {
+		return err
+	}
+	if err := b.Clear(ctx, keys); err != nil {
+		return err
+	}
+	sk, sd := w.stormKeys("t")
+	return b.Storm(ctx, sk, sd)
+}
+
+func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *infra, keys []string, deadlines []time.Time) error {
+	db, err := in.pg.CreateDatabase(ctx, "river")
+	if err != nil {
+		return err
+	}
+	b, err := riverbench.New(ctx, riverbench.Config{
+		DatabaseURL: db, Workers: w.riverWorkers, CancelSample: w.cancelSample, CancelConcurrency: w.cancelConc,
+	}, rep)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ids, err := b.Insert(ctx, keys, deadlines)
+	if err != nil {
+		return err
+	}
+	if err := b.Bytes(ctx, len(keys)); err != nil {
+		return err
+	}
+	if err := b.Cancel(ctx, ids); err != nil {
+		return err
+	}
+	for i, s := range strings.Split(w.riverStorms, ",") {
+		st, err := riverbench.ParseStorm(s)
+		if err != nil {
+			return err
+		}
+		if err := b.Reset(ctx); err != nil {
+			return err
+		}
+		sk, sd := w.stormKeys(fmt.Sprintf("r%d", i))
+		if err := b.Storm(ctx, st, sk, sd); err != nil {
+			return err
+		}
+	}
+	return nil
+}

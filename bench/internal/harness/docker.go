@@ -1,0 +1,174 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+)
+
+// Images the harness starts; scripts/images.sh in the root module builds them.
+const (
+	PostgresImage = "ordertimeout/postgres:15"
+	NATSImage     = "ordertimeout/nats:latest"
+)
+
+// PostgresArgs are the server settings of every benchmark run, the same for
+// every peer measured against it. Commits stay durable (fsync and
+// synchronous_commit on, the defaults); memory and WAL sizing are raised so a
+// checkpoint does not land in the middle of a short measurement.
+var PostgresArgs = []string{
+	"-c", "max_connections=300",
+	"-c", "shared_buffers=1GB",
+	"-c", "work_mem=16MB",
+	"-c", "maintenance_work_mem=256MB",
+	"-c", "max_wal_size=8GB",
+	"-c", "checkpoint_timeout=30min",
+	"-c", "wal_buffers=64MB",
+	"-c", "fsync=on",
+	"-c", "synchronous_commit=on",
+}
+
+// Container is a running container started by the harness.
+type Container struct {
+	// Name is the docker container name.
+	Name string
+}
+
+// Remove force-removes the container; errors are ignored because it runs
+// on the way out.
+func (c *Container) Remove() {
+	_ = exec.Command("docker", "rm", "-f", "-v", c.Name).Run()
+}
+
+// Exec runs a command inside the container with stdin and returns its
+// combined output.
+func (c *Container) Exec(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "docker", append([]string{"exec", "-i", c.Name}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("docker exec %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// port returns the 127.0.0.1 host port docker published for the container
+// port, e.g. "5432/tcp".
+func (c *Container) port(ctx context.Context, p string) (string, error) {
+	out, err := exec.CommandContext(ctx, "docker", "port", c.Name, p).Output()
+	if err != nil {
+		return "", fmt.Errorf("docker port %s: %w", p, err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(line, "127.0.0.1:") {
+			return strings.TrimPrefix(line, "127.0.0.1:"), nil
+		}
+	}
+	return "", fmt.Errorf("docker port %s: no 127.0.0.1 binding in %q", p, out)
+}
+
+func run(ctx context.Context, name, image string, ports []string, args ...string) (*Container, error) {
+	full := []string{"run", "-d", "--name", name}
+	for _, p := range ports {
+		full = append(full, "-p", "127.0.0.1::"+p)
+	}
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, "docker", full...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("docker run %s: %w: %s", image, err, stderr.String())
+	}
+	return &Container{Name: name}, nil
+}
+
+// Postgres is a Postgres container with its admin connection string.
+type Postgres struct {
+	*Container
+	// URL is the connection string of the postgres database as superuser.
+	URL string
+}
+
+// StartPostgres runs PostgresImage with PostgresArgs and waits until it
+// accepts connections. The caller removes it.
+func StartPostgres(ctx context.Context, name string) (*Postgres, error) {
+	args := append([]string{"-e", "POSTGRES_PASSWORD=postgres", "-e", "POSTGRES_USER=postgres", "--shm-size=1g", PostgresImage}, PostgresArgs...)
+	c, err := run(ctx, name, PostgresImage, []string{"5432"}, args...)
+	if err != nil {
+		return nil, err
+	}
+	pg := &Postgres{Container: c}
+	port, err := c.port(ctx, "5432/tcp")
+	if err != nil {
+		return pg, err
+	}
+	pg.URL = fmt.Sprintf("postgres://postgres:postgres@127.0.0.1:%s/postgres?sslmode=disable", port)
+	err = Poll(ctx, 90*time.Second, 100*time.Millisecond, func() (bool, error) {
+		conn, err := pgx.Connect(ctx, pg.URL)
+		if err != nil {
+			return false, nil
+		}
+		defer conn.Close(ctx)
+		// The image's entrypoint runs a temporary server during init; wait
+		// for the final one, which is the only one listening on TCP.
+		return conn.Ping(ctx) == nil, nil
+	})
+	if err != nil {
+		return pg, fmt.Errorf("wait for postgres: %w", err)
+	}
+	return pg, nil
+}
+
+// CreateDatabase creates database name and returns its connection string.
+func (p *Postgres) CreateDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, p.URL)
+	if err != nil {
+		return "", fmt.Errorf("connect postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return strings.Replace(p.URL, "/postgres?", "/"+name+"?", 1), nil
+}
+
+// NATS is a NATS JetStream container with its client URL.
+type NATS struct {
+	*Container
+	// URL is nats://127.0.0.1:port.
+	URL string
+}
+
+// StartNATS runs NATSImage with JetStream on file storage and waits until a
+// client connects and JetStream answers. The caller removes it.
+func StartNATS(ctx context.Context, name string) (*NATS, error) {
+	c, err := run(ctx, name, NATSImage, []string{"4222"}, NATSImage, "-js", "-sd", "/data", "-m", "8222")
+	if err != nil {
+		return nil, err
+	}
+	n := &NATS{Container: c}
+	port, err := c.port(ctx, "4222/tcp")
+	if err != nil {
+		return n, err
+	}
+	n.URL = "nats://127.0.0.1:" + port
+	err = Poll(ctx, 30*time.Second, 100*time.Millisecond, func() (bool, error) {
+		nc, err := nats.Connect(n.URL)
+		if err != nil {
+			return false, nil
+		}
+		defer nc.Close()
+		_, err = nc.Request("$JS.API.INFO", nil, time.Second)
+		return err == nil, nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("wait for nats: %w", err)
+	}
+	return n, nil
+}

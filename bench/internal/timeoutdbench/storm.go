@@ -1,0 +1,103 @@
+package timeoutdbench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Storm subscribes an independent ordered JetStream consumer to the cancel
+// events, publishes one set command per key at deadlines (which lie in the
+// future), waits for every cancel event and prints two lateness
+// distributions against each deadline: the event's arrival at the consumer
+// (after JetStream stored it, so no earlier than its PubAck) and timeoutd's
+// own fired_at. Early counts must be 0.
+func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time) error {
+	want := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		want[k] = struct{}{}
+	}
+	var (
+		mu       sync.Mutex
+		arrival  = make([]time.Duration, 0, len(keys))
+		fired    = make([]time.Duration, 0, len(keys))
+		early    int
+		earlyDec int
+		dupes    int
+		bad      int
+		done     = make(chan struct{})
+	)
+	cons, err := b.js.OrderedConsumer(ctx, events.StreamExpiries, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.OrderCancelSubjectPrefix + ">"},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("expiry consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		now := time.Now()
+		e, err := events.DecodeExpiry(msg.Data())
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			bad++
+			return
+		}
+		if _, ok := want[e.Key]; !ok {
+			dupes++
+			return
+		}
+		delete(want, e.Key)
+		late := now.Sub(e.Deadline)
+		if late < 0 {
+			early++
+		}
+		if e.FiredAt.Before(e.Deadline) {
+			earlyDec++
+		}
+		arrival = append(arrival, late)
+		fired = append(fired, e.FiredAt.Sub(e.Deadline))
+		if len(want) == 0 {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return fmt.Errorf("consume expiries: %w", err)
+	}
+	defer cc.Stop()
+
+	start := time.Now()
+	if err := b.publish(ctx, func(i int) events.Command { return setCommand(keys[i], 1, deadlines[i]) }, len(keys)); err != nil {
+		return err
+	}
+	ingested := time.Since(start)
+	lead := time.Until(deadlines[0])
+	last := deadlines[len(deadlines)-1]
+	select {
+	case <-done:
+	case <-time.After(time.Until(last) + 2*time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Errorf("timeoutd storm: %d of %d cancel events arrived within 2 min after the last deadline", len(arrival), len(keys))
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	span := last.Sub(deadlines[0])
+	kv := []any{"peer", "timeoutd", "workload", "storm", "measured", "arrival_at_consumer", "n", len(keys),
+		"due_per_sec", harness.PerSec(len(keys), span), "publish_acked_seconds", ingested.Seconds(),
+		"lead_after_publish_ms", lead, "early", early, "early_fired_at", earlyDec, "duplicates", dupes, "undecodable", bad}
+	kv = append(kv, harness.Summarize(arrival).KV("lateness_")...)
+	b.rep.Line("result", kv...)
+	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "fired_at_in_event", "n", len(keys)}
+	kv = append(kv, harness.Summarize(fired).KV("lateness_")...)
+	b.rep.Line("result", kv...)
+	return nil
+}

@@ -1,0 +1,347 @@
+package timeoutdbench
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+)
+
+// Defaults of Config.
+const (
+	// MaxPendingDefault bounds the unacknowledged async publishes.
+	MaxPendingDefault = 8192
+	// ReadyTimeoutDefault bounds the wait for /readyz after a start.
+	ReadyTimeoutDefault = 5 * time.Minute
+	// IngestTimeoutDefault bounds the wait for the pending count to reach a
+	// workload's size.
+	IngestTimeoutDefault = 10 * time.Minute
+)
+
+// Config configures the timeoutd peer.
+type Config struct {
+	// Bin is the built timeoutd binary.
+	Bin string
+	// DatabaseURL is timeoutd's database on the shared Postgres server.
+	DatabaseURL string
+	// NATSURL is the NATS server.
+	NATSURL string
+	// LogPath receives timeoutd's JSON logs.
+	LogPath string
+	// MaxPending bounds the unacknowledged async publishes; default 8192.
+	MaxPending int
+	// ReadyTimeout bounds the wait for /readyz; default 5m.
+	ReadyTimeout time.Duration
+	// IngestTimeout bounds the wait for a workload's pending count; default
+	// 10m.
+	IngestTimeout time.Duration
+}
+
+// Bench is a running timeoutd and the clients that drive and observe it.
+type Bench struct {
+	cfg   Config
+	rep   *harness.Report
+	proc  *harness.Process
+	base  string // http://127.0.0.1:port
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	http  *http.Client
+	ready time.Duration
+	// pubErrs counts async publishes that got no PubAck.
+	pubErrs atomic.Int64
+}
+
+// New ensures the streams, starts timeoutd and waits for /readyz.
+func New(ctx context.Context, cfg Config, rep *harness.Report) (*Bench, error) {
+	if cfg.Bin == "" || cfg.DatabaseURL == "" || cfg.NATSURL == "" {
+		return nil, errors.New("timeoutdbench: Bin, DatabaseURL and NATSURL are required")
+	}
+	cfg.MaxPending = cmp.Or(cfg.MaxPending, MaxPendingDefault)
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, ReadyTimeoutDefault)
+	cfg.IngestTimeout = cmp.Or(cfg.IngestTimeout, IngestTimeoutDefault)
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("loadgen"))
+	if err != nil {
+		return nil, fmt.Errorf("connect nats: %w", err)
+	}
+	b := &Bench{cfg: cfg, rep: rep, nc: nc, http: &http.Client{Timeout: 5 * time.Second}}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { b.pubErrs.Add(1) }))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	b.js = js
+	if err := b.start(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	rep.Line("result", "peer", "timeoutd", "workload", "start", "pending", 0, "ready_ms", b.ready)
+	return b, nil
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// start runs the binary and waits for /readyz, recording how long it took.
+func (b *Bench) start(ctx context.Context) error {
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	b.base = "http://" + addr
+	start := time.Now()
+	p, err := harness.Start(b.cfg.Bin, []string{
+		"TIMEOUTD_DATABASE_URL=" + b.cfg.DatabaseURL,
+		"TIMEOUTD_NATS_URL=" + b.cfg.NATSURL,
+		"TIMEOUTD_HTTP_ADDR=" + addr,
+		"TIMEOUTD_LOG_LEVEL=warn",
+	}, b.cfg.LogPath)
+	if err != nil {
+		return err
+	}
+	b.proc = p
+	err = harness.Poll(ctx, b.cfg.ReadyTimeout, 5*time.Millisecond, func() (bool, error) {
+		select {
+		case err := <-p.Exited():
+			return false, fmt.Errorf("timeoutd exited before ready (%v); see %s", err, b.cfg.LogPath)
+		default:
+		}
+		return harness.Status(ctx, b.base+"/readyz") == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for timeoutd ready: %w", err)
+	}
+	b.ready = time.Since(start)
+	return nil
+}
+
+// Close stops timeoutd and closes the NATS connection.
+func (b *Bench) Close() {
+	if b.proc != nil {
+		_ = b.proc.Stop(30 * time.Second)
+	}
+	b.nc.Close()
+}
+
+// Stats returns timeoutd's /api/v1/stats.
+func (b *Bench) Stats(ctx context.Context) (api.Stats, error) {
+	var s api.Stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/api/v1/stats", nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return s, fmt.Errorf("get stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("get stats: status %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return s, fmt.Errorf("decode stats: %w", err)
+	}
+	return s, nil
+}
+
+// waitPending polls the stats every 10 ms until pending equals want.
+func (b *Bench) waitPending(ctx context.Context, want int64) error {
+	var last api.Stats
+	err := harness.Poll(ctx, b.cfg.IngestTimeout, 10*time.Millisecond, func() (bool, error) {
+		select {
+		case err := <-b.proc.Exited():
+			return false, fmt.Errorf("timeoutd exited (%v); see %s", err, b.cfg.LogPath)
+		default:
+		}
+		s, err := b.Stats(ctx)
+		if err != nil {
+			return false, nil
+		}
+		last = s
+		return s.Pending == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for pending %d (last %d, dead-lettered %d): %w", want, last.Pending, last.Totals.DeadLettered, err)
+	}
+	return nil
+}
+
+// publish sends cmds with PublishAsync and their Nats-Msg-Id, and waits for
+// every PubAck.
+func (b *Bench) publish(ctx context.Context, cmds func(i int) events.Command, n int) error {
+	failed := b.pubErrs.Load()
+	for i := range n {
+		c := cmds(i)
+		data, err := json.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("encode command: %w", err)
+		}
+		if _, err := b.js.PublishAsync(c.Subject(), data, jetstream.WithMsgID(c.MsgID())); err != nil {
+			return fmt.Errorf("publish %s: %w", c.Subject(), err)
+		}
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if n := b.pubErrs.Load() - failed; n > 0 {
+		return fmt.Errorf("publish: %d commands were not acknowledged", n)
+	}
+	return nil
+}
+
+func setCommand(key string, version int64, deadline time.Time) events.Command {
+	return events.Command{
+		Schema: events.SchemaVersion, Kind: events.KindSet, Key: key, Version: version,
+		Deadline: deadline, FireSubject: events.OrderCancelSubject(key),
+	}
+}
+
+// Ingest publishes one set command per key (version 1, deadline
+// deadlines[i]) at the maximum rate and waits until timeoutd reports
+// pending == before + len(keys); it prints the rate over the whole span, from
+// the first publish to the pending count.
+func (b *Bench) Ingest(ctx context.Context, keys []string, deadlines []time.Time) error {
+	s, err := b.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	want := s.Pending + int64(len(keys))
+	start := time.Now()
+	if err := b.publish(ctx, func(i int) events.Command { return setCommand(keys[i], 1, deadlines[i]) }, len(keys)); err != nil {
+		return err
+	}
+	published := time.Since(start)
+	if err := b.waitPending(ctx, want); err != nil {
+		return err
+	}
+	d := time.Since(start)
+	b.rep.Line("result", "peer", "timeoutd", "workload", "ingest", "n", len(keys), "seconds", d.Seconds(),
+		"per_sec", harness.PerSec(len(keys), d), "publish_acked_seconds", published.Seconds())
+	return nil
+}
+
+// Clear publishes one clear command per key (version 2) and waits until
+// pending drops by len(keys); it prints the rate.
+func (b *Bench) Clear(ctx context.Context, keys []string) error {
+	s, err := b.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	want := s.Pending - int64(len(keys))
+	start := time.Now()
+	err = b.publish(ctx, func(i int) events.Command {
+		return events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: keys[i], Version: 2}
+	}, len(keys))
+	if err != nil {
+		return err
+	}
+	published := time.Since(start)
+	if err := b.waitPending(ctx, want); err != nil {
+		return err
+	}
+	d := time.Since(start)
+	b.rep.Line("result", "peer", "timeoutd", "workload", "clear", "n", len(keys), "seconds", d.Seconds(),
+		"per_sec", harness.PerSec(len(keys), d), "publish_acked_seconds", published.Seconds())
+	return nil
+}
+
+// Bytes prints the Postgres size (tables, indexes, TOAST) of every table of
+// timeoutd's database divided by pending, and each table's share.
+func (b *Bench) Bytes(ctx context.Context, pending int) error {
+	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect timeoutd database: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		return fmt.Errorf("vacuum: %w", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+		ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("table sizes: %w", err)
+	}
+	var total int64
+	var parts []string
+	for rows.Next() {
+		var name string
+		var size int64
+		if err := rows.Scan(&name, &size); err != nil {
+			return fmt.Errorf("scan table size: %w", err)
+		}
+		total += size
+		parts = append(parts, fmt.Sprintf("%s:%d", name, size))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("table sizes: %w", err)
+	}
+	b.rep.Line("result", "peer", "timeoutd", "workload", "bytes", "pending", pending, "total_bytes", total,
+		"bytes_per_pending", float64(total)/float64(pending), "tables", strings.Join(parts, ","))
+	return nil
+}
+
+// Memory prints timeoutd's RSS and peak RSS with label describing the state.
+func (b *Bench) Memory(ctx context.Context, label string) error {
+	m, err := harness.ReadMemory(b.proc.PID())
+	if err != nil {
+		return err
+	}
+	s, err := b.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	b.rep.Line("result", "peer", "timeoutd", "workload", "rss", "when", label, "pending", s.Pending,
+		"rss_mb", float64(m.RSSBytes)/(1<<20), "hwm_mb", float64(m.HWMBytes)/(1<<20),
+		"rss_bytes_per_pending", float64(m.RSSBytes)/float64(max(s.Pending, 1)))
+	return nil
+}
+
+// Recovery stops timeoutd with SIGTERM, starts it again and prints the time
+// from the start of the new process to /readyz 200 with pending rows in
+// Postgres, then its RSS.
+func (b *Bench) Recovery(ctx context.Context, pending int) error {
+	stop := time.Now()
+	if err := b.proc.Stop(2 * time.Minute); err != nil {
+		return fmt.Errorf("stop timeoutd: %w", err)
+	}
+	stopped := time.Since(stop)
+	if err := b.start(ctx); err != nil {
+		return err
+	}
+	s, err := b.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	b.rep.Line("result", "peer", "timeoutd", "workload", "recovery", "pending", pending, "pending_after", s.Pending,
+		"ready_ms", b.ready, "sigterm_exit_ms", stopped)
+	return b.Memory(ctx, "after_recovery")
+}
