@@ -89,7 +89,7 @@ type Handler struct {
 func (h *Handler) Run(ctx context.Context) error {
 	cons, err := h.JS.CreateOrUpdateConsumer(ctx, events.StreamOrderEvents, jetstream.ConsumerConfig{
 		Durable:       h.Name,
-		FilterSubject: "orders." + string(events.OrderCancelled) + ".>",
+		FilterSubject: events.OrderEventSubjects(events.OrderCancelled),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    -1,

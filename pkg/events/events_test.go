@@ -158,6 +158,8 @@ func TestSubjects(t *testing.T) {
 		{events.MissedSubject("o-1"), "timeouts.missed.o-1"},
 		{events.OrderCancelSubject("o-1"), "orders.cancel.o-1"},
 		{events.OrderEventSubject(events.OrderPaid, "o-1"), "orders.paid.o-1"},
+		{events.OrderEventSubjects(events.OrderCancelled), "orders.cancelled.>"},
+		{events.OrderCancelSubjects, "orders.cancel.>"},
 		{events.DeadLetterSubject("timeoutd", events.ReasonInvalidKey), "dlq.timeoutd.invalid_key"},
 	}
 	for _, tt := range tests {

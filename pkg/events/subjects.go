@@ -30,6 +30,9 @@ const (
 	// uses: the expiry of an order's payment deadline is published on
 	// orders.cancel.<order id>.
 	OrderCancelSubjectPrefix = "orders.cancel."
+	// OrderCancelSubjects matches the payment deadline expiries of every
+	// order: the filter of the orders service's cancel consumer.
+	OrderCancelSubjects = OrderCancelSubjectPrefix + ">"
 	// DeadLetterSubjectPrefix is followed by the service and the reason:
 	// dlq.<service>.<reason>.
 	DeadLetterSubjectPrefix = "dlq."
@@ -48,6 +51,10 @@ func OrderCancelSubject(orderID string) string { return OrderCancelSubjectPrefix
 func OrderEventSubject(t OrderEventType, orderID string) string {
 	return "orders." + string(t) + "." + orderID
 }
+
+// OrderEventSubjects returns orders.<type>.>, which matches the events of
+// type t of every order, e.g. the filter of a consumer of cancellations.
+func OrderEventSubjects(t OrderEventType) string { return "orders." + string(t) + ".>" }
 
 // DeadLetterSubject returns dlq.<service>.<reason>.
 func DeadLetterSubject(service string, reason Reason) string {

@@ -104,7 +104,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
 		Description:   "orders: cancel unpaid orders when their payment deadline fires",
-		FilterSubject: events.OrderCancelSubjectPrefix + ">",
+		FilterSubject: events.OrderCancelSubjects,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
