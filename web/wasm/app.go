@@ -66,16 +66,18 @@ type app struct {
 
 // row is one line of the pending table.
 type row struct {
-	tr                                js.Value
-	key, version, deadline, countdown text
-	dataKey, class, deadlineTitle     attr
+	tr                            js.Value
+	key                           keyCell
+	version, deadline, countdown  text
+	dataKey, class, deadlineTitle attr
 }
 
 // feedRow is one line of the recent-expiries table.
 type feedRow struct {
-	tr                                    js.Value
-	key, version, firedAt, lateness, outc text
-	class                                 attr
+	tr                               js.Value
+	key                              keyCell
+	version, firedAt, lateness, outc text
+	class                            attr
 }
 
 // newApp builds the page inside the element #app of win's document.
@@ -372,10 +374,11 @@ func (ap *app) renderRows() {
 func (ap *app) newRow() *row {
 	d := ap.doc
 	r := &row{}
-	key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num opt"))
+	r.key = newKeyCell(d)
+	ver := h(d, "td", a("class", "num opt"))
 	dl, cd := h(d, "td", a("class", "deadline")), h(d, "td", a("class", "num countdown"))
-	r.tr = h(d, "tr", nil, key, ver, dl, cd)
-	r.key.el, r.version.el, r.deadline.el, r.countdown.el = key, ver, dl, cd
+	r.tr = h(d, "tr", nil, r.key.th, ver, dl, cd)
+	r.version.el, r.deadline.el, r.countdown.el = ver, dl, cd
 	r.class = attr{el: r.tr, name: "class"}
 	r.dataKey = attr{el: r.tr, name: "data-key"}
 	r.deadlineTitle = attr{el: dl, name: "title"}
@@ -436,10 +439,11 @@ func (ap *app) renderFeed() {
 	d := ap.doc
 	for len(ap.feedRows) < len(items) {
 		r := &feedRow{}
-		key, ver := h(d, "th", a("scope", "row", "class", "key")), h(d, "td", a("class", "num opt"))
+		r.key = newKeyCell(d)
+		ver := h(d, "td", a("class", "num opt"))
 		at, lat, out := h(d, "td", nil), h(d, "td", a("class", "num")), h(d, "td", nil)
-		r.tr = h(d, "tr", nil, key, ver, at, lat, out)
-		r.key.el, r.version.el, r.firedAt.el, r.lateness.el, r.outc.el = key, ver, at, lat, out
+		r.tr = h(d, "tr", nil, r.key.th, ver, at, lat, out)
+		r.version.el, r.firedAt.el, r.lateness.el, r.outc.el = ver, at, lat, out
 		r.class = attr{el: r.tr, name: "class"}
 		ap.feed.Call("appendChild", r.tr)
 		ap.feedRows = append(ap.feedRows, r)
@@ -462,4 +466,35 @@ func (ap *app) renderFeed() {
 		r.outc.Set(outcome)
 		r.class.Set(cls)
 	}
+}
+
+// keyCell is the row header holding an order id: the whole id, and an
+// abbreviation (view.ShortKey) that CSS shows instead where columns are
+// narrow, the whole id staying readable by screen readers and as a tooltip.
+type keyCell struct {
+	th          js.Value
+	full, short text
+	class       attr
+	title       attr
+}
+
+func newKeyCell(d js.Value) keyCell {
+	full := h(d, "span", a("class", "k-full"))
+	short := h(d, "span", a("class", "k-short", "aria-hidden", "true"))
+	th := h(d, "th", a("scope", "row"), full, short)
+	return keyCell{th: th, full: text{el: full}, short: text{el: short},
+		class: attr{el: th, name: "class"}, title: attr{el: th, name: "title"}}
+}
+
+// Set shows key.
+func (k *keyCell) Set(key string) {
+	k.full.Set(key)
+	k.title.Set(key)
+	if sk := view.ShortKey(key); sk != key {
+		k.short.Set(sk)
+		k.class.Set("key abbr")
+		return
+	}
+	k.short.Set("")
+	k.class.Set("key")
 }

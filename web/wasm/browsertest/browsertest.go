@@ -1,3 +1,5 @@
+//go:build !js
+
 package browsertest
 
 import (
@@ -7,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +112,22 @@ func FirstData(t *testing.T, ctx context.Context) time.Duration {
 		t.Fatalf("no %s mark", FirstDataMark)
 	}
 	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// CountdownSeconds parses a countdown the page shows, "42s" or "1m05s",
+// failing t on anything else.
+func CountdownSeconds(t *testing.T, s string) int {
+	t.Helper()
+	m, sec, ok := strings.Cut(strings.TrimSuffix(s, "s"), "m")
+	if !ok {
+		m, sec = "0", m
+	}
+	mi, err1 := strconv.Atoi(m)
+	si, err2 := strconv.Atoi(sec)
+	if err1 != nil || err2 != nil || !strings.HasSuffix(s, "s") {
+		t.Fatalf("countdown %q is not seconds or minutes and seconds", s)
+	}
+	return mi*60 + si
 }
 
 // Screenshot saves a full-page PNG of the page as name under the module's

@@ -1,3 +1,5 @@
+//go:build !js
+
 package browsertest
 
 import (
@@ -215,7 +217,7 @@ func TestDashboardInChromium(t *testing.T) {
 	before := Eval[string](t, ctx, countdown)
 	Poll(t, ctx, 3*time.Second, "the countdown to tick", countdown+` !== `+strconv.Quote(before))
 	after := Eval[string](t, ctx, countdown)
-	if b, a := seconds(t, before), seconds(t, after); a >= b {
+	if b, a := CountdownSeconds(t, before), CountdownSeconds(t, after); a >= b {
 		t.Errorf("countdown went from %q to %q", before, after)
 	}
 
@@ -255,7 +257,8 @@ func TestDashboardInChromium(t *testing.T) {
 func TestDashboardNarrowAndAccessible(t *testing.T) {
 	dist := buildDist(t)
 	f, srv := newFakeAPI(t, dist)
-	snap, pending := world(time.Now().UTC(), 40, "ord")
+	// Order ids as long as the orders service's UUIDs.
+	snap, pending := world(time.Now().UTC(), 40, "01a206f7-04ab-77d2-aa89-6952a6a6")
 	f.set(snap, pending)
 	ctx := Chrome(t, Narrow)
 	Do(t, ctx, 15*time.Second, "open the dashboard", chromedp.Navigate(srv.URL+"/"))
@@ -265,6 +268,9 @@ func TestDashboardNarrowAndAccessible(t *testing.T) {
 		name, expr string
 	}{
 		{"no horizontal page scroll", `document.documentElement.scrollWidth <= window.innerWidth`},
+		{"tables fit without scrolling", `[...document.querySelectorAll(".scroll")].every(s => s.scrollWidth <= s.clientWidth)`},
+		{"long ids are abbreviated", `document.querySelector("#pending-rows th .k-short").textContent === "01a206…6-0000"`},
+		{"abbreviated ids keep the whole id as a title", `document.querySelector("#pending-rows th").title === "01a206f7-04ab-77d2-aa89-6952a6a6-0000"`},
 		{"one column", `getComputedStyle(document.querySelector("main")).gridTemplateColumns.split(" ").length === 1`},
 		{"search has a label", `document.querySelector("label[for=search]")?.textContent === "Search by order id"`},
 		{"every button is named", `[...document.querySelectorAll("button")].every(b => b.getAttribute("aria-label") || b.textContent.trim())`},
@@ -281,14 +287,4 @@ func TestDashboardNarrowAndAccessible(t *testing.T) {
 		})
 	}
 	Screenshot(t, ctx, "dashboard-narrow.png")
-}
-
-// seconds parses a countdown under a minute ("42s").
-func seconds(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(strings.TrimSuffix(s, "s"))
-	if err != nil {
-		t.Fatalf("countdown %q: %v", s, err)
-	}
-	return n
 }

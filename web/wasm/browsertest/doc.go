@@ -1,3 +1,5 @@
+//go:build !js
+
 // Package browsertest drives the dashboard in a real, headless Chromium
 // through github.com/chromedp/chromedp, for the browser tests: this
 // package's own, against a scripted API server, and the e2e suite's,

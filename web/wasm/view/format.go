@@ -86,3 +86,16 @@ func FormatCount(n int64) string {
 	}
 	return string(out)
 }
+
+// ShortKeyLen is the longest key ShortKey leaves whole.
+const ShortKeyLen = 16
+
+// ShortKey abbreviates a long key (a UUID order id, say) to its first and
+// last six characters, "01a206…a6d5aa", for narrow columns; the end of a
+// UUIDv7 is its random part, so abbreviations stay distinct in practice.
+func ShortKey(key string) string {
+	if len(key) <= ShortKeyLen {
+		return key
+	}
+	return key[:6] + "…" + key[len(key)-6:]
+}

@@ -123,3 +123,22 @@ func TestFormatClock(t *testing.T) {
 		})
 	}
 }
+
+func TestShortKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, key, want string
+	}{
+		{"short stays", "o-1", "o-1"},
+		{"at the limit stays", "abcdefghijklmnop", "abcdefghijklmnop"},
+		{"uuid keeps both ends", "01a206f7-04ab-77d2-aa89-6952a6a6d5aa", "01a206…a6d5aa"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := ShortKey(tt.key); got != tt.want {
+				t.Errorf("ShortKey(%q) = %q, want %q", tt.key, got, tt.want)
+			}
+		})
+	}
+}
