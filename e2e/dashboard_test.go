@@ -30,17 +30,18 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 	browsertest.Poll(t, ctx, 10*time.Second, "the first snapshot", `Number(document.getElementById("app")?.dataset.snapshots) >= 1`)
 	t.Logf("time to first data (navigation start → first snapshot rendered): %s", browsertest.FirstData(t, ctx).Round(time.Millisecond))
 
-	// Four orders expire during the test, a few more stay pending so the
-	// screenshot shows both lists.
+	// Four orders expire during the test; 26 more, due within 20 s to 42
+	// min, stay pending, so the pending list pages and the histogram and
+	// the screenshot show a spread.
 	cl := s.orders()
 	var (
 		watched []ordersapi.Order
 		created []time.Time
 	)
-	for i := range 10 {
+	for i := range 30 {
 		d := 7*time.Second + time.Duration(i)*time.Second
 		if i >= 4 {
-			d = time.Duration(i) * 15 * time.Second
+			d = 20*time.Second + time.Duration((i-4)*(i-4))*4*time.Second
 		}
 		o := createOrder(t, cl, within(d))
 		if i < 4 {
@@ -53,7 +54,7 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 		browsertest.Poll(t, ctx, max(left, 50*time.Millisecond), o.ID+" in the pending list within 2 s", rowOf("pending-rows", o.ID)+" !== null")
 	}
 	t.Logf("all watched orders in the dashboard %s after the first one's creation", time.Since(created[0]).Round(time.Millisecond))
-	browsertest.Poll(t, ctx, dashboardAppearBound, "the pending count of 10", `document.getElementById("stat-pending").textContent === "10"`)
+	browsertest.Poll(t, ctx, dashboardAppearBound, "the pending count of 30", `document.getElementById("stat-pending").textContent === "30"`)
 
 	for _, o := range watched {
 		cells := browsertest.Eval[[]string](t, ctx, cellsOf("pending-rows", o.ID))

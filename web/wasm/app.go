@@ -55,6 +55,7 @@ type app struct {
 	snapAttr                                   attr
 
 	es          js.Value
+	esFuncs     []js.Func // es's listeners
 	funcs       []js.Func // released by stop
 	interval    js.Value
 	searchTimer js.Value
@@ -210,10 +211,10 @@ func (ap *app) stop() {
 	if !ap.es.IsUndefined() {
 		ap.es.Call("close")
 	}
-	for _, f := range ap.funcs {
+	for _, f := range append(ap.funcs, ap.esFuncs...) {
 		f.Release()
 	}
-	ap.funcs = nil
+	ap.funcs, ap.esFuncs = nil, nil
 }
 
 // connect opens the event stream.
@@ -221,11 +222,15 @@ func (ap *app) connect() {
 	if ap.stopped {
 		return
 	}
+	for _, f := range ap.esFuncs {
+		f.Release() // the previous stream's, closed
+	}
 	es := ap.win.Get("EventSource").New(view.StreamPath)
 	ap.es = es
-	ap.funcs = append(ap.funcs,
+	ap.esFuncs = []js.Func{
 		listen(es, "snapshot", func(ev js.Value) { ap.onSnapshot(ev.Get("data").String()) }),
-		listen(es, "error", func(js.Value) { ap.onStreamError(es) }))
+		listen(es, "error", func(js.Value) { ap.onStreamError(es) }),
+	}
 }
 
 // onSnapshot applies one snapshot event's data.
