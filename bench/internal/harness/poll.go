@@ -46,13 +46,3 @@ func Status(ctx context.Context, url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
-
-// WaitStatus polls GET url every 5 ms until it answers 200 and returns how
-// long that took.
-func WaitStatus(ctx context.Context, url string, timeout time.Duration) (time.Duration, error) {
-	start := time.Now()
-	err := Poll(ctx, timeout, 5*time.Millisecond, func() (bool, error) {
-		return Status(ctx, url) == http.StatusOK, nil
-	})
-	return time.Since(start), err
-}

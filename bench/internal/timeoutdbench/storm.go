@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
@@ -71,6 +72,50 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time)
 		return fmt.Errorf("consume expiries: %w", err)
 	}
 	defer cc.Stop()
+	// A core NATS subscriber sees each event when the relay publishes it,
+	// before JetStream's PubAck: it tells the relay's lag from the consumer's.
+	var (
+		pubMu sync.Mutex
+		pub   = make([]time.Duration, 0, len(keys))
+	)
+	sub, err := b.nc.Subscribe(events.OrderCancelSubjectPrefix+">", func(msg *nats.Msg) {
+		now := time.Now()
+		e, err := events.DecodeExpiry(msg.Data)
+		if err != nil {
+			return
+		}
+		pubMu.Lock()
+		pub = append(pub, now.Sub(e.Deadline))
+		pubMu.Unlock()
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe expiries: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return fmt.Errorf("subscribe expiries: %w", err)
+	}
+	// Sample the outbox while the storm runs.
+	var maxRows int64
+	var maxAge float64
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+			}
+			if s, err := b.Stats(sampleCtx); err == nil {
+				mu.Lock()
+				maxRows, maxAge = max(maxRows, s.Outbox.Rows), max(maxAge, s.Outbox.OldestAgeMs)
+				mu.Unlock()
+			}
+		}
+	}()
 
 	start := time.Now()
 	if err := b.publish(ctx, func(i int) events.Command { return setCommand(keys[i], 1, deadlines[i]) }, len(keys)); err != nil {
@@ -88,6 +133,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	stopSampling()
 	mu.Lock()
 	defer mu.Unlock()
 	span := last.Sub(deadlines[0])
@@ -95,6 +141,12 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time)
 		"due_per_sec", harness.PerSec(len(keys), span), "publish_acked_seconds", ingested.Seconds(),
 		"lead_after_publish_ms", lead, "early", early, "early_fired_at", earlyDec, "duplicates", dupes, "undecodable", bad}
 	kv = append(kv, harness.Summarize(arrival).KV("lateness_")...)
+	kv = append(kv, "outbox_max_rows", maxRows, "outbox_max_oldest_age_ms", maxAge)
+	b.rep.Line("result", kv...)
+	pubMu.Lock()
+	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "relay_publish_core_sub", "n", len(pub)}
+	kv = append(kv, harness.Summarize(pub).KV("lateness_")...)
+	pubMu.Unlock()
 	b.rep.Line("result", kv...)
 	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "fired_at_in_event", "n", len(keys)}
 	kv = append(kv, harness.Summarize(fired).KV("lateness_")...)

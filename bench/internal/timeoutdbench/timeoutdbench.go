@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -98,45 +97,20 @@ func New(ctx context.Context, cfg Config, rep *harness.Report) (*Bench, error) {
 	return b, nil
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // start runs the binary and waits for /readyz, recording how long it took.
 func (b *Bench) start(ctx context.Context) error {
-	addr, err := freePort()
-	if err != nil {
-		return err
-	}
-	b.base = "http://" + addr
-	start := time.Now()
-	p, err := harness.Start(b.cfg.Bin, []string{
-		"TIMEOUTD_DATABASE_URL=" + b.cfg.DatabaseURL,
-		"TIMEOUTD_NATS_URL=" + b.cfg.NATSURL,
-		"TIMEOUTD_HTTP_ADDR=" + addr,
-		"TIMEOUTD_LOG_LEVEL=warn",
-	}, b.cfg.LogPath)
-	if err != nil {
-		return err
-	}
-	b.proc = p
-	err = harness.Poll(ctx, b.cfg.ReadyTimeout, 5*time.Millisecond, func() (bool, error) {
-		select {
-		case err := <-p.Exited():
-			return false, fmt.Errorf("timeoutd exited before ready (%v); see %s", err, b.cfg.LogPath)
-		default:
+	svc, err := harness.StartService(ctx, b.cfg.Bin, func(addr string) []string {
+		return []string{
+			"TIMEOUTD_DATABASE_URL=" + b.cfg.DatabaseURL,
+			"TIMEOUTD_NATS_URL=" + b.cfg.NATSURL,
+			"TIMEOUTD_HTTP_ADDR=" + addr,
+			"TIMEOUTD_LOG_LEVEL=warn",
 		}
-		return harness.Status(ctx, b.base+"/readyz") == http.StatusOK, nil
-	})
+	}, b.cfg.LogPath, b.cfg.ReadyTimeout)
 	if err != nil {
-		return fmt.Errorf("wait for timeoutd ready: %w", err)
+		return fmt.Errorf("start timeoutd: %w", err)
 	}
-	b.ready = time.Since(start)
+	b.proc, b.base, b.ready = svc.Process, svc.Base, svc.Ready
 	return nil
 }
 

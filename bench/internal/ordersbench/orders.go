@@ -1,0 +1,189 @@
+package ordersbench
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Defaults of Config.
+const (
+	// ClientsDefault is the number of concurrent HTTP clients.
+	ClientsDefault = 64
+	// DurationDefault is the measured span.
+	DurationDefault = 10 * time.Second
+	// WarmupDefault is the unmeasured load before it.
+	WarmupDefault = 2 * time.Second
+	// Token is the bearer token the benchmark configures and sends.
+	Token = "bench-token"
+)
+
+// Config configures the orders load.
+type Config struct {
+	// Bin is the built orders binary.
+	Bin string
+	// DatabaseURL is the orders database on the shared Postgres server.
+	DatabaseURL string
+	// NATSURL is the NATS server.
+	NATSURL string
+	// LogPath receives the service's JSON logs.
+	LogPath string
+	// Clients is the number of concurrent HTTP clients; default 64.
+	Clients int
+	// Duration is the measured span; default 10s.
+	Duration time.Duration
+	// Warmup is the load before the measured span; default 2s.
+	Warmup time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.Clients = cmp.Or(c.Clients, ClientsDefault)
+	c.Duration = cmp.Or(c.Duration, DurationDefault)
+	c.Warmup = cmp.Or(c.Warmup, WarmupDefault)
+	return c
+}
+
+// body is the request of every create: one item, 15 minutes to pay.
+const body = `{"customer_id":"c-bench","currency":"EUR","items":[{"sku":"A-1","quantity":2,"unit_price_minor":1250}],"pay_within":"15m"}`
+
+// Orders starts the orders binary, drives POST /v1/orders from cfg.Clients
+// goroutines for cfg.Warmup and then cfg.Duration, prints the creates/s and
+// latency of the measured span, waits for the relay to publish every
+// command, and returns the creates/s.
+func Orders(ctx context.Context, cfg Config, rep *harness.Report) (float64, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Bin == "" || cfg.DatabaseURL == "" || cfg.NATSURL == "" {
+		return 0, errors.New("ordersbench: Bin, DatabaseURL and NATSURL are required")
+	}
+	svc, err := harness.StartService(ctx, cfg.Bin, func(addr string) []string {
+		return []string{
+			"ORDERS_DATABASE_URL=" + cfg.DatabaseURL,
+			"ORDERS_NATS_URL=" + cfg.NATSURL,
+			"ORDERS_HTTP_ADDR=" + addr,
+			"ORDERS_API_TOKENS=" + Token,
+			"ORDERS_LOG_LEVEL=warn",
+		}
+	}, cfg.LogPath, time.Minute)
+	if err != nil {
+		return 0, fmt.Errorf("start orders: %w", err)
+	}
+	defer svc.Stop(30 * time.Second)
+	rep.Line("result", "peer", "orders", "workload", "start", "ready_ms", svc.Ready)
+
+	client := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{MaxIdleConns: cfg.Clients, MaxIdleConnsPerHost: cfg.Clients},
+	}
+	var (
+		measuring atomic.Bool
+		stop      atomic.Bool
+		mu        sync.Mutex
+		lat       = make([]time.Duration, 0, 1<<18)
+		created   atomic.Int64 // every 201, warmup included
+		failed    atomic.Int64
+		firstErr  atomic.Value
+		wg        sync.WaitGroup
+	)
+	url := svc.Base + "/v1/orders"
+	for range cfg.Clients {
+		wg.Go(func() {
+			local := make([]time.Duration, 0, 4096)
+			for !stop.Load() {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+Token)
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				d := time.Since(t0)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Errorf("status %d: %s", resp.StatusCode, b))
+					continue
+				}
+				created.Add(1)
+				if measuring.Load() {
+					local = append(local, d)
+				}
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
+	}
+	time.Sleep(cfg.Warmup) // a fixed load duration, not a wait for a result
+	measuring.Store(true)
+	start := time.Now()
+	time.Sleep(cfg.Duration)
+	measuring.Store(false)
+	d := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	if len(lat) == 0 {
+		return 0, fmt.Errorf("orders: no create succeeded: %v", firstErr.Load())
+	}
+	rate := harness.PerSec(len(lat), d)
+	kv := []any{"peer", "orders", "workload", "create", "clients", cfg.Clients, "seconds", d.Seconds(), "n", len(lat),
+		"per_sec", rate, "errors", failed.Load()}
+	kv = append(kv, harness.Summarize(lat).KV("latency_")...)
+	if e := firstErr.Load(); e != nil {
+		kv = append(kv, "first_error", fmt.Sprint(e))
+	}
+	rep.Line("result", kv...)
+	return rate, relayDrain(ctx, cfg.NATSURL, created.Load(), rep)
+}
+
+// relayDrain waits up to a minute for the command stream to hold one
+// command per created order (nothing consumes it in this benchmark) and
+// prints how long after the load that took.
+func relayDrain(ctx context.Context, url string, want int64, rep *harness.Report) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("connect nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	start := time.Now()
+	var got uint64
+	err = harness.Poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
+		s, err := js.Stream(ctx, events.StreamCommands)
+		if err != nil {
+			return false, nil
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return false, nil
+		}
+		got = info.State.Msgs
+		return int64(got) >= want, nil
+	})
+	rep.Line("result", "peer", "orders", "workload", "relay_drain", "created", want, "commands_in_stream", got,
+		"drained", err == nil, "drain_ms", time.Since(start))
+	return nil
+}
