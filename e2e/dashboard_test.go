@@ -29,6 +29,11 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 	browsertest.Do(t, ctx, 20*time.Second, "open the dashboard", chromedp.Navigate(s.TimeoutdURL+"/"))
 	browsertest.Poll(t, ctx, 10*time.Second, "the first snapshot", `Number(document.getElementById("app")?.dataset.snapshots) >= 1`)
 	t.Logf("time to first data (navigation start → first snapshot rendered): %s", browsertest.FirstData(t, ctx).Round(time.Millisecond))
+	if enc, dec := browsertest.WasmTransfer(t, ctx); enc <= 0 || enc > dec/2 {
+		t.Errorf("main.wasm transferred as %d bytes for %d decoded, want it gzip-compressed", enc, dec)
+	} else {
+		t.Logf("main.wasm: %d bytes transferred (gzip), %d decoded", enc, dec)
+	}
 
 	// Four orders expire during the test; 26 more, due within 20 s to 42
 	// min, stay pending, so the pending list pages and the histogram and

@@ -114,6 +114,18 @@ func FirstData(t *testing.T, ctx context.Context) time.Duration {
 	return time.Duration(ms * float64(time.Millisecond))
 }
 
+// WasmTransfer returns the size of main.wasm as transferred (the encoded
+// body, gzip when the server sent it compressed) and as decoded, from the
+// page's resource timing.
+func WasmTransfer(t *testing.T, ctx context.Context) (encoded, decoded int64) {
+	t.Helper()
+	sizes := Eval[[]int64](t, ctx, `(e => e ? [e.encodedBodySize, e.decodedBodySize] : [-1, -1])(performance.getEntriesByType("resource").find(e => new URL(e.name).pathname.endsWith("/main.wasm")))`)
+	if len(sizes) != 2 || sizes[0] < 0 {
+		t.Fatalf("no resource timing of main.wasm: %v", sizes)
+	}
+	return sizes[0], sizes[1]
+}
+
 // CountdownSeconds parses a countdown the page shows, "42s" or "1m05s",
 // failing t on anything else.
 func CountdownSeconds(t *testing.T, s string) int {

@@ -195,6 +195,11 @@ func TestDashboardInChromium(t *testing.T) {
 	Do(t, ctx, 15*time.Second, "open the dashboard", chromedp.Navigate(srv.URL+"/"))
 	Poll(t, ctx, 10*time.Second, "the first snapshot", `document.getElementById("app")?.dataset.snapshots === "1"`)
 	t.Logf("time to first data (navigation start → first snapshot rendered): %s", FirstData(t, ctx).Round(time.Millisecond))
+	if enc, dec := WasmTransfer(t, ctx); enc <= 0 || enc > dec/2 {
+		t.Errorf("main.wasm transferred as %d bytes for %d decoded, want it gzip-compressed", enc, dec)
+	} else {
+		t.Logf("main.wasm: %d bytes transferred (gzip), %d decoded", enc, dec)
+	}
 
 	if got := Eval[string](t, ctx, connSel+`.dataset.state`); got != "live" {
 		t.Errorf("connection state %q, want live", got)
