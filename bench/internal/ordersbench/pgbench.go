@@ -56,27 +56,15 @@ func Pgbench(ctx context.Context, pg *harness.Postgres, clients int, d time.Dura
 	if err != nil {
 		return 0, err
 	}
-	m := tpsRE.FindStringSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("pgbench: no tps in output: %s", out)
+	tps, err := parseTPS(out)
+	if err != nil {
+		return 0, err
 	}
-	tps, _ := strconv.ParseFloat(m[1], 64)
 	logs, err := pg.Exec(ctx, "", "sh", "-c", "cat /tmp/pgb.*")
 	if err != nil {
 		return 0, err
 	}
-	var lat []time.Duration
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 {
-			continue
-		}
-		us, err := strconv.ParseInt(f[2], 10, 64)
-		if err == nil {
-			lat = append(lat, time.Duration(us)*time.Microsecond)
-		}
-	}
+	lat := parseLatencies(logs)
 	kv := []any{"peer", "pgbench", "workload", "insert", "clients", clients, "seconds", d.Seconds(), "tps", tps, "n", len(lat)}
 	kv = append(kv, harness.Summarize(lat).KV("latency_")...)
 	rep.Line("result", kv...)
@@ -84,4 +72,31 @@ func Pgbench(ctx context.Context, pg *harness.Postgres, clients int, d time.Dura
 	rep.Note("pgbench script: %s", strings.TrimSpace(PgbenchScript))
 	rep.Note("pgbench table: %s", strings.Join(strings.Fields(PgbenchTable), " "))
 	return tps, nil
+}
+
+// parseTPS returns the "tps = N (without initial connection time)" of
+// pgbench's output.
+func parseTPS(out string) (float64, error) {
+	m := tpsRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no tps in output: %s", out)
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+// parseLatencies returns the transaction latencies of pgbench's
+// per-transaction log (-l): the third field of each line, in microseconds.
+func parseLatencies(logs string) []time.Duration {
+	var lat []time.Duration
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		if us, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+			lat = append(lat, time.Duration(us)*time.Microsecond)
+		}
+	}
+	return lat
 }

@@ -175,7 +175,7 @@ func (b *Bench) publish(ctx context.Context, cmds func(i int) events.Command, n 
 		if err != nil {
 			return fmt.Errorf("encode command: %w", err)
 		}
-		if _, err := b.js.PublishAsync(c.Subject(), data, jetstream.WithMsgID(c.MsgID())); err != nil {
+		if _, err := b.js.PublishAsync(c.Subject(), data, jetstream.WithMsgID(c.MsgID()), jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("publish %s: %w", c.Subject(), err)
 		}
 	}

@@ -1,0 +1,104 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = ms(100 - i) // reversed: Summarize sorts
+	}
+	tests := []struct {
+		name string
+		in   []time.Duration
+		want Summary
+	}{
+		{"empty", nil, Summary{}},
+		{"one", []time.Duration{ms(7)}, Summary{N: 1, Min: ms(7), P50: ms(7), P99: ms(7), P999: ms(7), Max: ms(7), Mean: ms(7)}},
+		{"hundred", hundred, Summary{N: 100, Min: ms(1), P50: ms(50), P99: ms(99), P999: ms(99), Max: ms(100), Mean: 50500 * time.Microsecond}},
+		{"negative lateness kept", []time.Duration{ms(-2), ms(4)}, Summary{N: 2, Min: ms(-2), P50: ms(-2), P99: ms(-2), P999: ms(-2), Max: ms(4), Mean: ms(1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := Summarize(tt.in); got != tt.want {
+				t.Errorf("Summarize = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReportLine(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		kv   []any
+		want string
+	}{
+		{"ints and strings", []any{"peer", "river", "n", 3}, "result peer=river n=3\n"},
+		{"float three decimals", []any{"per_sec", 1234.56789}, "result per_sec=1234.568\n"},
+		{"duration in ms", []any{"p99_ms", 1500 * time.Microsecond}, "result p99_ms=1.500\n"},
+		{"spaces quoted", []any{"model", "Intel Xeon"}, "result model=\"Intel Xeon\"\n"},
+		{"odd trailing key dropped", []any{"a", 1, "b"}, "result a=1\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			r := &Report{w: &buf}
+			r.Line("result", tt.kv...)
+			if got := buf.String(); got != tt.want {
+				t.Errorf("Line = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadMemory(t *testing.T) {
+	t.Parallel()
+	m, err := ReadMemory(os.Getpid())
+	if err != nil {
+		t.Fatalf("ReadMemory: %v", err)
+	}
+	if m.RSSBytes <= 0 || m.HWMBytes < m.RSSBytes {
+		t.Errorf("ReadMemory = %+v, want 0 < RSS <= HWM", m)
+	}
+	if _, err := ReadMemory(-1); err == nil {
+		t.Error("ReadMemory(-1): want an error")
+	}
+}
+
+func TestPoll(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		cond    func(calls int) (bool, error)
+		wantErr error
+	}{
+		{"true at the third call", func(c int) (bool, error) { return c == 3, nil }, nil},
+		{"error stops", func(int) (bool, error) { return false, boom }, boom},
+		{"gives up", func(int) (bool, error) { return false, nil }, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			calls := 0
+			err := Poll(context.Background(), 200*time.Millisecond, time.Millisecond, func() (bool, error) {
+				calls++
+				return tt.cond(calls)
+			})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Poll = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
