@@ -65,7 +65,7 @@ test: images chromium wasm test-wasm ## every test: unit, integration, e2e and b
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: images ## only the end-to-end suite against the built containers
+test-e2e: images chromium ## only the end-to-end suite against the built containers
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
 
 .PHONY: test-short

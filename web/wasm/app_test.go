@@ -37,6 +37,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.U
 func newTestApp(t *testing.T) (*app, *clock) {
 	t.Helper()
 	js.Global().Call("eval", fakeDOM)
+	js.Global().Get("performance").Call("clearMarks")
 	clk := &clock{now: t0}
 	ap, err := newApp(js.Global(), clk.Now)
 	if err != nil {
