@@ -88,8 +88,8 @@ func (s *Store) createIdempotent(ctx context.Context, ch orders.Change, msgs []o
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// A concurrent request with the same key waits here for the first
 		// one's transaction, then sees its row.
-		tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, response) VALUES ($1, $2, $3)
-			ON CONFLICT (key) DO NOTHING`, key.Key, key.Hash, resp)
+		tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, response, created_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (key) DO NOTHING`, key.Key, key.Hash, resp, ch.Order.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("claim idempotency key: %w", err)
 		}

@@ -313,3 +313,42 @@ func TestListFiltersAndPaginates(t *testing.T) {
 		t.Fatalf("counts = %v, %v", counts, err)
 	}
 }
+
+func TestJanitorForgetsExpiredIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	old, _, err := e.svc.Create(ctx, createReq("c"), "old-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, _, err := e.svc.Create(ctx, createReq("c"), "fresh-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET created_at = created_at - interval '25 hours' WHERE key = 'old-key'`); err != nil {
+		t.Fatal(err)
+	}
+	j, err := postgres.NewJanitor(e.pool, postgres.JanitorConfig{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := j.Sweep(ctx); n != 1 || err != nil {
+		t.Fatalf("swept %d keys (%v), want 1", n, err)
+	}
+	tests := []struct {
+		name     string
+		key      string
+		replayed bool
+		sameAs   string
+	}{
+		{"expired key creates anew", "old-key", false, ""},
+		{"fresh key still replays", "fresh-key", true, fresh.ID},
+	}
+	for _, tt := range tests {
+		o, replayed, err := e.svc.Create(ctx, createReq("c"), tt.key)
+		if err != nil || replayed != tt.replayed || (tt.sameAs != "" && o.ID != tt.sameAs) || (tt.sameAs == "" && o.ID == old.ID) {
+			t.Fatalf("%s: order %s replayed=%v err=%v", tt.name, o.ID, replayed, err)
+		}
+	}
+}

@@ -98,6 +98,10 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	janitor, err := postgres.NewJanitor(pool, postgres.JanitorConfig{Logger: log})
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	consumer, err := jetstream.NewConsumer(ctx, js, svc, jetstream.Config{Registerer: reg, Logger: log})
@@ -149,6 +153,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	defer stopRelay()
 	g.Go(func() error { return relay.Run(relayCtx) })
 	g.Go(func() error { return consumer.Run(gctx) })
+	g.Go(func() error { return janitor.Run(gctx) })
 	g.Go(func() error {
 		log.Info("orders listening", "addr", cfg.HTTPAddr)
 		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
