@@ -240,14 +240,15 @@ func (ap *app) onSnapshot(data string) {
 		ap.win.Get("console").Call("error", "dashboard: bad snapshot: "+err.Error())
 		return
 	}
-	first := !ap.state.HasData()
-	ap.state.ApplySnapshot(snap, ap.now())
+	first, now := !ap.state.HasData(), ap.now()
+	ap.state.ApplySnapshot(snap, now)
 	ap.retry = retryMin
-	if now := ap.now(); ap.state.Browse.Active() && now.Sub(ap.lastRefresh) >= refreshEvery {
+	if ap.state.Browse.Active() && now.Sub(ap.lastRefresh) >= refreshEvery {
 		ap.lastRefresh = now
-		ap.load(ap.state.Browse.Refresh())
+		ap.load(ap.state.Browse.Refresh()) // renders
+	} else {
+		ap.render()
 	}
-	ap.render()
 	if first {
 		if p := ap.win.Get("performance"); !p.IsUndefined() {
 			p.Call("mark", firstDataMark)
