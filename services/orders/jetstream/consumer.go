@@ -46,7 +46,7 @@ type Config struct {
 	// Concurrency is how many events are applied at once; default 16.
 	Concurrency int
 	// AckWait is how long an unacked event waits before redelivery;
-	// default 30s.
+	// default 30s. Applying one event is bounded by AckWait/2.
 	AckWait time.Duration
 	// MaxAckPending bounds the events in flight; default 4096.
 	MaxAckPending int
@@ -74,6 +74,7 @@ type Consumer struct {
 	cfg     Config
 	js      jetstream.JetStream
 	cons    jetstream.Consumer
+	spec    jetstream.ConsumerConfig
 	expirer Expirer
 	results *prometheus.CounterVec
 }
@@ -101,7 +102,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 	case cfg.AckWait <= 0 || cfg.RetryDelay < 0:
 		return nil, errors.New("jetstream: AckWait must be positive and RetryDelay not negative")
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, jetstream.ConsumerConfig{
+	spec := jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
 		Description:   "orders: cancel unpaid orders when their payment deadline fires",
 		FilterSubject: events.OrderCancelSubjects,
@@ -110,11 +111,12 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: cfg.MaxAckPending,
-	})
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, spec)
 	if err != nil {
 		return nil, fmt.Errorf("ensure consumer %s: %w", cfg.Durable, err)
 	}
-	c := &Consumer{cfg: cfg, js: js, cons: cons, expirer: e,
+	c := &Consumer{cfg: cfg, js: js, cons: cons, spec: spec, expirer: e,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_cancel_events_total",
 			Help: "Cancel events received, by result: applied, noop (stale or duplicate), unknown_order, dead_lettered, retried.",
@@ -128,40 +130,63 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 }
 
 // Run applies events until ctx ends, then stops pulling, lets the events in
-// flight finish and returns nil.
+// flight finish and returns nil. Pull errors (a missed heartbeat while NATS
+// restarts, a deleted consumer) are logged and the consumer is re-created
+// and pulled again after RetryDelay; Run does not give up while ctx lives.
 func (c *Consumer) Run(ctx context.Context) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
-	if err != nil {
-		return fmt.Errorf("pull cancel events: %w", err)
-	}
 	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
 			for m := range work {
-				c.handle(context.WithoutCancel(ctx), m)
+				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait/2)
+				c.handle(hctx, m)
+				cancel()
 			}
 		})
 	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	for ctx.Err() == nil {
+		if err := c.pull(ctx, work); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("pull cancel events; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.cfg.RetryDelay):
+			}
+			if cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, c.spec); err == nil {
+				c.cons = cons
+			}
+		}
+	}
+	return nil
+}
+
+// pull feeds work from one message iterator until ctx ends (nil) or the
+// iterator fails with an error other than a missed heartbeat.
+func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
+	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	var runErr error
 	for {
 		m, err := it.Next()
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				runErr = fmt.Errorf("pull cancel events: %w", err)
-			}
-			break
+		switch {
+		case err == nil:
+			work <- m
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return nil
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			c.cfg.Logger.Warn("no heartbeat from the cancel consumer; pulling on")
+		default:
+			return err
 		}
-		work <- m
 	}
-	close(work)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return runErr
 }
 
 // handle applies one event and acks, naks or terminates it.

@@ -134,6 +134,17 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	if calls["o-1"] != 2 || applied["o-1"][0] != 3 || calls["o-2"] != 0 || calls["o-3"] != 0 {
 		t.Fatalf("calls %v applied %v: want one retry of o-1 and none for rejected events", calls, applied)
 	}
+
+	// A deleted consumer (say, JetStream state lost) is re-created and
+	// pulled again.
+	if err := js.DeleteConsumer(ctx, events.StreamExpiries, jetstream.DurableDefault); err != nil {
+		t.Fatal(err)
+	}
+	publish(events.OrderCancelSubject("o-4"), fired("o-4", events.OutcomeFired), "5")
+	poll(t, func() bool {
+		_, applied := exp.snapshot()
+		return len(applied["o-4"]) == 1
+	})
 	cancel()
 	select {
 	case err := <-done:
