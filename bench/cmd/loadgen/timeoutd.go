@@ -25,10 +25,33 @@ type timeoutdWorkload struct {
 	riverWorkers int
 	cancelSample int
 	cancelConc   int
+	steps        map[string]bool
+}
+
+// stepsFlag is the set of -steps.
+type stepsFlag map[string]bool
+
+func (s stepsFlag) String() string { return "" }
+
+func (s stepsFlag) Set(v string) error {
+	clear(s)
+	for _, step := range strings.Split(v, ",") {
+		switch step {
+		case "ingest", "bytes", "recovery", "clear", "storm":
+			s[step] = true
+		default:
+			return fmt.Errorf("unknown step %q: want ingest, bytes, recovery, clear or storm", step)
+		}
+	}
+	if (s["bytes"] || s["recovery"] || s["clear"]) && !s["ingest"] {
+		return fmt.Errorf("steps bytes, recovery and clear need ingest")
+	}
+	return nil
 }
 
 func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
-	w := &timeoutdWorkload{}
+	w := &timeoutdWorkload{steps: map[string]bool{"ingest": true, "bytes": true, "recovery": true, "clear": true, "storm": true}}
+	fs.Var(stepsFlag(w.steps), "steps", "steps to run, comma-separated (ingest,bytes,recovery,clear,storm; River runs insert, bytes, JobCancel and storms for them)")
 	fs.IntVar(&w.n, "n", 100_000, "timeouts for ingest, bytes, RSS, recovery and clear (the targets use 1000000)")
 	fs.IntVar(&w.stormN, "storm-n", 200_000, "timeouts of the expiry storm")
 	fs.DurationVar(&w.stormSpan, "storm-span", 10*time.Second, "the storm's deadlines are spread uniformly over this span")
@@ -104,20 +127,31 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	if err := b.Memory(ctx, "idle"); err != nil {
 		return err
 	}
-	if err := b.Ingest(ctx, keys, deadlines); err != nil {
-		return err
+	if w.steps["ingest"] {
+		if err := b.Ingest(ctx, keys, deadlines); err != nil {
+			return err
+		}
+		if err := b.Memory(ctx, "after_ingest"); err != nil {
+			return err
+		}
 	}
-	if err := b.Memory(ctx, "after_ingest"); err != nil {
-		return err
+	if w.steps["bytes"] {
+		if err := b.Bytes(ctx, len(keys)); err != nil {
+			return err
+		}
 	}
-	if err := b.Bytes(ctx, len(keys)); err != nil {
-		return err
+	if w.steps["recovery"] {
+		if err := b.Recovery(ctx, len(keys)); err != nil {
+			return err
+		}
 	}
-	if err := b.Recovery(ctx, len(keys)); err != nil {
-		return err
+	if w.steps["clear"] {
+		if err := b.Clear(ctx, keys); err != nil {
+			return err
+		}
 	}
-	if err := b.Clear(ctx, keys); err != nil {
-		return err
+	if !w.steps["storm"] {
+		return nil
 	}
 	sk, sd := w.stormKeys("t")
 	return b.Storm(ctx, sk, sd)
@@ -135,15 +169,24 @@ func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *i
 		return err
 	}
 	defer b.Close()
-	ids, err := b.Insert(ctx, keys, deadlines)
-	if err != nil {
-		return err
+	if w.steps["ingest"] {
+		ids, err := b.Insert(ctx, keys, deadlines)
+		if err != nil {
+			return err
+		}
+		if w.steps["bytes"] {
+			if err := b.Bytes(ctx, len(keys)); err != nil {
+				return err
+			}
+		}
+		if w.steps["clear"] {
+			if err := b.Cancel(ctx, ids); err != nil {
+				return err
+			}
+		}
 	}
-	if err := b.Bytes(ctx, len(keys)); err != nil {
-		return err
-	}
-	if err := b.Cancel(ctx, ids); err != nil {
-		return err
+	if !w.steps["storm"] {
+		return nil
 	}
 	for i, s := range strings.Split(w.riverStorms, ",") {
 		st, err := riverbench.ParseStorm(s)
