@@ -62,6 +62,8 @@ type load struct {
 	// its pay_by (a moment at least a second before it).
 	PayShare float64
 	PayAt    func(payBy time.Time) time.Time
+	// PayGate, when set, holds every payment back until it is closed.
+	PayGate <-chan struct{}
 	// OnCreateError, when set, absorbs creation errors (for a test that
 	// breaks the stack on purpose) instead of failing the test.
 	OnCreateError func(error)
@@ -114,6 +116,9 @@ func (l load) run(t *testing.T, cl *ordersapi.Client) loadResult {
 				pays.Add(1)
 				time.AfterFunc(time.Until(l.PayAt(o.PayBy)), func() {
 					defer pays.Done()
+					if l.PayGate != nil {
+						<-l.PayGate
+					}
 					paid, err := cl.Pay(ctx, o.ID)
 					var p *ordersapi.Problem
 					mu.Lock()
@@ -174,7 +179,28 @@ func (l lateness) String() string {
 	return fmt.Sprintf("n=%d p50=%s p99=%s max=%s", l.N, l.P50, l.P99, l.Max)
 }
 
-func summarise(ds []time.Duration) lateness {
+// lateSample is how late after the deadline PayBy timeoutd fired an
+// order's cancel event (Fired, its fired_at) and the event arrived at the
+// outside consumer (Late).
+type lateSample struct {
+	PayBy       time.Time
+	Late, Fired time.Duration
+}
+
+// summarise returns the arrival lateness of the samples keep selects (nil:
+// all), and timeoutd's own firing lateness of the same samples.
+func summarise(samples []lateSample, keep func(lateSample) bool) (arrived, fired lateness) {
+	var ds, fs []time.Duration
+	for _, s := range samples {
+		if keep == nil || keep(s) {
+			ds = append(ds, s.Late)
+			fs = append(fs, s.Fired)
+		}
+	}
+	return summary(ds), summary(fs)
+}
+
+func summary(ds []time.Duration) lateness {
 	if len(ds) == 0 {
 		return lateness{}
 	}
@@ -191,7 +217,7 @@ func summarise(ds []time.Duration) lateness {
 //   - a paid order has no orders.cancelled event and reads paid.
 //
 // It returns how late the cancel events arrived at the consumer.
-func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadResult, timeout, settle time.Duration) lateness {
+func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadResult, timeout, settle time.Duration) []lateSample {
 	t.Helper()
 	waitFor(t, timeout, fmt.Sprintf("the cancellation of %d unpaid orders", len(res.Unpaid)), func() bool {
 		for _, o := range res.Unpaid {
@@ -214,7 +240,7 @@ func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadRes
 	var (
 		mu        sync.Mutex
 		problems  []string
-		late      []time.Duration
+		late      []lateSample
 		paidFired int
 	)
 	report := func(format string, args ...any) {
@@ -259,7 +285,7 @@ func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadRes
 			report("unpaid order %s: cancelled event %+v: wrong reason or before the deadline %s", o.ID, ev.Msg, o.PayBy)
 		}
 		mu.Lock()
-		late = append(late, e.At.Sub(o.PayBy))
+		late = append(late, lateSample{o.PayBy, e.At.Sub(o.PayBy), e.Msg.FiredAt.Sub(o.PayBy)})
 		mu.Unlock()
 	}
 	jobs := make(chan func())
@@ -288,7 +314,7 @@ func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadRes
 	}
 	t.Logf("%d unpaid orders cancelled (%d payments lost the race with the deadline), %d paid orders kept; "+
 		"%d paid orders still got a (harmless, ignored) cancel event", len(res.Unpaid), res.LostRace, len(res.Paid), paidFired)
-	return summarise(late)
+	return late
 }
 
 // sameInstant reports whether a and b are equal to the microsecond, the
