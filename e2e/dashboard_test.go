@@ -120,6 +120,18 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 		t.Errorf("connection state %q at the end, want live", got)
 	}
 	browsertest.Screenshot(t, ctx, "dashboard-e2e.png")
+
+	// timeoutd dies: the page says so and keeps the last data; an order
+	// created meanwhile shows once timeoutd is back and the stream resyncs.
+	s.Kill(t, svcTimeoutd)
+	browsertest.Poll(t, ctx, 5*time.Second, "the reconnecting state", `document.getElementById("conn").dataset.state === "reconnecting"`)
+	late := createOrder(t, cl, within(30*time.Minute))
+	restarted := s.Start(t, svcTimeoutd)
+	browsertest.Poll(t, ctx, 20*time.Second, "the resync after the restart",
+		`document.getElementById("conn").dataset.state === "live" && document.getElementById("stat-pending").textContent === "27"`)
+	t.Logf("dashboard live again with the new order %s after timeoutd's restart", time.Since(restarted).Round(time.Millisecond))
+	browsertest.Do(t, ctx, 5*time.Second, "search the new order", chromedp.SendKeys(chromedp.ID("search"), late.ID))
+	browsertest.Poll(t, ctx, 3*time.Second, "the new order", rowOf("pending-rows", late.ID)+" !== null")
 }
 
 // rowOf is a JS expression of the row of order id in the table body tbody.
