@@ -18,10 +18,14 @@ const dashboardAppearBound = 2 * time.Second
 
 // Scenario: the dashboard in a real Chromium against the running stack.
 // Orders created through the orders API appear in the pending list within
-// 2 s, their countdowns decrease on the client, and after their deadline
-// they leave the pending list and show in the expiry feed. The test runs
-// on a stack of its own, so the pending list holds only its orders, and
-// saves a screenshot (build/screenshots/dashboard-e2e.png).
+// 2 s, their countdowns decrease on the client (never below the time left),
+// and after their deadline they leave the pending list and show in the
+// expiry feed; paging and search go through timeoutd's cursor and key
+// filter; the histogram follows; when timeoutd is killed the page shows
+// "reconnecting" and, once timeoutd is back, resyncs. The test runs on a
+// stack of its own, so the lists hold only its orders, and saves a
+// screenshot (build/screenshots/dashboard-e2e.png, copied to
+// docs/dashboard.png).
 func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 	s := startStack(t, stackOptions{})
 	ctx := browsertest.Chrome(t, browsertest.Desktop)
