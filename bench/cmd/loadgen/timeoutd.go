@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -20,6 +21,7 @@ type timeoutdWorkload struct {
 	stormN       int
 	stormSpan    time.Duration
 	stormLead    time.Duration
+	stormGrace   time.Duration
 	peers        string
 	riverStorms  string
 	riverWorkers int
@@ -56,6 +58,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.IntVar(&w.stormN, "storm-n", 200_000, "timeouts of the expiry storm")
 	fs.DurationVar(&w.stormSpan, "storm-span", 10*time.Second, "the storm's deadlines are spread uniformly over this span")
 	fs.DurationVar(&w.stormLead, "storm-lead", 20*time.Second, "the first storm deadline is this long after the storm's first command")
+	fs.DurationVar(&w.stormGrace, "storm-grace", 2*time.Minute, "a storm gives up on events still missing this long after its last deadline")
 	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
 	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:1ms/1ms",
 		"River storm runs, comma-separated mode:FetchCooldown/FetchPollInterval; mode available (due jobs fetched directly) or scheduled (River's job scheduler)")
@@ -88,6 +91,8 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	// Far-future deadlines: nothing fires while ingest, bytes and recovery
 	// are measured.
 	keys, deadlines := spread(fmt.Sprintf("k%d", run), w.n, time.Now().Add(2*time.Hour), time.Hour)
+	// A peer that fails is reported and the next one still runs.
+	var errs []error
 	for _, peer := range strings.Split(w.peers, ",") {
 		switch peer {
 		case "timeoutd":
@@ -98,10 +103,11 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 			err = fmt.Errorf("unknown peer %q", peer)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", peer, err)
+			rep.Line("error", "peer", peer, "error", err.Error())
+			errs = append(errs, fmt.Errorf("%s: %w", peer, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (w *timeoutdWorkload) stormKeys(peer string) ([]string, []time.Time) {
@@ -154,7 +160,7 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 		return nil
 	}
 	sk, sd := w.stormKeys("t")
-	return b.Storm(ctx, sk, sd)
+	return b.Storm(ctx, sk, sd, w.stormGrace)
 }
 
 func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *infra, keys []string, deadlines []time.Time) error {
@@ -188,6 +194,8 @@ func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *i
 	if !w.steps["storm"] {
 		return nil
 	}
+	// One storm falling behind does not hide the others'.
+	var errs []error
 	for i, s := range strings.Split(w.riverStorms, ",") {
 		st, err := riverbench.ParseStorm(s)
 		if err != nil {
@@ -197,9 +205,9 @@ func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *i
 			return err
 		}
 		sk, sd := w.stormKeys(fmt.Sprintf("r%d", i))
-		if err := b.Storm(ctx, st, sk, sd); err != nil {
-			return err
+		if err := b.Storm(ctx, st, sk, sd, w.stormGrace); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
