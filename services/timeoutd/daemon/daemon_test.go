@@ -1,0 +1,425 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/postgres"
+)
+
+func TestSetFiresOnceAtDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, nil)
+	deadline := time.Now().Add(400 * time.Millisecond).Truncate(time.Microsecond).Add(123) // nanoseconds survive
+	e.publish(t, setCmd("o-1", 1, deadline))
+	ex := e.expiry(t, events.OrderCancelSubject("o-1"), events.OutcomeFired, "o-1", 1, deadline)
+	if ex.LatenessNs < 0 || ex.LatenessNs > int64(time.Second) {
+		t.Errorf("lateness = %v", time.Duration(ex.LatenessNs))
+	}
+	// Exactly once: the row is a fired tombstone and the outbox is empty, so
+	// nothing else can be published; the stream holds one event.
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	if st, v := e.state(t, "o-1"); st != int16(timeoutd.StateFired) || v != 1 {
+		t.Fatalf("row state, version = %d, %d; want fired, 1", st, v)
+	}
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("o-1")); n != 1 {
+		t.Fatalf("%d events, want 1", n)
+	}
+	if s := d.Service().Stats(); s.Fired != 1 || s.Scheduled != 1 || s.Pending != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if got := d.Service().Recent(10); len(got) != 1 || got[0].Key != "o-1" {
+		t.Fatalf("recent = %+v", got)
+	}
+}
+
+func TestClearBeforeDeadlineNeverFires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, nil)
+	deadline := time.Now().Add(500 * time.Millisecond)
+	e.publish(t, setCmd("o-2", 1, deadline))
+	e.publish(t, clearCmd("o-2", 2))
+	eventually(t, 5*time.Second, "clear stored", func() bool { st, v := e.state(t, "o-2"); return st == 1 && v == 2 })
+	// Absence: watch past the deadline by a margin far above the tick.
+	eventually(t, 5*time.Second, "deadline+300ms", func() bool {
+		if e.last(t, events.StreamExpiries, events.OrderCancelSubject("o-2")) != nil {
+			t.Fatal("a cleared timeout fired")
+		}
+		return time.Now().After(deadline.Add(300 * time.Millisecond))
+	})
+	if d.Service().Pending() != 0 {
+		t.Fatalf("pending = %d, want 0", d.Service().Pending())
+	}
+}
+
+func TestReschedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, nil)
+	now := time.Now()
+	tests := []struct {
+		name        string
+		first, then time.Time
+	}{
+		{"later", now.Add(300 * time.Millisecond), now.Add(900 * time.Millisecond)},
+		{"earlier", now.Add(5 * time.Second), now.Add(400 * time.Millisecond)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			key := "r-" + tt.name
+			e.publish(t, setCmd(key, 1, tt.first))
+			e.publish(t, setCmd(key, 2, tt.then))
+			e.expiry(t, events.OrderCancelSubject(key), events.OutcomeFired, key, 2, tt.then.UTC())
+			eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+			if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject(key)); n != 1 {
+				t.Fatalf("%d events, want 1 (version 2 only)", n)
+			}
+		})
+	}
+}
+
+func TestStaleAndDuplicateCommandsIgnored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, nil)
+	now := time.Now()
+	dl := now.Add(600 * time.Millisecond)
+
+	// Pending: a lower version and an equal version (a duplicate past the
+	// JetStream dedupe, so timeoutd itself must ignore it) change nothing.
+	e.publish(t, setCmd("s-1", 5, dl))
+	e.publish(t, setCmd("s-1", 4, now.Add(100*time.Millisecond)))
+	e.publish(t, setCmd("s-1", 5, now.Add(200*time.Millisecond)), "-dup")
+	e.publish(t, clearCmd("s-1", 3))
+	// After a clear: the tombstone rejects the stale set.
+	e.publish(t, setCmd("s-2", 1, now.Add(300*time.Millisecond)))
+	e.publish(t, clearCmd("s-2", 2))
+	e.publish(t, setCmd("s-2", 1, now.Add(300*time.Millisecond)), "-redelivered")
+
+	e.expiry(t, events.OrderCancelSubject("s-1"), events.OutcomeFired, "s-1", 5, dl.UTC())
+	// After the fire: the tombstone rejects the same and older versions.
+	e.publish(t, setCmd("s-1", 5, time.Now().Add(50*time.Millisecond)), "-after-fire")
+	e.publish(t, setCmd("s-1", 2, time.Now().Add(50*time.Millisecond)))
+	e.publish(t, clearCmd("s-1", 1))
+	// A marker command proves the ones before it were consumed.
+	e.publish(t, clearCmd("marker", 1))
+	eventually(t, 5*time.Second, "marker consumed", func() bool { st, _ := e.state(t, "marker"); return st == 1 })
+	eventually(t, 5*time.Second, "past every deadline", func() bool { return time.Now().After(dl.Add(300 * time.Millisecond)) })
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("s-1")); n != 1 {
+		t.Errorf("s-1: %d events, want 1", n)
+	}
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("s-2")); n != 0 {
+		t.Errorf("s-2: %d events, want 0 (cleared)", n)
+	}
+	if st, v := e.state(t, "s-1"); st != int16(timeoutd.StateFired) || v != 5 {
+		t.Errorf("s-1 state, version = %d, %d; want fired, 5", st, v)
+	}
+	if st, v := e.state(t, "s-2"); st != int16(timeoutd.StateCleared) || v != 2 {
+		t.Errorf("s-2 state, version = %d, %d; want cleared, 2", st, v)
+	}
+	if p := d.Service().Pending(); p != 0 {
+		t.Errorf("pending = %d, want 0", p)
+	}
+}
+
+func TestInvalidCommandsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, nil)
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	tests := []struct {
+		name    string
+		subject string
+		data    string
+		reason  events.Reason
+		field   string
+	}{
+		{"malformed", "timeouts.cmd.x1", `{"kind":`, events.ReasonMalformed, ""},
+		{"newer schema", "timeouts.cmd.x2", `{"schema":2,"kind":"clear","key":"x2","version":1}`, events.ReasonUnsupportedSchema, "schema"},
+		{"unknown kind", "timeouts.cmd.x3", `{"kind":"delete","key":"x3","version":1}`, events.ReasonUnknownKind, "kind"},
+		{"subject mismatch", "timeouts.cmd.x4", `{"kind":"clear","key":"other","version":1}`, events.ReasonSubjectMismatch, "key"},
+		{"fire subject not allowed", "timeouts.cmd.x5", `{"kind":"set","key":"x5","version":1,"deadline":"` + future + `","fire_subject":"payments.refund.x5"}`, events.ReasonSubjectNotAllowed, "fire_subject"},
+		{"deadline too far", "timeouts.cmd.x6", `{"kind":"set","key":"x6","version":1,"deadline":"2999-01-01T00:00:00Z","fire_subject":"orders.cancel.x6"}`, events.ReasonDeadlineOutOfRange, "deadline"},
+		{"zero version", "timeouts.cmd.x7", `{"kind":"clear","key":"x7","version":0}`, events.ReasonInvalidVersion, "version"},
+	}
+	for _, tt := range tests {
+		e.publishRaw(t, tt.subject, []byte(tt.data), "bad-"+tt.name)
+	}
+	// The consumer keeps going: a valid command after them fires.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	e.publish(t, setCmd("ok-after-bad", 1, deadline))
+	e.expiry(t, events.OrderCancelSubject("ok-after-bad"), events.OutcomeFired, "ok-after-bad", 1, deadline.UTC())
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			subject := events.DeadLetterSubject("timeoutd", tt.reason)
+			var m *jetstream.RawStreamMsg
+			eventually(t, 5*time.Second, "dead letter on "+subject, func() bool {
+				m = e.last(t, events.StreamDeadLetters, subject)
+				return m != nil
+			})
+			var dl events.DeadLetter
+			if err := json.Unmarshal(m.Data, &dl); err != nil {
+				t.Fatal(err)
+			}
+			if dl.Reason != tt.reason || dl.Field != tt.field || dl.Subject != tt.subject || string(dl.Data) != tt.data {
+				t.Fatalf("dead letter = %+v", dl)
+			}
+			if m.Header.Get(jetstream.MsgIDHeader) != dl.MsgID() {
+				t.Fatalf("Nats-Msg-Id = %q, want %q", m.Header.Get(jetstream.MsgIDHeader), dl.MsgID())
+			}
+		})
+	}
+	// Terminated, so never redelivered: the work queue is empty of them.
+	eventually(t, 5*time.Second, "command stream empty", func() bool {
+		s, _ := e.js.Stream(context.Background(), events.StreamCommands)
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	})
+	if got := d.Service().Stats().DeadLettered; got != uint64(len(tests)) {
+		t.Errorf("dead-lettered counter = %d, want %d", got, len(tests))
+	}
+	_, metrics := get(t, "http://"+d.Addr()+"/metrics")
+	for _, tt := range tests {
+		line := `timeoutd_dead_lettered_total{reason="` + string(tt.reason) + `"} 1`
+		if !strings.Contains(metrics, line) {
+			t.Errorf("/metrics lacks %s", line)
+		}
+	}
+}
+
+func TestMisfireBoundEmitsMissed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, nil)
+	late := setCmd("m-1", 1, time.Now().Add(-2*time.Second))
+	late.MaxLatenessMs = 100
+	e.publish(t, late)
+	lenient := setCmd("m-2", 1, time.Now().Add(-2*time.Second))
+	lenient.MaxLatenessMs = 60_000
+	lenient.Payload = json.RawMessage(`{"shop":"s1"}`)
+	e.publish(t, lenient)
+
+	ex := e.expiry(t, events.MissedSubject("m-1"), events.OutcomeMissed, "m-1", 1, late.Deadline)
+	if ex.LatenessNs < int64(2*time.Second) {
+		t.Errorf("missed lateness = %v, want ≥ 2s", time.Duration(ex.LatenessNs))
+	}
+	fired := e.expiry(t, events.OrderCancelSubject("m-2"), events.OutcomeFired, "m-2", 1, lenient.Deadline)
+	if string(fired.Payload) != `{"shop":"s1"}` {
+		t.Errorf("payload = %s", fired.Payload)
+	}
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("m-1")); n != 0 {
+		t.Errorf("missed timeout also fired (%d events)", n)
+	}
+}
+
+// The crash tests reproduce, in Postgres and JetStream, the exact state a
+// process leaves when it dies at each point, then start a daemon on it and
+// check that the effect happens exactly once.
+
+func TestCrashBetweenCommitAndAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	deadline := time.Now().Add(700 * time.Millisecond)
+	cmd := setCmd("c-1", 1, deadline)
+	// The command is in the stream, unacked, and already committed.
+	e.publish(t, cmd)
+	if _, err := postgres.NewStore(e.pool).Apply(context.Background(), []events.Command{cmd}, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, nil)
+	e.expiry(t, events.OrderCancelSubject("c-1"), events.OutcomeFired, "c-1", 1, deadline.UTC())
+	eventually(t, 5*time.Second, "command acked", func() bool {
+		s, _ := e.js.Stream(context.Background(), events.StreamCommands)
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	})
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-1")); n != 1 {
+		t.Fatalf("%d events, want 1", n)
+	}
+}
+
+// fireWithoutPublish leaves key fired in Postgres with its event in the
+// outbox, as a process that died right after the fire transaction.
+func fireWithoutPublish(t *testing.T, e *env, key string, deadline time.Time) outbox.Message {
+	t.Helper()
+	ctx := context.Background()
+	st := postgres.NewStore(e.pool)
+	if _, err := st.Apply(ctx, []events.Command{setCmd(key, 1, deadline)}, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var msg outbox.Message
+	now := time.Now()
+	fired, err := st.Fire(ctx, []timeoutd.Due{{Key: key, Version: 1, Deadline: deadline.UTC()}}, now, func(tm timeoutd.Timeout) outbox.Message {
+		ex := events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: tm.Key, Version: tm.Version, Deadline: tm.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(tm.Deadline))}
+		data, _ := json.Marshal(ex)
+		msg = outbox.Message{Subject: tm.FireSubject, MsgID: ex.MsgID(), Data: data}
+		return msg
+	})
+	if err != nil || len(fired) != 1 {
+		t.Fatalf("Fire = %v, %v", fired, err)
+	}
+	return msg
+}
+
+func TestCrashBetweenMarkFiredAndPublish(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	deadline := time.Now().Add(-time.Second)
+	fireWithoutPublish(t, e, "c-2", deadline)
+	d := e.start(t, nil) // recovery flushes the outbox before ready
+	if m := e.last(t, events.StreamExpiries, events.OrderCancelSubject("c-2")); m == nil {
+		t.Fatal("the outbox row was not published by recovery")
+	}
+	e.expiry(t, events.OrderCancelSubject("c-2"), events.OutcomeFired, "c-2", 1, deadline.UTC())
+	if n, rows := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-2")), e.outboxRows(t); n != 1 || rows != 0 {
+		t.Fatalf("%d events and %d outbox rows, want 1 and 0", n, rows)
+	}
+	if d.Service().Pending() != 0 {
+		t.Fatal("a fired timeout was loaded as pending")
+	}
+}
+
+func TestCrashBetweenPublishAndOutboxDelete(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	deadline := time.Now().Add(-time.Second)
+	msg := fireWithoutPublish(t, e, "c-3", deadline)
+	// Published and PubAcked, but the deletion never committed.
+	e.publishRaw(t, msg.Subject, msg.Data, msg.MsgID)
+	e.start(t, nil)
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-3")); n != 1 {
+		t.Fatalf("%d events, want 1: the republish was not deduplicated by Nats-Msg-Id", n)
+	}
+}
+
+func TestRecoveryAfterAbruptStop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.start(t, nil)
+	now := time.Now()
+	overdue := map[string]time.Time{}
+	future := map[string]time.Time{}
+	for i := range 20 {
+		overdue["ov-"+string(rune('a'+i))] = now.Add(time.Duration(800+10*i) * time.Millisecond)
+		future["fu-"+string(rune('a'+i))] = now.Add(time.Duration(2500+10*i) * time.Millisecond)
+	}
+	for k, dl := range overdue {
+		e.publish(t, setCmd(k, 1, dl))
+	}
+	for k, dl := range future {
+		e.publish(t, setCmd(k, 1, dl))
+	}
+	eventually(t, 5*time.Second, "all 40 pending in memory", func() bool { return first.Service().Pending() == 40 })
+	first.Kill()
+	<-first.done
+	// Down past the first deadlines.
+	eventually(t, 5*time.Second, "overdue", func() bool { return time.Now().After(now.Add(1200 * time.Millisecond)) })
+	second := e.start(t, nil)
+	if p := second.Service().Pending(); p > 40 || p < 20 {
+		t.Fatalf("pending after recovery = %d, want 20 to 40", p)
+	}
+	for _, set := range []map[string]time.Time{overdue, future} {
+		for k, dl := range set {
+			e.expiry(t, events.OrderCancelSubject(k), events.OutcomeFired, k, 1, dl.UTC())
+		}
+	}
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	for _, set := range []map[string]time.Time{overdue, future} {
+		for k := range set {
+			if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject(k)); n != 1 {
+				t.Errorf("%s: %d events, want 1", k, n)
+			}
+		}
+	}
+}
+
+func TestGracefulShutdownKeepsPending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.start(t, nil)
+	deadline := time.Now().Add(2 * time.Second)
+	e.publish(t, setCmd("g-1", 1, deadline))
+	eventually(t, 5*time.Second, "pending", func() bool { return first.Service().Pending() == 1 })
+	first.stop(t)
+	if st, _ := e.state(t, "g-1"); st != int16(timeoutd.StatePending) {
+		t.Fatalf("state after shutdown = %d, want pending", st)
+	}
+	e.start(t, nil)
+	e.expiry(t, events.OrderCancelSubject("g-1"), events.OutcomeFired, "g-1", 1, deadline.UTC())
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, func(c *daemon.Config) { c.Service.FireSubjectPrefixes = []string{"orders.cancel.", "carts.expire."} })
+	base := "http://" + d.Addr()
+	far := time.Now().Add(time.Hour)
+	for i, k := range []string{"h-b", "h-a", "h-c", "x-1"} {
+		cmd := setCmd(k, 1, far.Add(time.Duration(i)*time.Second))
+		if k == "x-1" {
+			cmd.FireSubject = "carts.expire.x-1"
+		}
+		e.publish(t, cmd)
+	}
+	eventually(t, 5*time.Second, "4 pending", func() bool { return d.Service().Pending() == 4 })
+
+	if code, _ := get(t, base+"/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, body := get(t, base+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d %s", code, body)
+	}
+	code, body := get(t, base+"/api/v1/timeouts?limit=2&key=h-")
+	var p api.Page
+	if err := json.Unmarshal([]byte(body), &p); code != 200 || err != nil {
+		t.Fatalf("list = %d %s", code, body)
+	}
+	if len(p.Items) != 2 || p.Items[0].Key != "h-b" || p.Items[1].Key != "h-a" || p.NextCursor == "" {
+		t.Fatalf("page 1 = %+v", p)
+	}
+	_, body = get(t, base+"/api/v1/timeouts?limit=2&key=h-&cursor="+p.NextCursor)
+	p = api.Page{}
+	_ = json.Unmarshal([]byte(body), &p)
+	if len(p.Items) != 1 || p.Items[0].Key != "h-c" || p.NextCursor != "" {
+		t.Fatalf("page 2 = %s", body)
+	}
+	_, body = get(t, base+"/api/v1/timeouts/x-1")
+	var one api.Timeout
+	_ = json.Unmarshal([]byte(body), &one)
+	if one.FireSubject != "carts.expire.x-1" || one.Version != 1 {
+		t.Fatalf("get = %s", body)
+	}
+	if code, body := get(t, base+"/api/v1/timeouts/nope"); code != 404 || !strings.Contains(body, `"status":404`) {
+		t.Fatalf("missing key = %d %s", code, body)
+	}
+	eventually(t, 5*time.Second, "upcoming buckets", func() bool {
+		_, body := get(t, base+"/api/v1/stats")
+		var s api.Stats
+		_ = json.Unmarshal([]byte(body), &s)
+		return len(s.Upcoming) == 3 && s.Upcoming[2].Count == 4 && s.Upcoming[0].Count == 0 && s.Pending == 4 && s.Totals.Scheduled == 4
+	})
+	_, metrics := get(t, base+"/metrics")
+	for _, name := range []string{"timeoutd_pending 4", "timeoutd_scheduled_total 4", "timeoutd_recovery_duration_seconds", "timeoutd_outbox_rows 0", "timeoutd_batch_size_bucket"} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics lacks %q", name)
+		}
+	}
+}
