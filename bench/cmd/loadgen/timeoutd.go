@@ -39,21 +39,24 @@ func (s stepsFlag) Set(v string) error {
 	clear(s)
 	for _, step := range strings.Split(v, ",") {
 		switch step {
-		case "ingest", "bytes", "recovery", "clear", "storm":
+		case "ingest", "bytes", "recovery", "clear", "backlog", "storm":
 			s[step] = true
 		default:
-			return fmt.Errorf("unknown step %q: want ingest, bytes, recovery, clear or storm", step)
+			return fmt.Errorf("unknown step %q: want ingest, bytes, recovery, clear, backlog or storm", step)
 		}
 	}
 	if (s["bytes"] || s["recovery"] || s["clear"]) && !s["ingest"] {
 		return fmt.Errorf("steps bytes, recovery and clear need ingest")
 	}
+	if s["backlog"] && !s["clear"] {
+		return fmt.Errorf("step backlog needs clear")
+	}
 	return nil
 }
 
 func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
-	w := &timeoutdWorkload{steps: map[string]bool{"ingest": true, "bytes": true, "recovery": true, "clear": true, "storm": true}}
-	fs.Var(stepsFlag(w.steps), "steps", "steps to run, comma-separated (ingest,bytes,recovery,clear,storm; River runs insert, bytes, JobCancel and storms for them)")
+	w := &timeoutdWorkload{steps: map[string]bool{"ingest": true, "bytes": true, "recovery": true, "clear": true, "backlog": true, "storm": true}}
+	fs.Var(stepsFlag(w.steps), "steps", "steps to run, comma-separated (ingest,bytes,recovery,clear,backlog,storm; River runs insert, bytes, JobCancel and storms for them)")
 	fs.IntVar(&w.n, "n", 100_000, "timeouts for ingest, bytes, RSS, recovery and clear (the targets use 1000000)")
 	fs.IntVar(&w.stormN, "storm-n", 200_000, "timeouts of the expiry storm")
 	fs.DurationVar(&w.stormSpan, "storm-span", 10*time.Second, "the storm's deadlines are spread uniformly over this span")
@@ -133,8 +136,9 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	if err := b.Memory(ctx, "idle"); err != nil {
 		return err
 	}
+	n := int64(len(keys))
 	if w.steps["ingest"] {
-		if err := b.Ingest(ctx, keys, deadlines); err != nil {
+		if err := b.Live(ctx, "ingest", len(keys), n, timeoutdbench.SetCommands(keys, deadlines, 1)); err != nil {
 			return err
 		}
 		if err := b.Memory(ctx, "after_ingest"); err != nil {
@@ -152,7 +156,16 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 		}
 	}
 	if w.steps["clear"] {
-		if err := b.Clear(ctx, keys); err != nil {
+		if err := b.Live(ctx, "clear", len(keys), -n, timeoutdbench.ClearCommands(keys, 2)); err != nil {
+			return err
+		}
+	}
+	if w.steps["backlog"] {
+		// The same keys again, at newer versions than their tombstones.
+		if err := b.Backlog(ctx, "ingest", len(keys), n, timeoutdbench.SetCommands(keys, deadlines, 3)); err != nil {
+			return err
+		}
+		if err := b.Backlog(ctx, "clear", len(keys), -n, timeoutdbench.ClearCommands(keys, 4)); err != nil {
 			return err
 		}
 	}

@@ -197,52 +197,67 @@ func setCommand(key string, version int64, deadline time.Time) events.Command {
 	}
 }
 
-// Ingest publishes one set command per key (version 1, deadline
-// deadlines[i]) at the maximum rate and waits until timeoutd reports
-// pending == before + len(keys); it prints the rate over the whole span, from
-// the first publish to the pending count.
-func (b *Bench) Ingest(ctx context.Context, keys []string, deadlines []time.Time) error {
+// SetCommands returns the set command of keys[i] at version with deadline
+// deadlines[i].
+func SetCommands(keys []string, deadlines []time.Time, version int64) func(i int) events.Command {
+	return func(i int) events.Command { return setCommand(keys[i], version, deadlines[i]) }
+}
+
+// ClearCommands returns the clear command of keys[i] at version.
+func ClearCommands(keys []string, version int64) func(i int) events.Command {
+	return func(i int) events.Command {
+		return events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: keys[i], Version: version}
+	}
+}
+
+// Live publishes the n commands cmd(0..n-1) at the maximum rate while
+// timeoutd consumes them, and waits until its pending count has moved by
+// delta (+n for sets of new keys, -n for clears); it prints the rate over
+// the whole span, from the first publish to the pending count, as workload.
+func (b *Bench) Live(ctx context.Context, workload string, n int, delta int64, cmd func(i int) events.Command) error {
 	s, err := b.Stats(ctx)
 	if err != nil {
 		return err
 	}
-	want := s.Pending + int64(len(keys))
 	start := time.Now()
-	if err := b.publish(ctx, func(i int) events.Command { return setCommand(keys[i], 1, deadlines[i]) }, len(keys)); err != nil {
+	if err := b.publish(ctx, cmd, n); err != nil {
 		return err
 	}
 	published := time.Since(start)
-	if err := b.waitPending(ctx, want); err != nil {
+	if err := b.waitPending(ctx, s.Pending+delta); err != nil {
 		return err
 	}
 	d := time.Since(start)
-	b.rep.Line("result", "peer", "timeoutd", "workload", "ingest", "n", len(keys), "seconds", d.Seconds(),
-		"per_sec", harness.PerSec(len(keys), d), "publish_acked_seconds", published.Seconds())
+	b.rep.Line("result", "peer", "timeoutd", "workload", workload, "mode", "live", "n", n, "seconds", d.Seconds(),
+		"per_sec", harness.PerSec(n, d), "publish_acked_seconds", published.Seconds())
 	return nil
 }
 
-// Clear publishes one clear command per key (version 2) and waits until
-// pending drops by len(keys); it prints the rate.
-func (b *Bench) Clear(ctx context.Context, keys []string) error {
+// Backlog stops timeoutd, publishes the n commands cmd(0..n-1) (all
+// acknowledged by JetStream), starts timeoutd again and prints the rate from
+// /readyz to the pending count having moved by delta: the consumer's
+// throughput with no publisher competing for the CPU.
+func (b *Bench) Backlog(ctx context.Context, workload string, n int, delta int64, cmd func(i int) events.Command) error {
 	s, err := b.Stats(ctx)
 	if err != nil {
 		return err
 	}
-	want := s.Pending - int64(len(keys))
-	start := time.Now()
-	err = b.publish(ctx, func(i int) events.Command {
-		return events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: keys[i], Version: 2}
-	}, len(keys))
-	if err != nil {
+	if err := b.proc.Stop(2 * time.Minute); err != nil {
+		return fmt.Errorf("stop timeoutd: %w", err)
+	}
+	if err := b.publish(ctx, cmd, n); err != nil {
 		return err
 	}
-	published := time.Since(start)
-	if err := b.waitPending(ctx, want); err != nil {
+	if err := b.start(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := b.waitPending(ctx, s.Pending+delta); err != nil {
 		return err
 	}
 	d := time.Since(start)
-	b.rep.Line("result", "peer", "timeoutd", "workload", "clear", "n", len(keys), "seconds", d.Seconds(),
-		"per_sec", harness.PerSec(len(keys), d), "publish_acked_seconds", published.Seconds())
+	b.rep.Line("result", "peer", "timeoutd", "workload", workload, "mode", "backlog", "n", n, "seconds", d.Seconds(),
+		"per_sec", harness.PerSec(n, d), "ready_ms", b.ready)
 	return nil
 }
 
