@@ -186,11 +186,10 @@ const (
 const firstRow = `(document.querySelector("#pending-rows tr")?.dataset.key ?? "")`
 
 func TestDashboardInChromium(t *testing.T) {
-	dist := buildDist(t)
-	f, srv := newFakeAPI(t, dist)
+	ctx := Chrome(t, Desktop)
+	f, srv := newFakeAPI(t, buildDist(t))
 	snap, pending := world(time.Now().UTC(), 120, "ord")
 	f.set(snap, pending)
-	ctx := Chrome(t, Desktop)
 
 	Do(t, ctx, 15*time.Second, "open the dashboard", chromedp.Navigate(srv.URL+"/"))
 	Poll(t, ctx, 10*time.Second, "the first snapshot", `document.getElementById("app")?.dataset.snapshots === "1"`)
@@ -260,12 +259,11 @@ func TestDashboardInChromium(t *testing.T) {
 }
 
 func TestDashboardNarrowAndAccessible(t *testing.T) {
-	dist := buildDist(t)
-	f, srv := newFakeAPI(t, dist)
+	ctx := Chrome(t, Narrow)
+	f, srv := newFakeAPI(t, buildDist(t))
 	// Order ids as long as the orders service's UUIDs.
 	snap, pending := world(time.Now().UTC(), 40, "01a206f7-04ab-77d2-aa89-6952a6a6")
 	f.set(snap, pending)
-	ctx := Chrome(t, Narrow)
 	Do(t, ctx, 15*time.Second, "open the dashboard", chromedp.Navigate(srv.URL+"/"))
 	Poll(t, ctx, 10*time.Second, "the first snapshot", `document.getElementById("app")?.dataset.snapshots === "1"`)
 
