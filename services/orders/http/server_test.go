@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -370,5 +371,37 @@ func TestListPaginates(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Fatalf("listed %d orders, want %d", len(seen), len(want))
+	}
+}
+
+func TestAccessLogNamesTheRouteAndNeverTheToken(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	svc, err := orders.NewService(newFakeStore(), orders.ServiceConfig{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ordershttp.NewHandler(ordershttp.Config{Service: svc, Tokens: []string{token}, Registry: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := env{h: h}
+	o := e.create(t)
+	e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", "", false, "Authorization", "Bearer wrong-secret")
+	var lines []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", l)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 2 || lines[0]["route"] != "/v1/orders" || lines[1]["route"] != "/v1/orders/{id}/pay" ||
+		lines[1]["status"] != float64(401) || lines[0]["request_id"] == "" {
+		t.Fatalf("access log = %v", lines)
+	}
+	if bytes.Contains(buf.Bytes(), []byte(token)) || bytes.Contains(buf.Bytes(), []byte("wrong-secret")) {
+		t.Fatal("a token reached the log")
 	}
 }
