@@ -1,7 +1,6 @@
 package orders
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -63,16 +62,6 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code
-}
-
-// ErrorCode returns the code of the first *Error in err's chain, or "" when
-// err is not a domain error (an internal failure).
-func ErrorCode(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
 }
 
 // validationError returns a CodeValidation error for fields; nil when empty.
