@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string) error {
 	rep.Note("work dir (service logs): %s", work)
 	start := time.Now()
 	err = w.run(ctx, o, rep)
-	rep.Note("total %s", time.Since(start).Round(time.Millisecond))
+	rep.Line("done", "seconds", time.Since(start).Seconds(), "loadavg", harness.LoadAvg(), "ok", err == nil)
 	return err
 }
 

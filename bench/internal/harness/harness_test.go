@@ -43,18 +43,18 @@ func TestReportLine(t *testing.T) {
 		kv   []any
 		want string
 	}{
-		{"ints and strings", []any{"peer", "river", "n", 3}, "result peer=river n=3\n"},
-		{"float three decimals", []any{"per_sec", 1234.56789}, "result per_sec=1234.568\n"},
-		{"duration in ms", []any{"p99_ms", 1500 * time.Microsecond}, "result p99_ms=1.500\n"},
-		{"spaces quoted", []any{"model", "Intel Xeon"}, "result model=\"Intel Xeon\"\n"},
-		{"odd trailing key dropped", []any{"a", 1, "b"}, "result a=1\n"},
+		{"ints and strings", []any{"peer", "river", "n", 3}, "workload peer=river n=3\n"},
+		{"float three decimals", []any{"per_sec", 1234.56789}, "workload per_sec=1234.568\n"},
+		{"duration in ms", []any{"p99_ms", 1500 * time.Microsecond}, "workload p99_ms=1.500\n"},
+		{"spaces quoted", []any{"model", "Intel Xeon"}, "workload model=\"Intel Xeon\"\n"},
+		{"odd trailing key dropped", []any{"a", 1, "b"}, "workload a=1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
 			r := &Report{w: &buf}
-			r.Line("result", tt.kv...)
+			r.Line("workload", tt.kv...)
 			if got := buf.String(); got != tt.want {
 				t.Errorf("Line = %q, want %q", got, tt.want)
 			}

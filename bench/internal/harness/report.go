@@ -29,7 +29,8 @@ func NewReport(f io.Writer) *Report {
 
 // Line prints one line: kind followed by the key=value pairs of kv, in
 // order (keys at even indexes). Floats get 3 decimals, durations are
-// printed in milliseconds by the caller.
+// printed in milliseconds. A "result" line ends with the machine's load
+// average, since the figures are only as quiet as the machine was.
 func (r *Report) Line(kind string, kv ...any) {
 	var b strings.Builder
 	b.WriteString(kind)
@@ -51,6 +52,9 @@ func (r *Report) Line(kind string, kv ...any) {
 		default:
 			fmt.Fprint(&b, v)
 		}
+	}
+	if kind == "result" {
+		b.WriteString(" loadavg=" + LoadAvg())
 	}
 	b.WriteByte('\n')
 	r.mu.Lock()
@@ -81,13 +85,9 @@ func (r *Report) Machine() {
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		mem = strings.Join(strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:], "")
 	}
-	load := "unknown"
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		load = strings.Join(strings.Fields(string(b))[:3], ",")
-	}
 	r.Note("date: %s", time.Now().UTC().Format(time.RFC3339))
 	r.Note("command: %s", strings.Join(os.Args, " "))
-	r.Line("machine", "nproc", runtime.NumCPU(), "model", model, "mem", mem, "loadavg", load, "go", runtime.Version())
+	r.Line("machine", "nproc", runtime.NumCPU(), "model", model, "mem", mem, "loadavg", LoadAvg(), "go", runtime.Version())
 }
 
 // Summary is the distribution of a set of latency samples.
@@ -131,3 +131,13 @@ func (s Summary) KV(prefix string) []any {
 func PerSec(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// LoadAvg returns the 1, 5 and 15 minute load averages, comma-separated:
+// the other work on the machine while a figure was measured.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], ",")
+}
