@@ -1,0 +1,340 @@
+package timeoutd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/wheel"
+)
+
+// fakeStore records Apply and Fire calls; Fire returns due as stored rows
+// unless failFire is set.
+type fakeStore struct {
+	mu       sync.Mutex
+	applied  [][]events.Command
+	fired    []Due
+	built    []outbox.Message
+	failFire error
+	rows     map[string]Timeout // what Fire reads for a key
+}
+
+func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now time.Time) ([]Change, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = append(f.applied, cmds)
+	out := make([]Change, len(cmds))
+	for i, c := range cmds {
+		out[i] = Change{Key: c.Key, Version: c.Version, Deadline: c.Deadline}
+		if c.Kind == events.KindClear {
+			out[i].State, out[i].Deadline = StateCleared, now
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]Timeout, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failFire != nil {
+		return nil, f.failFire
+	}
+	var out []Timeout
+	for _, d := range due {
+		t := f.rows[d.Key]
+		t.Key, t.Version, t.Deadline = d.Key, d.Version, d.Deadline
+		t.FireSubject = events.OrderCancelSubject(d.Key)
+		f.built = append(f.built, build(t))
+		out = append(out, t)
+	}
+	f.fired = append(f.fired, due...)
+	return out, nil
+}
+
+func (f *fakeStore) LoadPending(context.Context, string, int) ([]Timeout, error)   { return nil, nil }
+func (f *fakeStore) DeleteTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
+func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
+func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
+	return Timeout{}, ErrNotFound
+}
+func (f *fakeStore) CountDue(_ context.Context, h []time.Time) ([]int64, error) {
+	return make([]int64, len(h)), nil
+}
+func (f *fakeStore) Ping(context.Context) error { return nil }
+
+// fakeMsg is a delivered command that records its fate.
+type fakeMsg struct {
+	subject string
+	data    []byte
+	seq     uint64
+	fate    string // "", "ack", "term", "nak"
+}
+
+func (m *fakeMsg) Subject() string { return m.subject }
+func (m *fakeMsg) Data() []byte    { return m.data }
+func (m *fakeMsg) Seq() uint64     { return m.seq }
+func (m *fakeMsg) Ack() error      { m.fate = "ack"; return nil }
+func (m *fakeMsg) Term() error     { m.fate = "term"; return nil }
+func (m *fakeMsg) Nak() error      { m.fate = "nak"; return nil }
+
+type nopSource struct{}
+
+func (nopSource) Next(ctx context.Context) ([]Message, error) { <-ctx.Done(); return nil, ctx.Err() }
+func (nopSource) Close() error                                { return nil }
+
+type fakeDLQ struct{ got []events.DeadLetter }
+
+func (d *fakeDLQ) DeadLetter(_ context.Context, dl events.DeadLetter) error {
+	d.got = append(d.got, dl)
+	return nil
+}
+
+type fakeRelay struct{ kicks int }
+
+func (r *fakeRelay) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (r *fakeRelay) Kick()                         { r.kicks++ }
+func (r *fakeRelay) Flush(context.Context) (int, error) {
+	return 0, nil
+}
+func (r *fakeRelay) Stats(context.Context) (outbox.Stats, error) { return outbox.Stats{}, nil }
+
+// newTestService returns a Service on fakes whose wall clock is *now.
+func newTestService(t *testing.T, now *time.Time) (*Service, *fakeStore, *fakeDLQ) {
+	t.Helper()
+	st, dlq := &fakeStore{rows: map[string]Timeout{}}, &fakeDLQ{}
+	s, err := New(Config{Now: func() time.Time { return *now }, RetryDelay: time.Hour},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: dlq, Relay: &fakeRelay{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.stop)
+	return s, st, dlq
+}
+
+func cmdMsg(t *testing.T, seq uint64, c events.Command) *fakeMsg {
+	t.Helper()
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeMsg{subject: c.Subject(), data: data, seq: seq}
+}
+
+func TestIngestDedupesValidatesAndAcks(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	s, st, dlq := newTestService(t, &now)
+	dl := now.Add(time.Hour)
+	set := func(key string, v int64) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindSet, Key: key, Version: v, Deadline: dl, FireSubject: events.OrderCancelSubject(key)}
+	}
+	msgs := []*fakeMsg{
+		cmdMsg(t, 1, set("a", 2)),
+		cmdMsg(t, 2, set("a", 3)),
+		cmdMsg(t, 3, set("a", 1)),
+		cmdMsg(t, 4, events.Command{Schema: 1, Kind: events.KindClear, Key: "b", Version: 9}),
+		{subject: "timeouts.cmd.c", data: []byte(`{"kind":"clear","key":"other","version":1}`), seq: 5},
+		{subject: "timeouts.cmd.d", data: []byte(`nope`), seq: 6},
+	}
+	batch := make([]Message, len(msgs))
+	for i, m := range msgs {
+		batch[i] = m
+	}
+	if err := s.ingest(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.applied) != 1 || len(st.applied[0]) != 2 {
+		t.Fatalf("applied = %+v, want one batch of 2 (a@3, b@9)", st.applied)
+	}
+	if a := st.applied[0][0]; a.Key != "a" || a.Version != 3 {
+		t.Fatalf("a deduped to %+v, want version 3", a)
+	}
+	wantFates := []string{"ack", "ack", "ack", "ack", "term", "term"}
+	for i, m := range msgs {
+		if m.fate != wantFates[i] {
+			t.Errorf("msg %d fate = %q, want %q", m.seq, m.fate, wantFates[i])
+		}
+	}
+	if len(dlq.got) != 2 || dlq.got[0].Reason != events.ReasonSubjectMismatch || dlq.got[1].Reason != events.ReasonMalformed {
+		t.Fatalf("dead letters = %+v", dlq.got)
+	}
+	if s.Pending() != 1 || s.stats.scheduled.Load() != 1 || s.stats.cleared.Load() != 1 || s.stats.deadLettered.Load() != 2 {
+		t.Fatalf("pending %d, stats %+v", s.Pending(), s.stats.totals())
+	}
+}
+
+func TestDecodeRules(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	s, _, _ := newTestService(t, &now)
+	tests := []struct {
+		name    string
+		subject string
+		cmd     events.Command
+		reason  events.Reason // empty: accepted
+	}{
+		{"valid set", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancel.k"}, ""},
+		{"past deadline accepted", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(-time.Hour), FireSubject: "orders.cancel.k"}, ""},
+		{"other key on subject", "timeouts.cmd.j", events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
+		{"prefix not allowed", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancelled.k"}, events.ReasonSubjectNotAllowed},
+		{"beyond horizon", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(MaxHorizonDefault + time.Second), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := cmdMsg(t, 1, tt.cmd)
+			m.subject = tt.subject
+			_, err := s.decode(m, now)
+			if tt.reason == "" {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				return
+			}
+			if events.ReasonOf(err) != tt.reason {
+				t.Fatalf("err = %v, want reason %s", err, tt.reason)
+			}
+		})
+	}
+}
+
+// expire hands the slot of key to onExpire as the wheel would.
+func expire(t *testing.T, s *Service, key string) {
+	t.Helper()
+	s.sched.mu.Lock()
+	sl := s.sched.keys[key]
+	s.sched.mu.Unlock()
+	if sl == nil {
+		t.Fatalf("%s is not scheduled", key)
+	}
+	s.onExpire([]wheel.Expired[*slot]{{Value: sl}})
+}
+
+func TestNeverEarlyByWallClock(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().Add(time.Hour).UTC() // far enough that the real wheel never fires it
+	now := deadline.Add(-time.Millisecond)      // the wheel fired, the wall clock disagrees
+	s, st, _ := newTestService(t, &now)
+	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	expire(t, s, "k")
+	if len(st.fired) != 0 || s.Pending() != 1 {
+		t.Fatalf("fired %v before the wall-clock deadline (pending %d)", st.fired, s.Pending())
+	}
+	now = deadline
+	expire(t, s, "k")
+	if len(st.fired) != 1 || s.Pending() != 0 {
+		t.Fatalf("fired = %v at the deadline, pending %d", st.fired, s.Pending())
+	}
+	var e events.Expiry
+	if err := json.Unmarshal(st.built[0].Data, &e); err != nil || e.FiredAt.Before(e.Deadline) || st.built[0].MsgID != "fired:k:1" {
+		t.Fatalf("event = %+v (%v), id %s", e, err, st.built[0].MsgID)
+	}
+}
+
+func TestStaleSlotIsSkipped(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().Add(time.Hour).UTC() // far enough that the real wheel never fires it
+	now := deadline.Add(time.Second)
+	s, st, _ := newTestService(t, &now)
+	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	s.sched.mu.Lock()
+	old := s.sched.keys["k"]
+	s.sched.mu.Unlock()
+	// A clear lands after the wheel cut the timer: the batch is stale.
+	s.apply([]Change{{Key: "k", Version: 2, State: StateCleared}})
+	s.onExpire([]wheel.Expired[*slot]{{Value: old}})
+	if len(st.fired) != 0 {
+		t.Fatalf("a cleared timeout fired: %v", st.fired)
+	}
+}
+
+func TestMisfireOutcome(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().Add(time.Hour).UTC() // far enough that the real wheel never fires it
+	tests := []struct {
+		name     string
+		lateness time.Duration // now - deadline
+		bound    time.Duration
+		want     events.Outcome
+		subject  string
+	}{
+		{"no bound fires however late", time.Hour, 0, events.OutcomeFired, "orders.cancel.k"},
+		{"within bound fires", 50 * time.Millisecond, 100 * time.Millisecond, events.OutcomeFired, "orders.cancel.k"},
+		{"beyond bound is missed", 150 * time.Millisecond, 100 * time.Millisecond, events.OutcomeMissed, "timeouts.missed.k"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			now := deadline.Add(tt.lateness)
+			s, st, _ := newTestService(t, &now)
+			st.rows["k"] = Timeout{MaxLateness: tt.bound}
+			s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+			expire(t, s, "k")
+			if len(st.built) != 1 || st.built[0].Subject != tt.subject || !strings.HasPrefix(st.built[0].MsgID, string(tt.want)+":") {
+				t.Fatalf("built = %+v, want %s on %s", st.built, tt.want, tt.subject)
+			}
+		})
+	}
+}
+
+func TestFailedFireIsRequeued(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().Add(time.Hour).UTC() // far enough that the real wheel never fires it
+	now := deadline.Add(time.Millisecond)
+	s, st, _ := newTestService(t, &now)
+	st.failFire = errors.New("connection reset")
+	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	expire(t, s, "k")
+	if s.Pending() != 1 || s.stats.fired.Load() != 0 {
+		t.Fatalf("after a failed fire: pending %d, fired %d; want 1, 0", s.Pending(), s.stats.fired.Load())
+	}
+	st.failFire = nil
+	expire(t, s, "k")
+	if len(st.fired) != 1 || s.stats.fired.Load() != 1 {
+		t.Fatalf("retry fired %v", st.fired)
+	}
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"prefix without dot", Config{FireSubjectPrefixes: []string{"orders.cancel"}}, "FireSubjectPrefixes"},
+		{"partitions", Config{Partitions: -1}, "Partitions"},
+		{"max pending", Config{MaxPending: -5}, "MaxPending"},
+		{"fire batch", Config{FireBatch: -1}, "FireBatch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := tt.cfg.withDefaults()
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("err = %v, want one naming %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestPartitionOfIsStableAndInRange(t *testing.T) {
+	t.Parallel()
+	seen := map[int]bool{}
+	for _, k := range []string{"a", "b", "o-1", "o-2", "o-3", "ord_42", "x"} {
+		p := PartitionOf(k, 16)
+		if p < 0 || p >= 16 || p != PartitionOf(k, 16) {
+			t.Fatalf("PartitionOf(%q) = %d", k, p)
+		}
+		seen[p] = true
+	}
+	if len(seen) < 3 {
+		t.Fatalf("poor spread: %v", seen)
+	}
+}
