@@ -12,4 +12,15 @@
 // extended orders, 5,000 orders with random payments, timeoutd killed with
 // 10,000 pending deadlines, NATS restarted mid-run, malformed commands
 // dead-lettered, and the compose file itself brought up.
+//
+// The scenarios that neither kill nor restart anything share one stack
+// (sharedStack) and run in parallel; the load, crash, NATS restart and
+// compose scenarios each start their own and run one at a time, because
+// they measure timing on a 2-core machine. The whole suite takes about
+// 2.5 to 3 minutes there.
+//
+// startStack(t, stackOptions{}) is the entry point for other end-to-end
+// tests (the dashboard's browser test uses it): it returns the URLs of the
+// services, the NATS URL and an API token, and Kill, Start and Restart act
+// on a container by name.
 package e2e
