@@ -24,6 +24,13 @@ current() {
   [ "$(docker image inspect -f '{{index .Config.Labels "ordertimeout.inputs"}}' "$1" 2>/dev/null)" = "$2" ]
 }
 
+# dbuild ARGS...: docker build, quiet; its output (the legacy builder's
+# deprecation notice included) is shown only when the build fails.
+dbuild() {
+  local out
+  out=$(docker build -q "$@" 2>&1 >/dev/null) || { printf '%s\n' "$out" >&2; return 1; }
+}
+
 gobuild() { # gobuild OUT PKG
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -tags timetzdata -ldflags='-s -w' -o "$1" "$2"
 }
@@ -33,7 +40,7 @@ gobuild() { # gobuild OUT PKG
 official_postgres() {
   log "pulling the official postgres:15"
   docker pull -q postgres:15 >/dev/null || return 1
-  printf 'FROM postgres:15\n' | docker build -q --label ordertimeout.inputs=official -t "$1" - >/dev/null
+  printf 'FROM postgres:15\n' | dbuild --label ordertimeout.inputs=official -t "$1" -
 }
 
 build_postgres() {
@@ -44,7 +51,11 @@ build_postgres() {
   if registry_answers && official_postgres "$img"; then return 0; fi
   if ! docker image inspect ordertimeout/postgres-rootfs:15 >/dev/null 2>&1; then
     if [ ! -x "$rootfs/usr/lib/postgresql/15/bin/postgres" ]; then
-      command -v debootstrap >/dev/null || { log "installing debootstrap"; apt-get install -y -qq debootstrap >/dev/null; }
+      command -v debootstrap >/dev/null || {
+        log "installing debootstrap"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+      }
       mirror=$(apt_mirror) || die "no Debian mirror found in apt's sources"
       log "debootstrap bookworm + postgresql-15 from $mirror (a few minutes, once)"
       rm -rf "$rootfs"
@@ -56,8 +67,8 @@ build_postgres() {
     tar -C "$rootfs" -c . | docker import - ordertimeout/postgres-rootfs:15 >/dev/null
   fi
   log "building $img"
-  docker build -q --build-arg ROOTFS=ordertimeout/postgres-rootfs:15 --label ordertimeout.inputs="$hash" \
-    -t "$img" deploy/images/postgres >/dev/null
+  dbuild --build-arg ROOTFS=ordertimeout/postgres-rootfs:15 --label ordertimeout.inputs="$hash" \
+    -t "$img" deploy/images/postgres
 }
 
 build_nats() {
@@ -76,7 +87,7 @@ build_nats() {
   fi
   gobuild "$ctx/healthcheck" ./deploy/healthcheck
   cp deploy/images/nats/Dockerfile deploy/images/nats/nats.conf "$ctx/"
-  docker build -q --label ordertimeout.inputs="$hash" -t "$img" "$ctx" >/dev/null
+  dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
 }
 
 # build_service NAME: the service's binary and its assets, in scratch.
@@ -100,7 +111,7 @@ build_service() {
   hash=$(cd "$ctx" && find . -type f | sort | xargs cat | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
   log "building $img"
-  docker build -q --build-arg BIN="$name" --label ordertimeout.inputs="$hash" -t "$img" "$ctx" >/dev/null
+  dbuild --build-arg BIN="$name" --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
 }
 
 targets=("$@")
