@@ -40,7 +40,7 @@ const (
 	// poolMaxConnsDefault applies when the database URL sets no
 	// pool_max_conns: enough for 64 concurrent clients on a small host.
 	poolMaxConnsDefault = 16
-	// connectTimeout bounds the wait for Postgres at start.
+	// connectTimeout bounds the wait for Postgres and NATS at start.
 	connectTimeout = 30 * time.Second
 	// shutdownTimeout bounds the HTTP drain and the outbox flush.
 	shutdownTimeout = 10 * time.Second
@@ -80,7 +80,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+	if err := retry(ctx, func(ctx context.Context) error { return streams.Ensure(ctx, js, streams.Config{}) }); err != nil {
 		return err
 	}
 
@@ -212,17 +212,26 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	if err := retry(ctx, func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	return pool, nil
+}
+
+// retry calls f every 500ms until it succeeds or connectTimeout passes,
+// returning its last error: dependencies may start after this process.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	for {
-		err := pool.Ping(wctx)
+		err := f(ctx)
 		if err == nil {
-			return pool, nil
+			return nil
 		}
 		select {
-		case <-wctx.Done():
-			pool.Close()
-			return nil, fmt.Errorf("connect postgres: %w", err)
+		case <-ctx.Done():
+			return err
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
