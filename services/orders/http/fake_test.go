@@ -18,6 +18,8 @@ type fakeStore struct {
 	orders  map[string]orders.Order
 	idem    map[string]idemEntry
 	changes []orders.Change
+	// failGet, when set, is what Get does instead of reading.
+	failGet func() error
 }
 
 type idemEntry struct {
@@ -49,6 +51,9 @@ func (f *fakeStore) Create(_ context.Context, ch orders.Change, key *orders.Idem
 func (f *fakeStore) Get(_ context.Context, id string) (orders.Order, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failGet != nil {
+		return orders.Order{}, f.failGet()
+	}
 	o, ok := f.orders[id]
 	if !ok {
 		return orders.Order{}, orders.ErrNotFound

@@ -405,3 +405,29 @@ func TestAccessLogNamesTheRouteAndNeverTheToken(t *testing.T) {
 		t.Fatal("a token reached the log")
 	}
 }
+
+func TestUnexpectedFailuresAreGeneric500s(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		fail func() error
+	}{
+		{"store error", func() error { return errors.New("pq: password authentication failed for user secret") }},
+		{"panic", func() error { panic("boom: secret") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			e.store.failGet = tt.fail
+			rec := e.do(t, "GET", "/v1/orders/o-1", "", false)
+			if rec.Code != http.StatusInternalServerError {
+				t.Fatalf("status = %d %s", rec.Code, rec.Body)
+			}
+			checkProblem(t, rec, "", "")
+			if strings.Contains(rec.Body.String(), "secret") {
+				t.Fatalf("the cause leaked to the client: %s", rec.Body)
+			}
+		})
+	}
+}
