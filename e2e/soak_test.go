@@ -67,7 +67,9 @@ func soakConfigFromEnv(t *testing.T) soakConfig {
 			t.Fatalf("SOAK_DURATION %q: want a duration of at least 30s", v)
 		}
 		// Keep the faults inside the run, in the same proportions.
-		scale := func(at time.Duration) time.Duration { return time.Duration(float64(at) * float64(d) / float64(cfg.Duration)) }
+		scale := func(at time.Duration) time.Duration {
+			return time.Duration(float64(at) * float64(d) / float64(cfg.Duration))
+		}
 		cfg.PostgresAt, cfg.NATSAt, cfg.OrdersAt = scale(cfg.PostgresAt), scale(cfg.NATSAt), scale(cfg.OrdersAt)
 		cfg.Duration = d
 	}
