@@ -47,6 +47,7 @@ func TestReportLine(t *testing.T) {
 		{"float three decimals", []any{"per_sec", 1234.56789}, "workload per_sec=1234.568\n"},
 		{"duration in ms", []any{"p99_ms", 1500 * time.Microsecond}, "workload p99_ms=1.500\n"},
 		{"spaces quoted", []any{"model", "Intel Xeon"}, "workload model=\"Intel Xeon\"\n"},
+		{"newline and quote quoted", []any{"error", "a\n\"b\""}, "workload error=\"a\\n\\\"b\\\"\"\n"},
 		{"odd trailing key dropped", []any{"a", 1, "b"}, "workload a=1\n"},
 	}
 	for _, tt := range tests {

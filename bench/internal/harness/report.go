@@ -44,7 +44,7 @@ func (r *Report) Line(kind string, kv ...any) {
 		case time.Duration:
 			b.WriteString(strconv.FormatFloat(ms(v), 'f', 3, 64))
 		case string:
-			if strings.ContainsAny(v, " \t") {
+			if strings.ContainsAny(v, " \t\n\"=") {
 				b.WriteString(strconv.Quote(v))
 			} else {
 				b.WriteString(v)
