@@ -4,17 +4,22 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
-// runIngest takes command batches from the source until ctx ends. Each batch
-// is processed to the end with the hard context: validate, dead-letter the
-// invalid, upsert the rest in one statement, commit, ack, apply to the
-// schedule. A failed batch is retried as a whole, which is harmless: the
-// upsert ignores versions already stored.
+// runIngest takes command batches from the source until ctx ends. Each
+// batch is split into IngestLanes sub-batches by key partition (so the
+// commands of one key stay in order in one lane) that are processed
+// concurrently, each to the end with the hard context: validate,
+// dead-letter the invalid, upsert the rest in one statement, commit, ack,
+// apply to the schedule. The next batch starts when every lane is done. A
+// failed sub-batch is retried as a whole, which is harmless: the upsert
+// ignores versions already stored.
 func (s *Service) runIngest(ctx context.Context) {
+	lanes := make([][]Message, s.cfg.IngestLanes)
 	for {
 		msgs, err := s.src.Next(ctx)
 		if ctx.Err() != nil {
@@ -30,16 +35,39 @@ func (s *Service) runIngest(ctx context.Context) {
 		if !s.waitRoom(ctx, len(msgs)) {
 			return
 		}
-		for {
-			err := s.ingest(s.hard, msgs)
-			if err == nil {
-				break
+		s.m.BatchSize("ingest", len(msgs))
+		for i := range lanes {
+			lanes[i] = lanes[i][:0]
+		}
+		for _, m := range msgs {
+			key := strings.TrimPrefix(m.Subject(), events.CommandSubjectPrefix)
+			l := PartitionOf(key, len(lanes))
+			lanes[l] = append(lanes[l], m)
+		}
+		var wg sync.WaitGroup
+		for _, lane := range lanes {
+			if len(lane) > 0 {
+				wg.Go(func() { s.ingestRetrying(ctx, lane) })
 			}
-			s.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)
-			// Stopping with the batch unacked is safe: it is redelivered.
-			if !sleep(ctx, s.cfg.RetryDelay) {
-				return
-			}
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// ingestRetrying processes msgs until it succeeds or ctx ends; stopping
+// with them unacked is safe: they are redelivered.
+func (s *Service) ingestRetrying(ctx context.Context, msgs []Message) {
+	for {
+		err := s.ingest(s.hard, msgs)
+		if err == nil {
+			return
+		}
+		s.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)
+		if !sleep(ctx, s.cfg.RetryDelay) {
+			return
 		}
 	}
 }
@@ -83,7 +111,6 @@ func (s *Service) ingest(ctx context.Context, msgs []Message) error {
 		newest[cmd.Key] = len(cmds)
 		cmds = append(cmds, cmd)
 	}
-	s.m.BatchSize("ingest", len(msgs))
 	if len(cmds) == 0 {
 		return nil
 	}

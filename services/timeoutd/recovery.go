@@ -7,21 +7,19 @@ import (
 )
 
 // recover loads every pending row into the schedule in keyset-paginated
-// batches, spreads the overdue ones at OverdueRate from now (so they fire at
+// batches (the next page is read while the previous one goes into the
+// wheel), spreads the overdue ones at OverdueRate from now (so they fire at
 // once but at a bounded rate), flushes what a previous process left in the
 // outbox, and then reports ready. A failed page is retried until ctx ends.
 func (s *Service) recover(ctx context.Context) error {
 	start := s.cfg.Now()
-	after, loaded, overdue := "", 0, 0
-	for {
-		rows, err := s.store.LoadPending(s.hard, after, s.cfg.RecoveryBatch)
-		if err != nil {
-			s.cfg.Logger.Warn("load pending timeouts; retrying", "after", after, "err", err)
-			if !sleep(ctx, s.cfg.RetryDelay) {
-				return fmt.Errorf("load pending timeouts: %w", err)
-			}
-			continue
-		}
+	pages := make(chan []Timeout, 1)
+	loadErr := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { loadErr <- s.loadPages(ctx, pages) }()
+	loaded, overdue := 0, 0
+	for rows := range pages {
 		now := s.cfg.Now()
 		s.sched.mu.Lock()
 		for _, r := range rows {
@@ -32,15 +30,16 @@ func (s *Service) recover(ctx context.Context) error {
 			}
 			if err := s.sched.setLocked(r.Key, r.Version, r.Deadline, at); err != nil {
 				s.sched.mu.Unlock()
+				cancel()
+				<-loadErr
 				return fmt.Errorf("load pending timeouts (%d loaded, MaxPending %d): %w", loaded, s.cfg.MaxPending, err)
 			}
 		}
 		s.sched.mu.Unlock()
 		loaded += len(rows)
-		if len(rows) < s.cfg.RecoveryBatch {
-			break
-		}
-		after = rows[len(rows)-1].Key
+	}
+	if err := <-loadErr; err != nil {
+		return err
 	}
 	flushed, err := s.relay.Flush(s.hard)
 	if err != nil {
@@ -52,4 +51,29 @@ func (s *Service) recover(ctx context.Context) error {
 	s.markReady(took)
 	s.cfg.Logger.Info("recovery done", "pending", loaded, "overdue", overdue, "outbox_flushed", flushed, "took", took)
 	return nil
+}
+
+// loadPages sends the pending rows page by page on pages, then closes it.
+func (s *Service) loadPages(ctx context.Context, pages chan<- []Timeout) error {
+	defer close(pages)
+	after := ""
+	for {
+		rows, err := s.store.LoadPending(s.hard, after, s.cfg.RecoveryBatch)
+		if err != nil {
+			s.cfg.Logger.Warn("load pending timeouts; retrying", "after", after, "err", err)
+			if !sleep(ctx, s.cfg.RetryDelay) {
+				return fmt.Errorf("load pending timeouts: %w", err)
+			}
+			continue
+		}
+		select {
+		case pages <- rows:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if len(rows) < s.cfg.RecoveryBatch {
+			return nil
+		}
+		after = rows[len(rows)-1].Key
+	}
 }

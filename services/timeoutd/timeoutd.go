@@ -199,6 +199,9 @@ const (
 	MaxHorizonDefault = 400 * 24 * time.Hour
 	// FireBatchDefault is the most timeouts fired in one transaction.
 	FireBatchDefault = 5000
+	// IngestLanesDefault is the number of sub-batches of a command batch
+	// upserted concurrently, split by key partition.
+	IngestLanesDefault = 2
 	// RecoveryBatchDefault is the page size of the recovery load.
 	RecoveryBatchDefault = 50_000
 	// OverdueRateDefault is how many overdue timeouts per second recovery
@@ -235,6 +238,9 @@ type Config struct {
 	// MaxHorizon is the furthest accepted deadline from now; further ones
 	// are dead-lettered (deadline_out_of_range). Default MaxHorizonDefault.
 	MaxHorizon time.Duration
+	// IngestLanes is the number of concurrent upserts a command batch is
+	// split into by key partition; default IngestLanesDefault.
+	IngestLanes int
 	// FireBatch is the most timeouts per fire transaction; default
 	// FireBatchDefault.
 	FireBatch int
@@ -275,6 +281,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxPending = cmp.Or(c.MaxPending, MaxPendingDefault)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, MaxHorizonDefault)
 	c.FireBatch = cmp.Or(c.FireBatch, FireBatchDefault)
+	c.IngestLanes = cmp.Or(c.IngestLanes, IngestLanesDefault)
 	c.RecoveryBatch = cmp.Or(c.RecoveryBatch, RecoveryBatchDefault)
 	c.OverdueRate = cmp.Or(c.OverdueRate, OverdueRateDefault)
 	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, TombstoneTTLDefault)
@@ -304,6 +311,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("timeoutd: MaxHorizon must be positive, got %v", c.MaxHorizon)
 	case c.FireBatch < 1:
 		return c, fmt.Errorf("timeoutd: FireBatch must be positive, got %d", c.FireBatch)
+	case c.IngestLanes < 1 || c.IngestLanes > 64:
+		return c, fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
 	case c.RecoveryBatch < 1:
 		return c, fmt.Errorf("timeoutd: RecoveryBatch must be positive, got %d", c.RecoveryBatch)
 	case c.OverdueRate < 1:

@@ -32,7 +32,7 @@ type env struct {
 	pool  *pgxpool.Pool
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{dbURL: testinfra.Postgres(t), nats: testinfra.NATS(t)}
 	ctx := context.Background()
@@ -66,7 +66,7 @@ type started struct {
 }
 
 // stop shuts the daemon down gracefully and waits for Run.
-func (s *started) stop(t *testing.T) {
+func (s *started) stop(t testing.TB) {
 	t.Helper()
 	s.cancel()
 	select {
@@ -80,7 +80,7 @@ func (s *started) stop(t *testing.T) {
 }
 
 // start runs a daemon on e until the test ends and waits for it to be ready.
-func (e *env) start(t *testing.T, mutate func(*daemon.Config)) *started {
+func (e *env) start(t testing.TB, mutate func(*daemon.Config)) *started {
 	t.Helper()
 	cfg := daemon.Config{DatabaseURL: e.dbURL, NATSURL: e.nats.URL, HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
@@ -114,7 +114,7 @@ func (e *env) start(t *testing.T, mutate func(*daemon.Config)) *started {
 }
 
 // testWriter sends logs to t.Log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
@@ -133,7 +133,7 @@ func clearCmd(key string, version int64) events.Command {
 
 // publish sends cmd on its subject with its Nats-Msg-Id and an optional id
 // suffix (to get a duplicate past JetStream's dedupe).
-func (e *env) publish(t *testing.T, cmd events.Command, idSuffix ...string) {
+func (e *env) publish(t testing.TB, cmd events.Command, idSuffix ...string) {
 	t.Helper()
 	data, err := json.Marshal(cmd)
 	if err != nil {
@@ -146,7 +146,7 @@ func (e *env) publish(t *testing.T, cmd events.Command, idSuffix ...string) {
 	e.publishRaw(t, cmd.Subject(), data, id)
 }
 
-func (e *env) publishRaw(t *testing.T, subject string, data []byte, msgID string) {
+func (e *env) publishRaw(t testing.TB, subject string, data []byte, msgID string) {
 	t.Helper()
 	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, msgID)
@@ -156,7 +156,7 @@ func (e *env) publishRaw(t *testing.T, subject string, data []byte, msgID string
 }
 
 // eventually polls cond every 20ms until it returns true or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -168,7 +168,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 }
 
 // count returns the number of messages on subject in stream.
-func (e *env) count(t *testing.T, stream, subject string) uint64 {
+func (e *env) count(t testing.TB, stream, subject string) uint64 {
 	t.Helper()
 	s, err := e.js.Stream(context.Background(), stream)
 	if err != nil {
@@ -182,7 +182,7 @@ func (e *env) count(t *testing.T, stream, subject string) uint64 {
 }
 
 // last returns the last message on subject, or nil when there is none.
-func (e *env) last(t *testing.T, stream, subject string) *jetstream.RawStreamMsg {
+func (e *env) last(t testing.TB, stream, subject string) *jetstream.RawStreamMsg {
 	t.Helper()
 	s, err := e.js.Stream(context.Background(), stream)
 	if err != nil {
@@ -200,7 +200,7 @@ func (e *env) last(t *testing.T, stream, subject string) *jetstream.RawStreamMsg
 
 // expiry waits for the one event on subject and checks its invariants: the
 // Nats-Msg-Id, fired_at ≥ deadline and stored (publish) time ≥ deadline.
-func (e *env) expiry(t *testing.T, subject string, want events.Outcome, key string, version int64, deadline time.Time) events.Expiry {
+func (e *env) expiry(t testing.TB, subject string, want events.Outcome, key string, version int64, deadline time.Time) events.Expiry {
 	t.Helper()
 	var m *jetstream.RawStreamMsg
 	eventually(t, 15*time.Second, "expiry on "+subject, func() bool { m = e.last(t, events.StreamExpiries, subject); return m != nil })
@@ -221,7 +221,7 @@ func (e *env) expiry(t *testing.T, subject string, want events.Outcome, key stri
 }
 
 // state returns the stored state and version of key (-1 when absent).
-func (e *env) state(t *testing.T, key string) (state int16, version int64) {
+func (e *env) state(t testing.TB, key string) (state int16, version int64) {
 	t.Helper()
 	err := e.pool.QueryRow(context.Background(), `SELECT state, version FROM timeouts WHERE key = $1`, key).Scan(&state, &version)
 	if err != nil {
@@ -231,7 +231,7 @@ func (e *env) state(t *testing.T, key string) (state int16, version int64) {
 }
 
 // outboxRows returns the number of unpublished events.
-func (e *env) outboxRows(t *testing.T) int {
+func (e *env) outboxRows(t testing.TB) int {
 	t.Helper()
 	var n int
 	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
@@ -241,7 +241,7 @@ func (e *env) outboxRows(t *testing.T) int {
 }
 
 // get fetches url and returns the status and body.
-func get(t *testing.T, url string) (int, string) {
+func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
