@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -86,7 +87,7 @@ func (r *Report) Machine() {
 		mem = strings.Join(strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:], "")
 	}
 	r.Note("date: %s", time.Now().UTC().Format(time.RFC3339))
-	r.Note("command: %s", strings.Join(os.Args, " "))
+	r.Note("command (in bench/): go run ./cmd/%s %s", filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
 	r.Line("machine", "nproc", runtime.NumCPU(), "model", model, "mem", mem, "loadavg", LoadAvg(), "go", runtime.Version())
 }
 
