@@ -3,8 +3,10 @@
 // keys, cursor pagination), the Janitor that forgets idempotency keys after
 // their TTL, and the embedded goose migrations.
 //
-// Creating an order without an Idempotency-Key is one round trip: the order
-// insert and the outbox insert are sent as one pgx batch, which Postgres runs
-// as one implicit transaction; statements are prepared once per connection by
-// pgx's statement cache.
+// Creating an order without an Idempotency-Key goes through a create
+// batcher: concurrent creates are inserted together, the orders and their
+// outbox rows in one pgx batch that Postgres runs as one implicit
+// transaction, so one round trip and one commit serve many requests (one
+// order per batch at low load; up to CreateBatchMax under load). Statements
+// are prepared once per connection by pgx's statement cache.
 package postgres

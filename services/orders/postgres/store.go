@@ -24,6 +24,7 @@ const OutboxTable = outbox.TableDefault
 type Store struct {
 	pool     *pgxpool.Pool
 	onCommit func()
+	creates  *createBatcher
 }
 
 var _ orders.Store = (*Store)(nil)
@@ -35,7 +36,7 @@ func NewStore(pool *pgxpool.Pool, onCommit func()) *Store {
 	if onCommit == nil {
 		onCommit = func() {}
 	}
-	return &Store{pool: pool, onCommit: onCommit}
+	return &Store{pool: pool, onCommit: onCommit, creates: &createBatcher{pool: pool}}
 }
 
 const orderColumns = `id, customer_id, currency, items, amount_minor, status, cancel_reason, version, pay_by, created_at, updated_at`
@@ -65,14 +66,9 @@ func (s *Store) Create(ctx context.Context, ch orders.Change, key *orders.Idempo
 	if key != nil {
 		return s.createIdempotent(ctx, ch, msgs, key)
 	}
-	b := &pgx.Batch{}
-	b.Queue(insertOrderSQL, insertArgs(ch.Order)...)
-	if err := outbox.Insert(ctx, batchExecer{b}, OutboxTable, msgs); err != nil {
+	// Concurrent creates share a round trip and a commit (createBatcher).
+	if err := s.creates.submit(ch.Order, msgs); err != nil {
 		return orders.Order{}, false, err
-	}
-	// Without BEGIN, the batch runs in one implicit transaction.
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return orders.Order{}, false, fmt.Errorf("insert order: %w", err)
 	}
 	s.onCommit()
 	return ch.Order, false, nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -350,5 +351,54 @@ func TestJanitorForgetsExpiredIdempotencyKeys(t *testing.T) {
 		if err != nil || replayed != tt.replayed || (tt.sameAs != "" && o.ID != tt.sameAs) || (tt.sameAs == "" && o.ID == old.ID) {
 			t.Fatalf("%s: order %s replayed=%v err=%v", tt.name, o.ID, replayed, err)
 		}
+	}
+}
+
+// TestConcurrentCreatesAreBatchedAndIsolated creates many orders at once, so
+// they share insert batches, among them one whose id is taken: only that one
+// fails, and every other order is stored with its two outbox rows.
+func TestConcurrentCreatesAreBatchedAndIsolated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	taken := e.create(t, "c")
+	const n = 200
+	errs := make([]error, n)
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if i == n/2 {
+				ch, err := orders.NewOrder(taken.ID, createReq("dup"), time.Now(), orders.Limits{PayWithinMin: time.Second, PayWithinMax: time.Hour})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				_, _, errs[i] = e.store.Create(ctx, ch, nil)
+				return
+			}
+			o, _, err := e.svc.Create(ctx, createReq("many"), "")
+			ids[i], errs[i] = o.ID, err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (i == n/2) != (err != nil) {
+			t.Fatalf("create %d: err = %v", i, err)
+		}
+	}
+	var orderRows, outboxRows int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE customer_id = 'many'`).Scan(&orderRows); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outboxRows); err != nil {
+		t.Fatal(err)
+	}
+	if orderRows != n-1 || outboxRows != 2*n {
+		t.Fatalf("%d orders and %d outbox rows, want %d and %d", orderRows, outboxRows, n-1, 2*n)
+	}
+	got, err := e.svc.Get(ctx, ids[0])
+	if err != nil || got.AmountMinor != 2500 || got.Items[0].SKU != "A-1" || got.Status != orders.StatusPendingPayment || got.CancelReason != "" {
+		t.Fatalf("a batched order reads back as %+v (%v)", got, err)
 	}
 }
