@@ -25,6 +25,10 @@ type schedule struct {
 	mu   sync.Mutex
 	keys map[string]*slot
 	w    *wheel.Wheel[*slot]
+	// perSecond counts the pending timeouts by deadline second (Unix), for
+	// the upcoming buckets: one entry per distinct second, so a few
+	// thousand for an hour of deadlines, summed once per stats refresh.
+	perSecond map[int64]int64
 }
 
 func newSchedule(cfg wheel.Config, onExpire func([]wheel.Expired[*slot])) (*schedule, error) {
@@ -32,7 +36,7 @@ func newSchedule(cfg wheel.Config, onExpire func([]wheel.Expired[*slot])) (*sche
 	if err != nil {
 		return nil, fmt.Errorf("new wheel: %w", err)
 	}
-	return &schedule{keys: make(map[string]*slot), w: w}, nil
+	return &schedule{keys: make(map[string]*slot), w: w, perSecond: make(map[int64]int64)}, nil
 }
 
 // len returns the number of pending timeouts in memory.
@@ -50,10 +54,13 @@ func (s *schedule) setLocked(key string, version int64, deadline, at time.Time) 
 		if old.version >= version {
 			return nil
 		}
+		s.count(old.deadline, -1)
 		old.version, old.deadline = version, deadline.UnixNano()
+		s.count(old.deadline, 1)
 		if s.w.Reset(old.h, at) {
 			return nil
 		}
+		s.count(old.deadline, -1)
 		// The old timer was cut into a batch in flight: that batch sees a
 		// stale slot and skips it; the key gets a new slot.
 	}
@@ -65,7 +72,44 @@ func (s *schedule) setLocked(key string, version int64, deadline, at time.Time) 
 	}
 	sl.h = h
 	s.keys[key] = sl
+	s.count(sl.deadline, 1)
 	return nil
+}
+
+// removeLocked takes sl out of the index. Caller holds s.mu.
+func (s *schedule) removeLocked(sl *slot) {
+	delete(s.keys, sl.key)
+	s.count(sl.deadline, -1)
+}
+
+// count adds d to the deadline second of deadlineNs. Caller holds s.mu.
+func (s *schedule) count(deadlineNs int64, d int64) {
+	sec := deadlineNs / 1e9
+	if n := s.perSecond[sec] + d; n != 0 {
+		s.perSecond[sec] = n
+	} else {
+		delete(s.perSecond, sec)
+	}
+}
+
+// dueBefore returns, for each horizon, the pending timeouts whose deadline
+// is before it (rounded to whole seconds). O(distinct deadline seconds).
+func (s *schedule) dueBefore(horizons []time.Time) []int64 {
+	out := make([]int64, len(horizons))
+	secs := make([]int64, len(horizons))
+	for i, h := range horizons {
+		secs[i] = h.Unix()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sec, n := range s.perSecond {
+		for i, h := range secs {
+			if sec < h {
+				out[i] += n
+			}
+		}
+	}
+	return out
 }
 
 // clearLocked removes key when its version is older than version. Caller
@@ -73,7 +117,7 @@ func (s *schedule) setLocked(key string, version int64, deadline, at time.Time) 
 func (s *schedule) clearLocked(key string, version int64) {
 	if old, ok := s.keys[key]; ok && old.version < version {
 		s.w.Cancel(old.h)
-		delete(s.keys, key)
+		s.removeLocked(old)
 	}
 }
 

@@ -32,7 +32,7 @@ func (s *Service) onExpire(batch []wheel.Expired[*slot]) {
 		if sl.deadline > nowNs {
 			h, err := s.sched.w.Schedule(time.Unix(0, sl.deadline), sl)
 			if err != nil {
-				delete(s.sched.keys, sl.key)
+				s.sched.removeLocked(sl)
 				s.cfg.Logger.Error("reschedule early timer", "key", sl.key, "err", err)
 				continue
 			}
@@ -40,7 +40,7 @@ func (s *Service) onExpire(batch []wheel.Expired[*slot]) {
 			continue
 		}
 		due = append(due, Due{Key: sl.key, Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC()})
-		delete(s.sched.keys, sl.key)
+		s.sched.removeLocked(sl)
 	}
 	s.sched.mu.Unlock()
 	for len(due) > 0 {
@@ -68,7 +68,9 @@ func (s *Service) fire(due []Due, now time.Time) {
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		return outbox.Message{Subject: subject, MsgID: e.MsgID(), Data: data}
 	}
+	start := time.Now()
 	_, err := s.store.Fire(s.hard, due, now, build)
+	s.cfg.Logger.Debug("fire batch", "size", len(due), "took", time.Since(start), "behind", time.Since(now))
 	if err != nil {
 		if s.hard.Err() != nil {
 			return // killed: the rows are still pending in Postgres

@@ -81,7 +81,8 @@ func (s *Service) runStats(ctx context.Context) {
 	}
 }
 
-// refresh reads the upcoming buckets and the outbox backlog from Postgres.
+// refresh counts the upcoming buckets from the schedule and reads the
+// outbox backlog from Postgres.
 func (s *Service) refresh(ctx context.Context, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -89,20 +90,18 @@ func (s *Service) refresh(ctx context.Context, now time.Time) {
 	for i, h := range horizons {
 		hs[i] = now.Add(h.within)
 	}
-	counts, err := s.store.CountDue(ctx, hs)
+	counts := s.sched.dueBefore(hs)
+	ob, err := s.relay.Stats(ctx)
 	if err != nil && ctx.Err() == nil {
-		s.cfg.Logger.Warn("count upcoming timeouts", "err", err)
+		s.cfg.Logger.Warn("read outbox backlog", "err", err)
 	}
-	ob, obErr := s.relay.Stats(ctx)
 	s.stats.mu.Lock()
 	defer s.stats.mu.Unlock()
-	if err == nil {
-		s.stats.upcoming = make([]Bucket, len(horizons))
-		for i, h := range horizons {
-			s.stats.upcoming[i] = Bucket{Label: h.label, Within: h.within, Count: counts[i]}
-		}
+	s.stats.upcoming = make([]Bucket, len(horizons))
+	for i, h := range horizons {
+		s.stats.upcoming[i] = Bucket{Label: h.label, Within: h.within, Count: counts[i]}
 	}
-	if obErr == nil {
+	if err == nil {
 		s.stats.outbox = ob
 	}
 }
@@ -167,6 +166,7 @@ func (s *Service) Recent(n int) []events.Expiry {
 // batch's last events as recent expiries. Messages that are not expiry
 // events are ignored.
 func (s *Service) Published(batch []outbox.Message, ackedAt time.Time) {
+	s.cfg.Logger.Debug("outbox batch published", "size", len(batch))
 	st := s.stats
 	keep := max(0, len(batch)-len(st.recent))
 	recent := make([]events.Expiry, 0, len(batch)-keep)

@@ -110,8 +110,6 @@ type Store interface {
 	ListPending(ctx context.Context, q Query) ([]Timeout, error)
 	// GetPending returns the pending timeout of key, or ErrNotFound.
 	GetPending(ctx context.Context, key string) (Timeout, error)
-	// CountDue returns, for each horizon, the pending timeouts due before it.
-	CountDue(ctx context.Context, horizons []time.Time) ([]int64, error)
 	// Ping checks the database answers.
 	Ping(ctx context.Context) error
 }

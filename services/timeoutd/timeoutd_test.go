@@ -338,3 +338,27 @@ func TestPartitionOfIsStableAndInRange(t *testing.T) {
 		t.Fatalf("poor spread: %v", seen)
 	}
 }
+
+func TestUpcomingBucketsFollowTheSchedule(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	s, _, _ := newTestService(t, &now)
+	s.apply([]Change{
+		{Key: "a", Version: 1, Deadline: now.Add(30 * time.Second)},
+		{Key: "b", Version: 1, Deadline: now.Add(5 * time.Minute)},
+		{Key: "c", Version: 1, Deadline: now.Add(2 * time.Hour)},
+		{Key: "d", Version: 1, Deadline: now.Add(40 * time.Second)},
+	})
+	s.apply([]Change{
+		{Key: "c", Version: 2, Deadline: now.Add(50 * time.Minute)}, // moved into the hour
+		{Key: "d", Version: 2, State: StateCleared},
+	})
+	s.refresh(context.Background(), now)
+	got := s.Stats().Upcoming
+	want := []int64{1, 2, 3}
+	for i, b := range got {
+		if b.Count != want[i] {
+			t.Fatalf("upcoming = %+v, want counts %v", got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 )
 
 // The benchmarks drive a real daemon on the test containers (Postgres runs
@@ -92,8 +94,16 @@ func BenchmarkIngest(b *testing.B) {
 func BenchmarkExpiryStorm(b *testing.B) {
 	const n, rate = 100_000, 20_000
 	e := newEnv(b)
-	d := e.start(b, nil)
-	first := time.Now().Add(8 * time.Second)
+	var logTo *os.File
+	if p := os.Getenv("TIMEOUTD_BENCH_LOG"); p != "" {
+		logTo, _ = os.Create(p)
+	}
+	d := e.start(b, func(c *daemon.Config) {
+		if logTo != nil {
+			c.Logger = slog.New(slog.NewJSONHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	})
+	first := time.Now().Add(20 * time.Second)
 	cmds := make([]events.Command, n)
 	for i := range cmds {
 		cmds[i] = setCmd("st-"+strconv.Itoa(i), 1, first.Add(time.Duration(i)*time.Second/rate))
@@ -105,6 +115,12 @@ func BenchmarkExpiryStorm(b *testing.B) {
 	}
 	eventually(b, 2*time.Minute, "applied", func() bool { return e.outboxRows(b) == 0 && d.Service().Stats().Fired == n })
 
+	_, metrics := get(b, "http://"+d.Addr()+"/metrics")
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, "timeoutd_batch_size_sum") || strings.HasPrefix(l, "timeoutd_batch_size_count") || strings.HasPrefix(l, "timeoutd_fire_lateness_seconds_sum") {
+			b.Log(l)
+		}
+	}
 	cons, err := e.js.OrderedConsumer(context.Background(), events.StreamExpiries, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		b.Fatal(err)

@@ -254,23 +254,5 @@ func (s *Store) GetPending(ctx context.Context, key string) (timeoutd.Timeout, e
 	return t, nil
 }
 
-// CountDue implements timeoutd.Store with one index range count per horizon.
-func (s *Store) CountDue(ctx context.Context, horizons []time.Time) ([]int64, error) {
-	hs := make([]int64, len(horizons))
-	for i, h := range horizons {
-		hs[i] = h.UnixNano()
-	}
-	rows, err := s.pool.Query(ctx, `SELECT (SELECT count(*) FROM timeouts WHERE state = 0 AND deadline_ns < h)
-		FROM unnest($1::int8[]) WITH ORDINALITY AS u(h, i) ORDER BY i`, hs)
-	if err != nil {
-		return nil, fmt.Errorf("count due: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("count due: %w", err)
-	}
-	return out, nil
-}
-
 // Ping implements timeoutd.Store.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
