@@ -191,6 +191,10 @@ func openRelayPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	pc.MaxConns = relayPoolMaxConns
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	// The relay's claim statement is prepared once; a generic plan made
+	// while the outbox was nearly empty (a seq scan per batch) stalls it for
+	// minutes once a backlog builds. Plan each execution for the table as it is.
+	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pc.ConnConfig.RuntimeParams["application_name"] = "orders-outbox-relay"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
