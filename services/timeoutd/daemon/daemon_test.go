@@ -100,13 +100,21 @@ func TestStaleAndDuplicateCommandsIgnored(t *testing.T) {
 
 	// Pending: a lower version and an equal version (a duplicate past the
 	// JetStream dedupe, so timeoutd itself must ignore it) change nothing.
+	// Each stale command is published after the newer one was consumed: the
+	// command stream keeps one message per subject, so a stale command
+	// published before would replace the newer one in the stream itself.
 	e.publish(t, setCmd("s-1", 5, dl))
+	e.publish(t, setCmd("s-2", 1, now.Add(300*time.Millisecond)))
+	e.publish(t, clearCmd("s-2", 2))
+	eventually(t, 5*time.Second, "s-1@5 and s-2@2 stored", func() bool {
+		_, v1 := e.state(t, "s-1")
+		st2, v2 := e.state(t, "s-2")
+		return v1 == 5 && st2 == int16(timeoutd.StateCleared) && v2 == 2
+	})
 	e.publish(t, setCmd("s-1", 4, now.Add(100*time.Millisecond)))
 	e.publish(t, setCmd("s-1", 5, now.Add(200*time.Millisecond)), "-dup")
 	e.publish(t, clearCmd("s-1", 3))
 	// After a clear: the tombstone rejects the stale set.
-	e.publish(t, setCmd("s-2", 1, now.Add(300*time.Millisecond)))
-	e.publish(t, clearCmd("s-2", 2))
 	e.publish(t, setCmd("s-2", 1, now.Add(300*time.Millisecond)), "-redelivered")
 
 	e.expiry(t, events.OrderCancelSubject("s-1"), events.OutcomeFired, "s-1", 5, dl.UTC())
