@@ -36,6 +36,7 @@ type Service struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	live      atomic.Bool // ready and not shutting down
+	draining  atomic.Bool // Unready was called
 
 	// hard is the context of every I/O; Kill cancels it, so an in-flight
 	// batch is abandoned as in a crash. Set once by Run.
@@ -81,6 +82,14 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // IsReady reports whether recovery has finished and shutdown has not begun.
 func (s *Service) IsReady() bool { return s.live.Load() }
+
+// Unready turns readiness false for good, ahead of a shutdown, so that
+// load balancers stop routing before the listener closes. The service keeps
+// working until Run's context ends.
+func (s *Service) Unready() {
+	s.draining.Store(true)
+	s.live.Store(false)
+}
 
 // Kill stops the service abruptly, as a crash would: every database and
 // NATS operation in flight is cancelled, nothing is drained, flushed or
@@ -151,7 +160,7 @@ func (s *Service) Run(ctx context.Context) error {
 // markReady reports ready once recovery is done.
 func (s *Service) markReady(took time.Duration) {
 	s.readyOnce.Do(func() {
-		s.live.Store(true)
+		s.live.Store(!s.draining.Load())
 		close(s.ready)
 		s.m.RecoveryDuration(took)
 	})

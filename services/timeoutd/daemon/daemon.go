@@ -34,6 +34,9 @@ const (
 	HTTPAddrDefault = ":8080"
 	// ShutdownTimeoutDefault bounds the graceful shutdown.
 	ShutdownTimeoutDefault = 20 * time.Second
+	// ShutdownDelayDefault is how long /readyz answers 503 after SIGTERM
+	// before fetching stops and the listener closes.
+	ShutdownDelayDefault = time.Second
 	// DBMaxConnsDefault is the pgxpool size.
 	DBMaxConnsDefault = 16
 	// RelayBatchDefault is the outbox relay's batch (PubAcks in flight).
@@ -55,6 +58,9 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown; default
 	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long readiness is false before the shutdown
+	// proper begins; default ShutdownDelayDefault.
+	ShutdownDelay time.Duration
 	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
 	DBMaxConns int
 	// RelayBatch is the relay's batch size; default RelayBatchDefault.
@@ -111,6 +117,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	envDuration(getenv, "TIMEOUTD_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, &errs)
+	envDuration(getenv, "TIMEOUTD_SHUTDOWN_DELAY", &c.ShutdownDelay, &errs)
 	envDuration(getenv, "TIMEOUTD_DUPLICATE_WINDOW", &c.DuplicateWindow, &errs)
 	envDuration(getenv, "TIMEOUTD_TICK", &c.Service.Tick, &errs)
 	envDuration(getenv, "TIMEOUTD_TOMBSTONE_TTL", &c.Service.TombstoneTTL, &errs)
@@ -129,6 +136,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 func (c Config) withDefaults() (Config, error) {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.ShutdownDelay = cmp.Or(c.ShutdownDelay, ShutdownDelayDefault)
 	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, streams.DuplicateWindowDefault)
@@ -254,9 +262,9 @@ func (m *Main) Service() *timeoutd.Service { return m.svc }
 func (m *Main) Ready() <-chan struct{} { return m.svc.Ready() }
 
 // Run serves HTTP and runs the service until ctx ends, then shuts down
-// gracefully within ShutdownTimeout: readiness false, HTTP drained, fetching
-// stopped, the batch in flight finished, the outbox flushed, connections
-// closed. It returns the first error that stopped it early.
+// gracefully within ShutdownTimeout: readiness false for ShutdownDelay,
+// fetching stopped, the batch in flight finished, the outbox flushed, HTTP drained,
+// connections closed. It returns the first error that stopped it early.
 func (m *Main) Run(ctx context.Context) error {
 	defer m.close()
 	errc := make(chan error, 2)
@@ -277,7 +285,17 @@ func (m *Main) Run(ctx context.Context) error {
 	case err = <-svcDone:
 		svcDone <- err
 	}
-	m.log.Info("timeoutd shutting down")
+	m.log.Info("timeoutd shutting down", "readiness_off_for", m.cfg.ShutdownDelay)
+	m.svc.Unready()
+	if err == nil {
+		delay := time.NewTimer(m.cfg.ShutdownDelay)
+		select {
+		case <-delay.C:
+		case err = <-svcDone:
+			svcDone <- err
+		}
+		delay.Stop()
+	}
 	stopSvc()
 	timer := time.AfterFunc(m.cfg.ShutdownTimeout, func() {
 		m.log.Error("graceful shutdown timed out; aborting")

@@ -362,10 +362,16 @@ func TestRecoveryAfterAbruptStop(t *testing.T) {
 func TestGracefulShutdownKeepsPending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	first := e.start(t, nil)
-	deadline := time.Now().Add(2 * time.Second)
+	first := e.start(t, func(c *daemon.Config) { c.ShutdownDelay = 2 * time.Second })
+	deadline := time.Now().Add(4 * time.Second)
 	e.publish(t, setCmd("g-1", 1, deadline))
 	eventually(t, 5*time.Second, "pending", func() bool { return first.Service().Pending() == 1 })
+	// Readiness goes false first, while the server still answers.
+	first.cancel()
+	eventually(t, 2*time.Second, "/readyz 503 while draining", func() bool {
+		code, _ := get(t, "http://"+first.Addr()+"/readyz")
+		return code == 503
+	})
 	first.stop(t)
 	if st, _ := e.state(t, "g-1"); st != int16(timeoutd.StatePending) {
 		t.Fatalf("state after shutdown = %d, want pending", st)

@@ -85,6 +85,7 @@ func (e *env) start(t testing.TB, mutate func(*daemon.Config)) *started {
 	cfg := daemon.Config{DatabaseURL: e.dbURL, NATSURL: e.nats.URL, HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	cfg.Service.JanitorInterval = 200 * time.Millisecond
+	cfg.ShutdownDelay = 50 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
 	}
