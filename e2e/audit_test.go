@@ -254,6 +254,8 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 		cancelEvents, expiryMsgs, dupExpiries, dupCancels int
 		paidFired, missed                                 int
 		published, fired, applied                         []time.Duration
+		outliers                                          int
+		outFrom, outTo                                    time.Time
 	)
 	note := func(list *[]string, format string, args ...any) {
 		if len(*list) < 10 {
@@ -333,6 +335,15 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 			note(&missing, "order %s: cancelled by timeout, but %d cancel events with its deadline and %d orders.cancelled events stored", id, len(exps), len(cans))
 			continue
 		}
+		if late := first.Stored.Sub(o.PayBy); late > lateOutlier {
+			outliers++
+			if outFrom.IsZero() || o.PayBy.Before(outFrom) {
+				outFrom = o.PayBy
+			}
+			if o.PayBy.After(outTo) {
+				outTo = o.PayBy
+			}
+		}
 		published = append(published, first.Stored.Sub(o.PayBy))
 		fired = append(fired, first.FiredAt.Sub(first.Deadline))
 		applied = append(applied, o.UpdatedAt.Sub(o.PayBy))
@@ -359,6 +370,8 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 		"lateness, cancel event stored in JetStream minus deadline: "+summary(published).String(),
 		"lateness, timeoutd's fired_at minus deadline: "+summary(fired).String(),
 		"lateness, order cancelled in the database minus deadline: "+summary(applied).String(),
+		fmt.Sprintf("cancel events stored more than %s late: %d, deadlines from %s to %s (compare with the fault times)",
+			lateOutlier, outliers, outFrom.Format("15:04:05.000"), outTo.Format("15:04:05.000")),
 	)
 	for _, v := range []struct {
 		what string
@@ -386,6 +399,10 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 	}
 	return r
 }
+
+// lateOutlier is the lateness beyond which the audit reports the range of
+// the deadlines concerned, to relate them to the faults.
+const lateOutlier = 5 * time.Second
 
 // countMissing counts the acknowledged orders absent from db.
 func countMissing(acked map[string]soakOrder, db map[string]dbOrder) int {

@@ -171,7 +171,8 @@ func TestSoak(t *testing.T) {
 			t.Fatal("test context ended during the soak")
 		}
 		at := time.Since(start).Round(100 * time.Millisecond)
-		line := fmt.Sprintf("%6s %-17s %s", at, f.What, f.Do(t))
+		wall := time.Now().Format("15:04:05.000")
+		line := fmt.Sprintf("%6s (%s) %-17s %s", at, wall, f.What, f.Do(t))
 		t.Log("fault: " + line)
 		faultLog = append(faultLog, line)
 	}
