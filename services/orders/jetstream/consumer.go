@@ -149,23 +149,29 @@ func (c *Consumer) Run(ctx context.Context) error {
 		close(work)
 		wg.Wait()
 	}()
-	for ctx.Err() == nil {
-		if err := c.pull(ctx, work); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("pull cancel events; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(c.cfg.RetryDelay):
-			}
-			if cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, c.spec); err == nil {
-				c.cons = cons
-			}
+	for {
+		err := c.pull(ctx, work)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("message iterator closed")
+		}
+		c.cfg.Logger.Warn("pull cancel events; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.cfg.RetryDelay):
+		}
+		if cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, c.spec); err == nil {
+			c.cons = cons
 		}
 	}
-	return nil
 }
 
-// pull feeds work from one message iterator until ctx ends (nil) or the
-// iterator fails with an error other than a missed heartbeat.
+// pull feeds work from one message iterator until it closes (nil; Run
+// closes it when ctx ends) or fails with an error other than a missed
+// heartbeat.
 func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
 	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
 	if err != nil {
