@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
@@ -77,8 +79,11 @@ func (b *createBatcher) lead() {
 		b.mu.Unlock()
 
 		err := b.insert(batch)
-		if err != nil && len(batch) > 1 {
-			// Attribute the failure: retry each order alone.
+		var pgErr *pgconn.PgError
+		if len(batch) > 1 && errors.As(err, &pgErr) {
+			// Postgres rejected a row (a constraint): retry each order
+			// alone so only the culprit fails. Connection failures and
+			// timeouts fail the whole batch at once instead.
 			for _, p := range batch {
 				p.done <- b.insert([]*pendingCreate{p})
 			}
