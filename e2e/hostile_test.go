@@ -126,6 +126,7 @@ func checkAnswer(t *testing.T, tc restCase, status int, h http.Header, body []by
 		t.Fatalf("%s %s: status %d, want one of %v; body %.300s", tc.method, tc.path, status, tc.want, body)
 	}
 	if status < 400 {
+		t.Logf("%d", status)
 		if tc.check != nil {
 			tc.check(t, body)
 		}
