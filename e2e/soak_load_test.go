@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -208,9 +209,10 @@ func (l *soakLoad) waitPays(timeout time.Duration) error {
 	}
 }
 
-// snapshot returns a copy of the acknowledged orders and the outcome counts
-// as "what n" lines, sorted.
-func (l *soakLoad) snapshot() (map[string]soakOrder, []string) {
+// snapshot returns a copy of the acknowledged orders, the outcome counts as
+// "what n" lines, sorted, and the unexpected answers (the first 20 and their
+// number).
+func (l *soakLoad) snapshot() (map[string]soakOrder, []string, []string, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	orders := make(map[string]soakOrder, len(l.orders))
@@ -222,7 +224,7 @@ func (l *soakLoad) snapshot() (map[string]soakOrder, []string) {
 		lines = append(lines, fmt.Sprintf("%s: %d", what, n))
 	}
 	sort.Strings(lines)
-	return orders, lines
+	return orders, lines, slices.Clone(l.rejected), l.nRejects
 }
 
 // rss samples the resident memory of the services from their /metrics

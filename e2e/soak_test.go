@@ -184,7 +184,7 @@ func TestSoak(t *testing.T) {
 
 	// Settle: every deadline passed and no order pending any more (or the
 	// settle time ran out: what is still pending then is lost).
-	acked, outcomes := gen.snapshot()
+	acked, outcomes, rejected, nRejected := gen.snapshot()
 	var lastDeadline time.Time
 	for _, o := range acked {
 		if o.PayBy.After(lastDeadline) {
@@ -231,7 +231,7 @@ func TestSoak(t *testing.T) {
 	rep = append(rep, fmt.Sprintf("SOAK %d orders/s for %s (load ran %s), deadlines %s-%s, pay share %.2f; audited %s after the last deadline (%d pending then)",
 		cfg.Rate, cfg.Duration, loadEnded.Round(time.Second), cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare, settled.Round(100*time.Millisecond), pending))
 	rep = append(rep, fmt.Sprintf("load generator: achieved %.0f creates/s acknowledged; %d creates and %d payments with unknown outcome; %d ticks skipped (all workers busy); %d unexpected answers; answers: %s",
-		float64(len(acked))/cfg.Duration.Seconds(), gen.createUnknown.Load(), gen.payUnknown.Load(), gen.skipped.Load(), gen.nRejects, strings.Join(outcomes, ", ")))
+		float64(len(acked))/cfg.Duration.Seconds(), gen.createUnknown.Load(), gen.payUnknown.Load(), gen.skipped.Load(), nRejected, strings.Join(outcomes, ", ")))
 	rep = append(rep, res.Lines...)
 	for _, l := range faultLog {
 		rep = append(rep, "fault "+l)
@@ -252,7 +252,7 @@ func TestSoak(t *testing.T) {
 			t.Errorf("write SOAK_REPORT: %v", err)
 		}
 	}
-	for _, r := range gen.rejected {
+	for _, r := range rejected {
 		t.Errorf("load generator got an unexpected answer: %s", r)
 	}
 	for _, v := range res.Violations {
