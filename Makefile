@@ -73,6 +73,14 @@ test-e2e: images chromium ## only the end-to-end suite against the built contain
 test-short: ## unit tests only, no containers
 	$(GO) test -short -count=1 ./...
 
+.PHONY: run-timeoutd
+run-timeoutd: ## run timeoutd from source (needs TIMEOUTD_DATABASE_URL and TIMEOUTD_NATS_URL; see services/timeoutd/README.md)
+	$(GO) run ./services/timeoutd/cmd/timeoutd
+
+.PHONY: bench-timeoutd-go
+bench-timeoutd-go: images ## timeoutd's in-process benchmarks on test containers: ingest, expiry storm, recovery of 1M
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./services/timeoutd/daemon
+
 .PHONY: bench-wheel
 bench-wheel: ## pkg/wheel against Go's runtime timers: go test -bench and wheelbench
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/wheel

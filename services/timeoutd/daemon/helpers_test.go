@@ -108,8 +108,8 @@ func (e *env) start(t testing.TB, mutate func(*daemon.Config)) *started {
 	case <-m.Ready():
 	case <-s.done:
 		t.Fatalf("Run returned before ready: %v", s.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready within 30s")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("not ready within 2m")
 	}
 	return s
 }
