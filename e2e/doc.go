@@ -19,6 +19,13 @@
 // they measure timing on a 2-core machine. The whole suite takes about
 // 2.5 to 3 minutes there.
 //
+// Reliability and security (issue 7, docs/RELIABILITY.md), each on a stack
+// of its own unless noted: the soak under faults with its auditor
+// (soak_test.go, audit_test.go; about 2 minutes), SIGTERM of timeoutd under
+// load (soak_shutdown_test.go), hostile inputs through REST and NATS, the
+// security checks (shared stack) and the compose NATS permissions
+// (hostile_test.go).
+//
 // startStack(t, stackOptions{}) is the entry point for other end-to-end
 // tests (the dashboard's browser test uses it): it returns the URLs of the
 // services, the NATS URL and an API token, and Kill, Start and Restart act
