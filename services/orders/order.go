@@ -3,7 +3,9 @@ package orders
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
@@ -149,8 +151,8 @@ func ceilMicro(t time.Time) time.Time {
 // status pending_payment, version 1, a set command and a created event.
 func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, error) {
 	var fe []FieldError
-	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen {
-		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes", MaxTextLen)})
+	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen || !storable(req.CustomerID) {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes of UTF-8 text without NUL", MaxTextLen)})
 	}
 	if !validCurrency(req.Currency) {
 		fe = append(fe, FieldError{"currency", "must be an ISO 4217 code of three upper-case letters, such as EUR"})
@@ -165,8 +167,8 @@ func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, 
 		}
 		p := fmt.Sprintf("items[%d].", i)
 		switch {
-		case it.SKU == "" || len(it.SKU) > MaxTextLen:
-			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes", MaxTextLen)})
+		case it.SKU == "" || len(it.SKU) > MaxTextLen || !storable(it.SKU):
+			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes of UTF-8 text without NUL", MaxTextLen)})
 		case it.Quantity < 1 || it.Quantity > MaxQuantity:
 			fe = append(fe, FieldError{p + "quantity", fmt.Sprintf("must be between 1 and %d", MaxQuantity)})
 		case it.UnitPriceMinor < 0:
@@ -259,6 +261,9 @@ func (o Order) event(t events.OrderEventType) *events.OrderEvent {
 		Status: string(o.Status), CancelReason: string(o.CancelReason), CustomerID: o.CustomerID,
 		AmountMinor: o.AmountMinor, Currency: o.Currency, PayBy: o.PayBy, At: o.UpdatedAt}
 }
+
+// storable reports whether Postgres text can hold s: valid UTF-8 without NUL.
+func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 func validCurrency(c string) bool {
 	if len(c) != 3 {

@@ -163,6 +163,10 @@ func TestRoutes(t *testing.T) {
 			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1000000,"unit_price_minor":9223372036854775}],"pay_within":"1m"}`},
 		{name: "create missing sku", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].sku",
 			body: `{"customer_id":"c","currency":"EUR","items":[{"quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create NUL in customer_id", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: `{"customer_id":"a\u0000b","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create NUL in sku", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].sku",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"\u0000","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
 		{name: "create body too large", method: "POST", path: "/v1/orders", body: long, auth: true, status: 413},
 		{name: "create not json", method: "POST", path: "/v1/orders", body: createBody, auth: true, hdr: []string{"Content-Type", "text/plain"}, status: 415, field: "Content-Type"},
 		{name: "create long idempotency key", method: "POST", path: "/v1/orders", body: createBody, auth: true,
@@ -184,6 +188,8 @@ func TestRoutes(t *testing.T) {
 				t.Errorf("body = %s", rec.Body)
 			}
 		}},
+		{name: "list NUL customer", method: "GET", path: "/v1/orders?customer_id=a%00b", status: 400, field: "customer_id"},
+		{name: "list invalid utf-8 customer", method: "GET", path: "/v1/orders?customer_id=%FF", status: 400, field: "customer_id"},
 		{name: "list bad status", method: "GET", path: "/v1/orders?status=lost", status: 400, field: "status"},
 		{name: "list bad limit", method: "GET", path: "/v1/orders?limit=ten", status: 400, field: "limit"},
 		{name: "list zero limit", method: "GET", path: "/v1/orders?limit=0", status: 400, field: "limit"},

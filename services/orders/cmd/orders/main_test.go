@@ -231,6 +231,16 @@ func TestCommandsAndEventsArePublished(t *testing.T) {
 		})
 	}
 
+	// Text Postgres cannot store is a 400 naming the field, never a 500.
+	for _, path := range []string{"/v1/orders?customer_id=a%00b", "/v1/orders?customer_id=%FF"} {
+		if code, _, b := a.call(t, "GET", path, ""); code != http.StatusBadRequest || !strings.Contains(string(b), `"field":"customer_id"`) {
+			t.Errorf("GET %s = %d %s, want 400 naming customer_id", path, code, b)
+		}
+	}
+	if code, _, b := a.call(t, "POST", "/v1/orders", strings.Replace(createBody, "c-1", `c\u0000`, 1)); code != http.StatusBadRequest {
+		t.Errorf("create with NUL = %d %s, want 400", code, b)
+	}
+
 	code, _, b := a.call(t, "GET", "/metrics", "")
 	for _, want := range []string{`orders_by_status{status="paid"} 1`, `orders_outbox_rows`, `route="/v1/orders/{id}/pay"`} {
 		if code != 200 || !strings.Contains(string(b), want) {
