@@ -20,8 +20,6 @@ var (
 	ErrNotFound = errors.New("timeoutd: not found")
 	// ErrInvalid is returned for a malformed query (wrapped with the field).
 	ErrInvalid = errors.New("timeoutd: invalid")
-	// ErrNotReady is returned while recovery has not finished.
-	ErrNotReady = errors.New("timeoutd: not ready")
 )
 
 // State is the state of a stored timeout row.

@@ -158,8 +158,6 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, timeoutd.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, timeoutd.ErrNotReady):
-		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}
