@@ -22,6 +22,7 @@ type timeoutdWorkload struct {
 	stormSpan    time.Duration
 	stormLead    time.Duration
 	stormGrace   time.Duration
+	readyTimeout time.Duration
 	peers        string
 	riverStorms  string
 	riverWorkers int
@@ -62,6 +63,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.DurationVar(&w.stormSpan, "storm-span", 10*time.Second, "the storm's deadlines are spread uniformly over this span")
 	fs.DurationVar(&w.stormLead, "storm-lead", 20*time.Second, "the first storm deadline is this long after the storm's first command")
 	fs.DurationVar(&w.stormGrace, "storm-grace", 2*time.Minute, "a storm gives up on events still missing this long after its last deadline")
+	fs.DurationVar(&w.readyTimeout, "ready-timeout", timeoutdbench.ReadyTimeoutDefault, "how long timeoutd may take from exec to /readyz (recovery)")
 	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
 	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:1ms/1ms",
 		"River storm runs, comma-separated mode:FetchCooldown/FetchPollInterval; mode available (due jobs fetched directly) or scheduled (River's job scheduler)")
@@ -128,6 +130,7 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	}
 	b, err := timeoutdbench.New(ctx, timeoutdbench.Config{
 		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, LogPath: filepath.Join(o.work, "timeoutd.log"),
+		ReadyTimeout: w.readyTimeout,
 	}, rep)
 	if err != nil {
 		return err

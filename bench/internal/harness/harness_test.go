@@ -103,3 +103,42 @@ func TestPoll(t *testing.T) {
 		})
 	}
 }
+
+func TestProcessStop(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		script string
+	}{
+		{"running: SIGTERM ends it", "#!/bin/sh\nexec sleep 60\n"},
+		{"exited already", "#!/bin/sh\nexit 0\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			bin := dir + "/svc"
+			if err := os.WriteFile(bin, []byte(tt.script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p, err := Start(bin, nil, dir+"/log")
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			if tt.name == "exited already" {
+				<-p.Exited()
+			}
+			// Stop twice: the second call must not block on the exit.
+			for i := range 2 {
+				if err := p.Stop(5 * time.Second); err != nil {
+					t.Fatalf("Stop #%d: %v", i+1, err)
+				}
+			}
+			select {
+			case <-p.Exited():
+			default:
+				t.Fatal("Exited not closed after Stop")
+			}
+		})
+	}
+}

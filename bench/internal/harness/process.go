@@ -29,7 +29,8 @@ func Build(ctx context.Context, root, pkg, dir string) (string, error) {
 // Process is a service binary run as a child process.
 type Process struct {
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed when the process exited
+	err  error         // the exit error, set before done is closed
 }
 
 // Start runs bin with env added to the environment; its stdout and stderr
@@ -46,10 +47,11 @@ func Start(bin string, env []string, logPath string) (*Process, error) {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p := &Process{cmd: cmd, done: make(chan error, 1)}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
 	go func() {
-		p.done <- cmd.Wait()
+		p.err = cmd.Wait()
 		log.Close()
+		close(p.done)
 	}()
 	return p, nil
 }
@@ -57,19 +59,32 @@ func Start(bin string, env []string, logPath string) (*Process, error) {
 // PID returns the process id.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// Exited returns a channel that receives the exit error once.
-func (p *Process) Exited() <-chan error { return p.done }
+// Exited returns a channel closed when the process has exited; Err then
+// returns the exit error.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// Err returns the exit error once Exited is closed.
+func (p *Process) Err() error {
+	<-p.done
+	return p.err
+}
 
 // Stop sends SIGTERM and waits up to timeout for the exit, then SIGKILLs.
+// Stopping an exited process returns nil.
 func (p *Process) Stop(timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("sigterm: %w", err)
 	}
 	select {
-	case err := <-p.done:
+	case <-p.done:
 		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			return err
+		if p.err != nil && !errors.As(p.err, &ee) {
+			return p.err
 		}
 		return nil
 	case <-time.After(timeout):

@@ -44,8 +44,8 @@ func StartService(ctx context.Context, bin string, env func(addr string) []strin
 	s := &Service{Process: p, Base: "http://" + addr}
 	err = Poll(ctx, timeout, 5*time.Millisecond, func() (bool, error) {
 		select {
-		case err := <-p.Exited():
-			return false, fmt.Errorf("%s exited before ready (%v); see %s", bin, err, logPath)
+		case <-p.Exited():
+			return false, fmt.Errorf("%s exited before ready (%v); see %s", bin, p.Err(), logPath)
 		default:
 		}
 		return Status(ctx, s.Base+"/readyz") == http.StatusOK, nil

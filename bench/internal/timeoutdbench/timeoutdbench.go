@@ -148,8 +148,8 @@ func (b *Bench) waitPending(ctx context.Context, want int64) error {
 	var last api.Stats
 	err := harness.Poll(ctx, b.cfg.IngestTimeout, 10*time.Millisecond, func() (bool, error) {
 		select {
-		case err := <-b.proc.Exited():
-			return false, fmt.Errorf("timeoutd exited (%v); see %s", err, b.cfg.LogPath)
+		case <-b.proc.Exited():
+			return false, fmt.Errorf("timeoutd exited (%v); see %s", b.proc.Err(), b.cfg.LogPath)
 		default:
 		}
 		s, err := b.Stats(ctx)
