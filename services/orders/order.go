@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -228,16 +229,48 @@ func (o Order) Extend(d Deadline, now time.Time, lim Limits) (Change, error) {
 	return Change{Order: o, Command: o.setCommand()}, nil
 }
 
-// Expire cancels the order for a payment timeout when it is still pending at
-// version; the cancelled event announces it and no command is needed (the
-// timeout has fired). The store applies the same condition in SQL.
-func (o Order) Expire(version int64, now time.Time) (Change, bool) {
+// Expire applies a cancel event for version with the event's deadline at
+// now. A stale or settled order is a no-op (applied false, nil error). For
+// the pending order at that version, the event must be about its deadline
+// (ErrDeadlineMismatch otherwise: forged or corrupt) and the deadline must
+// have passed by this service's clock too (an *EarlyError otherwise, to be
+// retried at PayBy): an order is never cancelled before its pay_by, even by
+// a forged event. Then the order is cancelled for payment_timeout and a
+// cancelled event announces it; no command is needed (the timeout fired).
+func (o Order) Expire(version int64, deadline, now time.Time) (Change, bool, error) {
 	if o.Status != StatusPendingPayment || o.Version != version {
-		return Change{}, false
+		return Change{}, false, nil
+	}
+	if d := deadline.Sub(o.PayBy); d < -DeadlineTolerance || d > DeadlineTolerance {
+		return Change{}, false, fmt.Errorf("%w: event %s, order %s", ErrDeadlineMismatch, deadline.Format(time.RFC3339Nano), o.PayBy.Format(time.RFC3339Nano))
+	}
+	if now.Before(o.PayBy) {
+		return Change{}, false, &EarlyError{PayBy: o.PayBy}
 	}
 	o = o.next(now)
 	o.Status, o.CancelReason = StatusCancelled, CancelPaymentTimeout
-	return Change{Order: o, Event: o.event(events.OrderCancelled)}, true
+	return Change{Order: o, Event: o.event(events.OrderCancelled)}, true, nil
+}
+
+// DeadlineTolerance is how far a cancel event's deadline may be from the
+// order's pay_by and still be about it (timestamps may lose precision on the
+// way through timeoutd).
+const DeadlineTolerance = time.Millisecond
+
+// ErrDeadlineMismatch rejects a cancel event whose deadline is not the
+// order's pay_by at that version.
+var ErrDeadlineMismatch = errors.New("orders: the cancel event's deadline is not the order's pay_by")
+
+// EarlyError rejects, for now, a cancel event that arrives before the
+// order's pay_by by this service's clock; apply it again at PayBy.
+type EarlyError struct {
+	// PayBy is the order's deadline.
+	PayBy time.Time
+}
+
+// Error implements error.
+func (e *EarlyError) Error() string {
+	return "orders: cancel event before the order's pay_by " + e.PayBy.Format(time.RFC3339Nano)
 }
 
 // next returns o at the next version, updated at now.

@@ -76,13 +76,6 @@ func TestTransitions(t *testing.T) {
 		{"extend beyond the limit", func(o orders.Order) (orders.Change, error) {
 			return o.Extend(orders.Deadline{PayWithin: "48h"}, later, limits)
 		}, pending, "", "", "", "", orders.ErrValidation},
-		{"expire pending at its version", func(o orders.Order) (orders.Change, error) {
-			ch, ok := o.Expire(1, later)
-			if !ok {
-				return ch, errors.New("not applied")
-			}
-			return ch, nil
-		}, pending, orders.StatusCancelled, orders.CancelPaymentTimeout, "", events.OrderCancelled, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,25 +108,55 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
-func TestExpireIgnoresStaleAndSettledOrders(t *testing.T) {
+func TestExpire(t *testing.T) {
 	t.Parallel()
 	pending := newOrder(t)
+	payBy := pending.PayBy
 	extended, _ := pending.Extend(orders.Deadline{PayWithin: "1h"}, now, limits)
 	paid, _ := pending.Pay(now)
 	tests := []struct {
-		name    string
-		o       orders.Order
-		version int64
+		name     string
+		o        orders.Order
+		version  int64
+		deadline time.Time
+		at       time.Time
+		applied  bool
+		wantErr  error // orders.ErrDeadlineMismatch, or a *orders.EarlyError
 	}{
-		{"stale version after extend", extended.Order, 1},
-		{"future version", pending, 2},
-		{"paid", paid.Order, 2},
+		{"at pay_by", pending, 1, payBy, payBy, true, nil},
+		{"late", pending, 1, payBy, payBy.Add(time.Hour), true, nil},
+		{"deadline within the tolerance", pending, 1, payBy.Add(-time.Microsecond), payBy, true, nil},
+		{"stale version after extend", extended.Order, 1, payBy, payBy, false, nil},
+		{"future version", pending, 2, payBy, payBy, false, nil},
+		{"paid", paid.Order, 2, payBy, payBy, false, nil},
+		{"early by this clock", pending, 1, payBy, payBy.Add(-time.Nanosecond), false, &orders.EarlyError{PayBy: payBy}},
+		{"another deadline", pending, 1, payBy.Add(-time.Minute), payBy, false, orders.ErrDeadlineMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, ok := tt.o.Expire(tt.version, now); ok {
-				t.Fatalf("expire of %+v at version %d applied", tt.o, tt.version)
+			ch, applied, err := tt.o.Expire(tt.version, tt.deadline, tt.at)
+			var early *orders.EarlyError
+			switch want := tt.wantErr.(type) {
+			case nil:
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+			case *orders.EarlyError:
+				if !errors.As(err, &early) || !early.PayBy.Equal(want.PayBy) {
+					t.Fatalf("err = %v, want an EarlyError until %v", err, want.PayBy)
+				}
+			default:
+				if !errors.Is(err, want) {
+					t.Fatalf("err = %v, want %v", err, want)
+				}
+			}
+			if applied != tt.applied {
+				t.Fatalf("applied = %v, want %v", applied, tt.applied)
+			}
+			if applied && (ch.Order.Status != orders.StatusCancelled || ch.Order.CancelReason != orders.CancelPaymentTimeout ||
+				ch.Order.Version != tt.version+1 || ch.Command != nil || ch.Event == nil || ch.Event.Type != events.OrderCancelled) {
+				t.Fatalf("change = %+v", ch)
 			}
 		})
 	}

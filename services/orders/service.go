@@ -31,11 +31,11 @@ type Store interface {
 	// Update locks order id, calls fn with it and, when fn succeeds, writes
 	// the Change it returns. It returns fn's error unchanged.
 	Update(ctx context.Context, id string, fn func(Order) (Change, error)) (Order, error)
-	// Expire cancels order id for a payment timeout if it is still
-	// pending_payment at version, writing the cancelled event; applied is
-	// false (and nothing is written) otherwise. It returns ErrNotFound when
-	// no such order exists.
-	Expire(ctx context.Context, id string, version int64, now time.Time) (o Order, applied bool, err error)
+	// Expire applies Order.Expire(version, deadline, now) to order id,
+	// writing the cancelled event; applied is false (and nothing is
+	// written) for a stale or settled order. It returns ErrNotFound when no
+	// such order exists, and Order.Expire's errors unchanged.
+	Expire(ctx context.Context, id string, version int64, deadline, now time.Time) (o Order, applied bool, err error)
 	// CountByStatus returns how many orders are in each status.
 	CountByStatus(ctx context.Context) (map[Status]int64, error)
 }
@@ -180,11 +180,12 @@ func (s *Service) Extend(ctx context.Context, id string, d Deadline) (Order, err
 	return s.update(ctx, id, func(o Order) (Change, error) { return o.Extend(d, s.now(), s.limits) })
 }
 
-// Expire applies a cancel event: order id is cancelled for a payment timeout
-// if it is still pending_payment at version. applied is false for a stale or
-// duplicate event.
-func (s *Service) Expire(ctx context.Context, id string, version int64) (o Order, applied bool, err error) {
-	return s.store.Expire(ctx, id, version, s.now())
+// Expire applies a cancel event about version and deadline: order id is
+// cancelled for a payment timeout if it is still pending_payment at version
+// and its pay_by passed. applied is false for a stale or duplicate event;
+// see Order.Expire for the errors.
+func (s *Service) Expire(ctx context.Context, id string, version int64, deadline time.Time) (o Order, applied bool, err error) {
+	return s.store.Expire(ctx, id, version, deadline, s.now())
 }
 
 func (s *Service) update(ctx context.Context, id string, fn func(Order) (Change, error)) (Order, error) {

@@ -96,16 +96,16 @@ func (f *fakeStore) Update(_ context.Context, id string, fn func(orders.Order) (
 	return ch.Order, nil
 }
 
-func (f *fakeStore) Expire(_ context.Context, id string, version int64, now time.Time) (orders.Order, bool, error) {
+func (f *fakeStore) Expire(_ context.Context, id string, version int64, deadline, now time.Time) (orders.Order, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o, ok := f.orders[id]
 	if !ok {
 		return orders.Order{}, false, orders.ErrNotFound
 	}
-	ch, ok := o.Expire(version, now)
-	if !ok {
-		return o, false, nil
+	ch, ok, err := o.Expire(version, deadline, now)
+	if err != nil || !ok {
+		return o, false, err
 	}
 	f.orders[id] = ch.Order
 	f.changes = append(f.changes, ch)

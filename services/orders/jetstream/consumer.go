@@ -27,15 +27,20 @@ const (
 	RetryDelayDefault    = time.Second
 )
 
+// earlyMargin is added to the wait for pay_by of an early event.
+const earlyMargin = 50 * time.Millisecond
+
 // ServiceName is the service token of the dead-letter subjects.
 const ServiceName = "orders"
 
 // Expirer applies a cancel event; *orders.Service implements it.
 type Expirer interface {
 	// Expire cancels order id for a payment timeout if it is still pending
-	// at version; applied is false for a stale or duplicate event, and the
-	// error is orders.ErrNotFound for an unknown order.
-	Expire(ctx context.Context, id string, version int64) (o orders.Order, applied bool, err error)
+	// at version and its pay_by (deadline) passed; applied is false for a
+	// stale or duplicate event. Errors: orders.ErrNotFound for an unknown
+	// order, orders.ErrDeadlineMismatch for an event about another
+	// deadline, *orders.EarlyError for an event before pay_by.
+	Expire(ctx context.Context, id string, version int64, deadline time.Time) (o orders.Order, applied bool, err error)
 }
 
 // Config configures a Consumer.
@@ -65,6 +70,7 @@ const (
 	ResultApplied      = "applied"
 	ResultNoop         = "noop"
 	ResultUnknownOrder = "unknown_order"
+	ResultEarly        = "early"
 	ResultDeadLettered = "dead_lettered"
 	ResultRetried      = "retried"
 )
@@ -119,7 +125,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 	c := &Consumer{cfg: cfg, js: js, cons: cons, spec: spec, expirer: e,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_cancel_events_total",
-			Help: "Cancel events received, by result: applied, noop (stale or duplicate), unknown_order, dead_lettered, retried.",
+			Help: "Cancel events received, by result: applied, noop (stale or duplicate), unknown_order, early (redelivered at pay_by), dead_lettered, retried.",
 		}, []string{"result"})}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(c.results); err != nil {
@@ -204,8 +210,20 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	log = log.With("order_id", e.Key, "version", e.Version)
-	_, applied, err := c.expirer.Expire(ctx, e.Key, e.Version)
+	_, applied, err := c.expirer.Expire(ctx, e.Key, e.Version, e.Deadline)
+	var early *orders.EarlyError
 	switch {
+	case errors.Is(err, orders.ErrDeadlineMismatch):
+		// Forged or corrupt: the current version with another deadline.
+		c.deadLetter(ctx, m, &events.Error{Reason: events.ReasonInvalidDeadline, Field: "deadline", Detail: err.Error()}, log)
+	case errors.As(err, &early):
+		// Before pay_by by this clock: never cancel early; retry then.
+		delay := max(early.PayBy.Sub(c.cfg.Now()), 0) + earlyMargin
+		log.Warn("cancel event before the order's pay_by; redelivering at pay_by", "pay_by", early.PayBy, "delay", delay)
+		c.results.WithLabelValues(ResultEarly).Inc()
+		if err := m.NakWithDelay(delay); err != nil {
+			log.Warn("nak early cancel event", "err", err)
+		}
 	case errors.Is(err, orders.ErrNotFound):
 		// Not ours (another producer under orders.cancel.) or a lost order:
 		// nothing to cancel, and redelivering cannot change that.

@@ -29,15 +29,22 @@ type flakyExpirer struct {
 	applied map[string][]int64
 }
 
-func (f *flakyExpirer) Expire(_ context.Context, id string, version int64) (orders.Order, bool, error) {
+func (f *flakyExpirer) Expire(_ context.Context, id string, version int64, deadline time.Time) (orders.Order, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[id]++
 	if f.calls[id] == 1 {
 		return orders.Order{}, false, errors.New("postgres: connection refused")
 	}
-	if id == "unknown" {
+	switch id {
+	case "unknown":
 		return orders.Order{}, false, orders.ErrNotFound
+	case "forged":
+		return orders.Order{}, false, orders.ErrDeadlineMismatch
+	case "early":
+		if f.calls[id] == 2 {
+			return orders.Order{}, false, &orders.EarlyError{PayBy: time.Now().Add(200 * time.Millisecond)}
+		}
 	}
 	f.applied[id] = append(f.applied[id], version)
 	return orders.Order{ID: id}, true, nil
@@ -99,6 +106,8 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	publish(events.OrderCancelSubject("unknown"), fired("unknown", events.OutcomeFired), "2")
 	publish(events.OrderCancelSubject("o-2"), fired("o-2", events.OutcomeMissed), "3")
 	publish(events.OrderCancelSubject("o-3"), []byte(`{"schema":2,"outcome":"fired"}`), "4")
+	publish(events.OrderCancelSubject("forged"), fired("forged", events.OutcomeFired), "6")
+	publish(events.OrderCancelSubject("early"), fired("early", events.OutcomeFired), "7")
 
 	tests := []struct {
 		name    string
@@ -108,6 +117,7 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	}{
 		{"missed outcome on a cancel subject", events.DeadLetterSubject("orders", events.ReasonUnknownKind), events.ReasonUnknownKind, "outcome"},
 		{"newer schema", events.DeadLetterSubject("orders", events.ReasonUnsupportedSchema), events.ReasonUnsupportedSchema, "schema"},
+		{"current version with another deadline", events.DeadLetterSubject("orders", events.ReasonInvalidDeadline), events.ReasonInvalidDeadline, "deadline"},
 	}
 	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
 	if err != nil {
@@ -128,10 +138,11 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	}
 	poll(t, func() bool {
 		calls, applied := exp.snapshot()
-		return len(applied["o-1"]) == 1 && calls["unknown"] == 2
+		return len(applied["o-1"]) == 1 && calls["unknown"] == 2 && len(applied["early"]) == 1
 	})
 	calls, applied := exp.snapshot()
-	if calls["o-1"] != 2 || applied["o-1"][0] != 3 || calls["o-2"] != 0 || calls["o-3"] != 0 {
+	// early: a transient failure, then early (naked until pay_by), then applied.
+	if calls["o-1"] != 2 || applied["o-1"][0] != 3 || calls["o-2"] != 0 || calls["o-3"] != 0 || calls["early"] != 3 || len(applied["forged"]) != 0 {
 		t.Fatalf("calls %v applied %v: want one retry of o-1 and none for rejected events", calls, applied)
 	}
 

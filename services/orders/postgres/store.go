@@ -177,9 +177,12 @@ func (s *Store) Update(ctx context.Context, id string, fn func(orders.Order) (or
 
 // Expire implements orders.Store: the transition of orders.Order.Expire,
 // written with the condition status = 'pending_payment' AND version = $v.
-func (s *Store) Expire(ctx context.Context, id string, version int64, now time.Time) (orders.Order, bool, error) {
+func (s *Store) Expire(ctx context.Context, id string, version int64, deadline, now time.Time) (orders.Order, bool, error) {
 	before, after, err := s.update(ctx, id, func(o orders.Order) (orders.Change, error) {
-		ch, ok := o.Expire(version, now)
+		ch, ok, err := o.Expire(version, deadline, now)
+		if err != nil {
+			return orders.Change{}, err
+		}
 		if !ok {
 			return orders.Change{}, errNoop
 		}

@@ -23,6 +23,9 @@ type env struct {
 	pool    *pgxpool.Pool
 	store   *postgres.Store
 	svc     *orders.Service
+	// late is svc with a clock two hours ahead: every deadline the tests
+	// create has passed by it.
+	late    *orders.Service
 	commits *atomic.Int64
 }
 
@@ -48,7 +51,11 @@ func newEnv(t *testing.T) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return env{pool: pool, store: store, svc: svc, commits: commits}
+	late, err := orders.NewService(store, orders.ServiceConfig{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env{pool: pool, store: store, svc: svc, late: late, commits: commits}
 }
 
 func createReq(customer string) orders.CreateRequest {
@@ -141,29 +148,35 @@ func TestExpireAppliesOnlyTheCurrentVersionOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	o := e.create(t, "c")
-	if _, err := e.svc.Extend(ctx, o.ID, orders.Deadline{PayWithin: "1h"}); err != nil {
+	ext, err := e.svc.Extend(ctx, o.ID, orders.Deadline{PayWithin: "1h"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	steps := []struct {
 		name        string
+		svc         *orders.Service
 		version     int64
+		deadline    time.Time
 		wantApplied bool
+		wantErr     bool
 	}{
-		{"stale version", 1, false},
-		{"current version", 2, true},
-		{"duplicate", 2, false},
-		{"stale after cancel", 1, false},
+		{"stale version", e.late, 1, o.PayBy, false, false},
+		{"before pay_by", e.svc, 2, ext.PayBy, false, true},
+		{"another deadline", e.late, 2, o.PayBy, false, true},
+		{"current version", e.late, 2, ext.PayBy, true, false},
+		{"duplicate", e.late, 2, ext.PayBy, false, false},
+		{"stale after cancel", e.late, 1, o.PayBy, false, false},
 	}
 	for _, s := range steps {
-		got, applied, err := e.svc.Expire(ctx, o.ID, s.version)
-		if err != nil || applied != s.wantApplied {
-			t.Fatalf("%s: applied=%v err=%v, want applied=%v", s.name, applied, err, s.wantApplied)
+		got, applied, err := s.svc.Expire(ctx, o.ID, s.version, s.deadline)
+		if (err != nil) != s.wantErr || applied != s.wantApplied {
+			t.Fatalf("%s: applied=%v err=%v, want applied=%v, error %v", s.name, applied, err, s.wantApplied, s.wantErr)
 		}
 		if applied && (got.Status != orders.StatusCancelled || got.CancelReason != orders.CancelPaymentTimeout || got.Version != 3) {
 			t.Fatalf("%s: order %+v", s.name, got)
 		}
 	}
-	if _, _, err := e.svc.Expire(ctx, "missing", 1); !errors.Is(err, orders.ErrNotFound) {
+	if _, _, err := e.late.Expire(ctx, "missing", 1, o.PayBy); !errors.Is(err, orders.ErrNotFound) {
 		t.Fatalf("expire of a missing order: %v", err)
 	}
 	cancelled := 0
@@ -194,7 +207,7 @@ func TestPayRacesDeadline(t *testing.T) {
 		var payErr, expErr error
 		var applied bool
 		wg.Go(func() { <-start; paid, payErr = e.svc.Pay(ctx, o.ID) })
-		wg.Go(func() { <-start; _, applied, expErr = e.svc.Expire(ctx, o.ID, o.Version) })
+		wg.Go(func() { <-start; _, applied, expErr = e.late.Expire(ctx, o.ID, o.Version, o.PayBy) })
 		close(start)
 		wg.Wait()
 		if expErr != nil {

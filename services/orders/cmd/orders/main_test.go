@@ -303,8 +303,12 @@ func (a *app) drained(t *testing.T) {
 func TestCancelEvents(t *testing.T) {
 	t.Parallel()
 	a := start(t)
-	o := a.order(t, "POST", "/v1/orders", createBody, http.StatusCreated)
+	// Due in a second: its cancel event, published at once, arrives before
+	// pay_by and is redelivered at pay_by (never early), then applied.
+	short := strings.Replace(createBody, "15m", "1s", 1)
+	o := a.order(t, "POST", "/v1/orders", short, http.StatusCreated)
 	moved := a.order(t, "POST", "/v1/orders", createBody, http.StatusCreated)
+	forged := a.order(t, "POST", "/v1/orders", createBody, http.StatusCreated)
 	moved = a.order(t, "POST", "/v1/orders/"+moved.ID+"/extend", `{"pay_within":"2h"}`, http.StatusOK)
 
 	subject := events.OrderCancelSubject(o.ID)
@@ -312,6 +316,9 @@ func TestCancelEvents(t *testing.T) {
 	waitFor(t, "the order to be cancelled", func() (bool, error) {
 		return a.order(t, "GET", "/v1/orders/"+o.ID, "", http.StatusOK).Status == orders.StatusCancelled, nil
 	})
+	if got := a.order(t, "GET", "/v1/orders/"+o.ID, "", http.StatusOK); got.UpdatedAt.Before(o.PayBy) {
+		t.Fatalf("cancelled at %v, before pay_by %v", got.UpdatedAt, o.PayBy)
+	}
 	m := a.lastMsg(t, events.StreamOrderEvents, "orders.cancelled."+o.ID, "order.cancelled:"+o.ID+":2")
 	ev, err := events.DecodeOrderEvent(m.Data)
 	if err != nil || ev.CancelReason != events.CancelPaymentTimeout || ev.Version != 2 {
@@ -325,7 +332,13 @@ func TestCancelEvents(t *testing.T) {
 	a.publishExpiry(t, events.OrderCancelSubject("nobody"), expiry(orders.Order{ID: "nobody", PayBy: o.PayBy}, 1), "fired:nobody:1")
 	a.publishRaw(t, subject, []byte(`{"outcome":"fired",`), "bad-1")
 	a.publishExpiry(t, subject, expiry(moved, 2), "mismatch-1")
+	lying := expiry(forged, 1)
+	lying.Deadline, lying.FiredAt = time.Now().Add(-time.Second), time.Now()
+	a.publishExpiry(t, events.OrderCancelSubject(forged.ID), lying, "forged-1")
 	a.drained(t)
+	if got := a.order(t, "GET", "/v1/orders/"+forged.ID, "", http.StatusOK); got.Status != orders.StatusPendingPayment || got.Version != 1 {
+		t.Fatalf("a cancel event lying about the deadline changed the order: %+v", got)
+	}
 
 	if got := a.order(t, "GET", "/v1/orders/"+o.ID, "", http.StatusOK); got.Version != 2 || got.CancelReason != orders.CancelPaymentTimeout {
 		t.Fatalf("order after the duplicate: %+v", got)
@@ -342,13 +355,14 @@ func TestCancelEvents(t *testing.T) {
 	for _, tc := range []struct {
 		reason events.Reason
 		field  string
-	}{{events.ReasonMalformed, ""}, {events.ReasonSubjectMismatch, "key"}} {
+		subject string
+	}{{events.ReasonMalformed, "", subject}, {events.ReasonSubjectMismatch, "key", subject}, {events.ReasonInvalidDeadline, "deadline", events.OrderCancelSubject(forged.ID)}} {
 		m := a.lastMsg(t, events.StreamDeadLetters, events.DeadLetterSubject("orders", tc.reason), "")
-		if !strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), "dlq:"+subject+":") {
+		if !strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), "dlq:"+tc.subject+":") {
 			t.Fatalf("dead letter %s without Nats-Msg-Id", tc.reason)
 		}
 		var dl events.DeadLetter
-		if err := json.Unmarshal(m.Data, &dl); err != nil || dl.Reason != tc.reason || dl.Field != tc.field || dl.Subject != subject {
+		if err := json.Unmarshal(m.Data, &dl); err != nil || dl.Reason != tc.reason || dl.Field != tc.field || dl.Subject != tc.subject {
 			t.Fatalf("dead letter = %+v (%v), want reason %s field %q", dl, err, tc.reason, tc.field)
 		}
 	}
@@ -356,7 +370,7 @@ func TestCancelEvents(t *testing.T) {
 	// The pay/deadline race through the binary: one outcome per order.
 	var wg sync.WaitGroup
 	for range 5 {
-		r := a.order(t, "POST", "/v1/orders", createBody, http.StatusCreated)
+		r := a.order(t, "POST", "/v1/orders", short, http.StatusCreated)
 		wg.Go(func() {
 			code, _, b := a.call(t, "POST", "/v1/orders/"+r.ID+"/pay", "")
 			if code != http.StatusOK && !(code == http.StatusConflict && strings.Contains(string(b), `"status":"cancelled"`)) {
