@@ -20,9 +20,9 @@ import (
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
 type env struct {
-	pool    *pgxpool.Pool
-	store   *postgres.Store
-	svc     *orders.Service
+	pool  *pgxpool.Pool
+	store *postgres.Store
+	svc   *orders.Service
 	// late is svc with a clock two hours ahead: every deadline the tests
 	// create has passed by it.
 	late    *orders.Service

@@ -353,8 +353,8 @@ func TestCancelEvents(t *testing.T) {
 		t.Fatalf("the stale event cancelled the extended order (%d events)", n)
 	}
 	for _, tc := range []struct {
-		reason events.Reason
-		field  string
+		reason  events.Reason
+		field   string
 		subject string
 	}{{events.ReasonMalformed, "", subject}, {events.ReasonSubjectMismatch, "key", subject}, {events.ReasonInvalidDeadline, "deadline", events.OrderCancelSubject(forged.ID)}} {
 		m := a.lastMsg(t, events.StreamDeadLetters, events.DeadLetterSubject("orders", tc.reason), "")
