@@ -57,10 +57,13 @@ func (c Config) withDefaults() Config {
 
 // Specs returns the stream configurations Ensure applies.
 //
-// The command stream is a work queue that keeps one message per subject
-// (MaxMsgsPerSubject 1): a newer command for a key replaces an older one not
-// yet consumed, which is safe because the newest version wins anyway, and
-// bounds the stream by the number of keys with commands in flight.
+// The command stream is a work queue: a command is removed once timeoutd
+// acked it, so the stream is bounded by the commands in flight. It keeps
+// every command of a key, not only the last one published: with one message
+// per subject, a stale command republished after a newer one (a relay retry
+// past the duplicate window) would evict the newer command before it was
+// consumed. Ordering per key is preserved, and timeoutd's version check
+// makes the stale one a no-op.
 func Specs(cfg Config) []jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	expirySubjects := []string{events.MissedSubjectPrefix + ">"}
@@ -81,7 +84,6 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 	}
 	commands := base(events.StreamCommands, []string{events.CommandSubjects}, 0)
 	commands.Retention = jetstream.WorkQueuePolicy
-	commands.MaxMsgsPerSubject = 1
 	return []jetstream.StreamConfig{
 		commands,
 		base(events.StreamExpiries, expirySubjects, cfg.MaxAge),

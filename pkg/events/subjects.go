@@ -7,8 +7,8 @@ import (
 // Stream names of the platform. Services create them idempotently at start
 // (see internal/streams); consumers bind to them by name.
 const (
-	// StreamCommands holds timeout commands, one subject per key, keeping only
-	// the latest command of each key (latest wins, see DESIGN).
+	// StreamCommands holds timeout commands, one subject per key, as a work
+	// queue: per-key order is kept, and the newest version wins at timeoutd.
 	StreamCommands = "TIMEOUT_COMMANDS"
 	// StreamExpiries holds expiry events: fire subjects and missed events.
 	StreamExpiries = "TIMEOUT_EXPIRIES"

@@ -100,9 +100,8 @@ func TestStaleAndDuplicateCommandsIgnored(t *testing.T) {
 
 	// Pending: a lower version and an equal version (a duplicate past the
 	// JetStream dedupe, so timeoutd itself must ignore it) change nothing.
-	// Each stale command is published after the newer one was consumed: the
-	// command stream keeps one message per subject, so a stale command
-	// published before would replace the newer one in the stream itself.
+	// Each stale command is published after the newer one was consumed, so
+	// the tombstones and stored versions are what rejects it.
 	e.publish(t, setCmd("s-1", 5, dl))
 	e.publish(t, setCmd("s-2", 1, now.Add(300*time.Millisecond)))
 	e.publish(t, clearCmd("s-2", 2))

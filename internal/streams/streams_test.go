@@ -1,0 +1,65 @@
+package streams_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+// TestEnsureIsIdempotentAndKeepsEveryCommand checks that Ensure can run twice
+// (both services call it) and that the command stream does not let a later
+// command of a key evict an earlier one that was not consumed yet: a stale
+// republish must never replace the newer command.
+func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(testinfra.NATS(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+			t.Fatalf("Ensure: %v", err)
+		}
+	}
+	newer := events.Command{Schema: 1, Kind: events.KindClear, Key: "o-1", Version: 2}
+	stale := events.Command{Schema: 1, Kind: events.KindSet, Key: "o-1", Version: 1,
+		Deadline: time.Now().Add(time.Minute).UTC(), FireSubject: events.OrderCancelSubject("o-1")}
+	for _, c := range []events.Command{newer, stale} {
+		msg := nats.NewMsg(c.Subject())
+		msg.Header.Set(jetstream.MsgIDHeader, c.MsgID())
+		msg.Data = []byte(`{}`)
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatalf("publish %s: %v", c.MsgID(), err)
+		}
+	}
+	s, err := js.Stream(ctx, events.StreamCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("command stream holds %d messages of key o-1, want both (2)", info.State.Msgs)
+	}
+	if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Duplicates != streams.DuplicateWindowDefault {
+		t.Fatalf("command stream config = %+v, want a work queue with the default duplicate window", info.Config)
+	}
+}
