@@ -65,7 +65,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.DurationVar(&w.stormGrace, "storm-grace", 2*time.Minute, "a storm gives up on events still missing this long after its last deadline")
 	fs.DurationVar(&w.readyTimeout, "ready-timeout", timeoutdbench.ReadyTimeoutDefault, "how long timeoutd may take from exec to /readyz (recovery)")
 	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
-	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:1ms/1ms",
+	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:10ms/50ms",
 		"River storm runs, comma-separated mode:FetchCooldown/FetchPollInterval; mode available (due jobs fetched directly) or scheduled (River's job scheduler)")
 	fs.IntVar(&w.riverWorkers, "river-workers", riverbench.WorkersDefault, "River storm MaxWorkers")
 	fs.IntVar(&w.cancelSample, "river-cancel-sample", riverbench.CancelSampleDefault, "JobCancel is timed on this many jobs")
