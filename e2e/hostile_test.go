@@ -468,27 +468,40 @@ func TestHostileInputs(t *testing.T) {
 			seq := publish(t, subject, fmt.Sprintf("e2e-forged:stale:%d", run), expiry(target.ID, 7, events.OutcomeFired, target.PayBy, target.PayBy))
 			waitAcked(t, js, "orders-cancel", seq)
 		})
-		// A cancel event with the order's current version, published
-		// before the deadline by someone else than timeoutd. Only NATS
-		// permissions (deploy/compose/nats.conf) keep others off
-		// orders.cancel.>; orders itself does not compare the event's
-		// deadline with pay_by or its clock (docs/RELIABILITY.md).
-		t.Run("early event with the current version", func(t *testing.T) {
+		// Cancel events with the order's current version, published before
+		// its deadline by someone else than timeoutd (in compose, the NATS
+		// permissions keep others off orders.cancel.>). Orders must not
+		// cancel early: an event whose deadline is not the order's pay_by
+		// is dead-lettered; one that carries pay_by but arrives before it
+		// (a lying fired_at) is redelivered at pay_by.
+		t.Run("current version, a false past deadline", func(t *testing.T) {
 			victim := createOrder(t, cl, within(time.Hour))
 			subject := events.OrderCancelSubject(victim.ID)
-			// The event lies about the deadline (an hour early) so that its
-			// fired_at is after it, as the decoder demands.
 			now := time.Now().UTC()
-			seq := publish(t, subject, fmt.Sprintf("e2e-forged:early:%d", run), expiry(victim.ID, victim.Version, events.OutcomeFired, now.Add(-time.Second), now))
-			waitAcked(t, js, "orders-cancel", seq)
-			got, err := cl.Get(t.Context(), victim.ID)
-			if err != nil {
-				t.Fatal(err)
+			publish(t, subject, fmt.Sprintf("e2e-forged:false-deadline:%d", run), expiry(victim.ID, victim.Version, events.OutcomeFired, now.Add(-time.Second), now))
+			var d events.DeadLetter
+			waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
+				var ok bool
+				d, ok = dead.of(subject)
+				return ok
+			})
+			if d.Reason != events.ReasonInvalidDeadline {
+				t.Errorf("dead letter reason %s (%s), want %s", d.Reason, d.Detail, events.ReasonInvalidDeadline)
 			}
-			if got.Status == events.StatusCancelled {
-				t.Skipf("KNOWN GAP (reported in docs/RELIABILITY.md): a forged cancel event with the current version cancelled order %s at %s, %s before its deadline",
-					victim.ID, got.UpdatedAt.Format(time.RFC3339Nano), victim.PayBy.Sub(got.UpdatedAt).Round(time.Second))
-			}
+			expectPending(t, cl, victim)
+		})
+		t.Run("current version and deadline, before the deadline", func(t *testing.T) {
+			victim := createOrder(t, cl, within(time.Hour))
+			hc := &http.Client{Timeout: time.Second}
+			early := `orders_cancel_events_total{result="early"}`
+			before, _ := scrapeGauge(hc, s.OrdersURL+"/metrics", early)
+			publish(t, events.OrderCancelSubject(victim.ID), fmt.Sprintf("e2e-forged:early:%d", run),
+				expiry(victim.ID, victim.Version, events.OutcomeFired, victim.PayBy, victim.PayBy))
+			waitFor(t, 15*time.Second, "orders to count the event as early", func() bool {
+				n, ok := scrapeGauge(hc, s.OrdersURL+"/metrics", early)
+				return ok && n > before
+			})
+			expectPending(t, cl, victim)
 		})
 	})
 
@@ -572,6 +585,20 @@ func (d *deadLetters) of(subject string) (events.DeadLetter, bool) {
 	defer d.mu.Unlock()
 	dl, ok := d.got[subject]
 	return dl, ok
+}
+
+// expectPending fails t unless order o is still pending_payment at its
+// version.
+func expectPending(t *testing.T, cl *ordersapi.Client, o ordersapi.Order) {
+	t.Helper()
+	got, err := cl.Get(t.Context(), o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != events.StatusPendingPayment || got.Version != o.Version {
+		t.Fatalf("order %s is %s/%s at v%d (updated %s, pay_by %s): a forged cancel event changed it",
+			o.ID, got.Status, got.CancelReason, got.Version, got.UpdatedAt.Format(time.RFC3339Nano), o.PayBy.Format(time.RFC3339Nano))
+	}
 }
 
 // pendingTimeout reads timeoutd's /api/v1/timeouts/{key}.
