@@ -7,7 +7,9 @@ package streams
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,9 +95,20 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 }
 
 // Ensure creates every stream of Specs(cfg), or updates it to these
-// settings when it exists.
+// settings when it exists. It never removes a subject a stream already
+// has, so services configured with different fire subject prefixes do not
+// rewrite the expiry stream back and forth.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	for _, sc := range Specs(cfg) {
+		if s, err := js.Stream(ctx, sc.Name); err == nil {
+			for _, subj := range s.CachedInfo().Config.Subjects {
+				if !slices.Contains(sc.Subjects, subj) {
+					sc.Subjects = append(sc.Subjects, subj)
+				}
+			}
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("read stream %s: %w", sc.Name, err)
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}

@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
 // TestEnsureIsIdempotentAndKeepsEveryCommand checks that Ensure can run twice
-// (both services call it) and that the command stream does not let a later
+// (both services call it), keeps subjects another service added, and that the command stream does not let a later
 // command of a key evict an earlier one that was not consumed yet: a stale
 // republish must never replace the newer command.
 func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
@@ -37,6 +38,22 @@ func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
 			t.Fatalf("Ensure: %v", err)
 		}
 	}
+	// A service with an extra fire subject prefix adds it; one with the
+	// default configuration does not take it away.
+	if err := streams.Ensure(ctx, js, streams.Config{FireSubjectPrefixes: []string{events.OrderCancelSubjectPrefix, "carts.expire."}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	exp, err := js.Stream(ctx, events.StreamExpiries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs := exp.CachedInfo().Config.Subjects; !slices.Contains(subs, "carts.expire.>") {
+		t.Fatalf("expiry stream subjects = %v, lost carts.expire.>", subs)
+	}
+
 	newer := events.Command{Schema: 1, Kind: events.KindClear, Key: "o-1", Version: 2}
 	stale := events.Command{Schema: 1, Kind: events.KindSet, Key: "o-1", Version: 1,
 		Deadline: time.Now().Add(time.Minute).UTC(), FireSubject: events.OrderCancelSubject("o-1")}

@@ -178,23 +178,15 @@ func run(ctx context.Context, getenv func(string) string) error {
 	return g.Wait()
 }
 
-// openRelayPool opens the outbox relay's own small pool, whose commits do not
-// wait for the WAL flush (synchronous_commit=off). That is safe for the
-// relay alone: it only deletes rows already acknowledged by JetStream, and a
-// deletion lost in a crash republishes those rows, which JetStream drops by
-// Nats-Msg-Id inside its duplicate window and idempotent consumers absorb
-// beyond it. It halves the WAL flushes per order under load.
+// openRelayPool opens the outbox relay's own small pool, so that the relay
+// keeps publishing when the API's requests hold every connection of the main
+// pool. (The relay sets its own transaction options: see internal/outbox.)
 func openRelayPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("ORDERS_DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = relayPoolMaxConns
-	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	// The relay's claim statement is prepared once; a generic plan made
-	// while the outbox was nearly empty (a seq scan per batch) stalls it for
-	// minutes once a backlog builds. Plan each execution for the table as it is.
-	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pc.ConnConfig.RuntimeParams["application_name"] = "orders-outbox-relay"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

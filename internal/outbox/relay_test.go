@@ -1,0 +1,191 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+const ddl = `CREATE TABLE outbox (
+	id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	subject    text        NOT NULL,
+	msg_id     text        NOT NULL,
+	data       bytea       NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now())`
+
+type env struct {
+	pool *pgxpool.Pool
+	js   jetstream.JetStream
+	nats *testinfra.NATSServer
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	srv := testinfra.NATS(t)
+	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	return env{pool: pool, js: js, nats: srv}
+}
+
+// insert commits n messages t.<i> with ids m-<i>, starting at from.
+func (e env) insert(t *testing.T, from, n int) {
+	t.Helper()
+	ctx := context.Background()
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		k := from + i
+		msgs[i] = outbox.Message{Subject: fmt.Sprintf("t.%d", k), MsgID: fmt.Sprintf("m-%d", k), Data: []byte(fmt.Sprint(k))}
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Insert(ctx, tx, outbox.TableDefault, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e env) streamMsgs(t *testing.T) uint64 {
+	t.Helper()
+	s, err := e.js.Stream(context.Background(), "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (e env) rows(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	if err := e.pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestFlushPublishesWithMsgIDThenDeletes: every row reaches JetStream once,
+// carrying its Nats-Msg-Id, and the table is empty afterwards; a second
+// publication of the same ids (a crash between PubAck and delete) is
+// dropped by JetStream's duplicate window.
+func TestFlushPublishesWithMsgIDThenDeletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{BatchSize: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.insert(t, 0, 50)
+	n, err := relay.Flush(context.Background())
+	if err != nil || n != 50 {
+		t.Fatalf("Flush = %d, %v; want 50, nil", n, err)
+	}
+	if got := e.rows(t); got != 0 {
+		t.Fatalf("%d rows left in the outbox after Flush", got)
+	}
+	if got := e.streamMsgs(t); got != 50 {
+		t.Fatalf("stream holds %d messages, want 50", got)
+	}
+	s, _ := e.js.Stream(context.Background(), "T")
+	m, err := s.GetMsg(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get(jetstream.MsgIDHeader) != "m-0" || string(m.Data) != "0" {
+		t.Fatalf("first message = %q with id %q, want 0 with m-0", m.Data, m.Header.Get(jetstream.MsgIDHeader))
+	}
+	// The same ids again, as after a crash before the delete committed.
+	e.insert(t, 0, 50)
+	if _, err := relay.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.streamMsgs(t); got != 50 {
+		t.Fatalf("republished batch: stream holds %d messages, want 50 (deduplicated)", got)
+	}
+}
+
+// TestRowsSurviveAnUnreachableBroker: a batch whose PubAcks do not arrive is
+// rolled back, and the rows are published once the broker is back.
+func TestRowsSurviveAnUnreachableBroker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{AckTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.insert(t, 0, 10)
+	timeout := time.Second
+	if err := e.nats.Container.Stop(context.Background(), &timeout); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Flush(context.Background()); err == nil {
+		t.Fatal("Flush succeeded with the broker stopped")
+	}
+	if got := e.rows(t); got != 10 {
+		t.Fatalf("%d rows in the outbox after a failed publish, want all 10", got)
+	}
+	// The restarted container gets a new host port: connect again.
+	nc, err := nats.Connect(e.nats.Restart(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if e.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	relay, err = outbox.NewRelay(e.pool, e.js, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		n, err := relay.Flush(context.Background())
+		if err == nil && n == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Flush after the broker came back = %d, %v; want 10 published", n, err)
+		}
+		time.Sleep(100 * time.Millisecond) // JetStream recovers its stream after a restart
+	}
+	if got := e.rows(t); got != 0 {
+		t.Fatalf("%d rows left after the broker came back", got)
+	}
+	if got := e.streamMsgs(t); got != 10 {
+		t.Fatalf("stream holds %d messages, want 10", got)
+	}
+}
