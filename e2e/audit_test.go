@@ -105,7 +105,7 @@ func tableSizes(ctx context.Context, url string) ([]string, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT c.relname, c.reltuples::bigint, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0)
+	rows, err := conn.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 		WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname <> 'goose_db_version' ORDER BY c.relname`)
 	if err != nil {
@@ -113,10 +113,10 @@ func tableSizes(ctx context.Context, url string) ([]string, error) {
 	}
 	var lines []string
 	var (
-		name                  string
-		est, size, live, dead int64
+		name             string
+		size, live, dead int64
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&name, &est, &size, &live, &dead}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&name, &size, &live, &dead}, func() error {
 		lines = append(lines, fmt.Sprintf("%s: %d live rows (%d dead), %.1f MiB with indexes", name, live, dead, float64(size)/(1<<20)))
 		return nil
 	}); err != nil {

@@ -16,10 +16,11 @@ import (
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
-// TestEnsureIsIdempotentAndKeepsEveryCommand checks that Ensure can run twice
-// (both services call it), keeps subjects another service added, and that the command stream does not let a later
-// command of a key evict an earlier one that was not consumed yet: a stale
-// republish must never replace the newer command.
+// TestEnsureIsIdempotentAndKeepsEveryCommand checks that Ensure can run
+// twice (both services call it), keeps subjects another service added, and
+// that the command stream does not let a later command of a key evict an
+// earlier one not consumed yet: a stale republish must never replace the
+// newer command.
 func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -14,8 +14,10 @@
 //     then marked fired and their expiry events written to the outbox in one
 //     transaction per batch, and the relay is kicked.
 //   - recovery (recovery.go): at start, the pending rows are loaded into the
-//     schedule in keyset-paginated batches, the overdue ones fire at a bounded
-//     rate, the outbox is flushed, and only then is the service ready.
+//     schedule in keyset-paginated batches, the outbox is flushed, and only
+//     then is the service ready; the overdue ones are held until ingest has
+//     consumed the commands waiting at start (bounded by
+//     RecoveryCatchupMax), then fire at a bounded rate.
 //   - the janitor (janitor.go): expired tombstones are deleted in batches.
 //   - stats (stats.go): counters, rates, recent expiries and upcoming
 //     buckets for the HTTP API.

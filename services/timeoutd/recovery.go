@@ -3,43 +3,51 @@ package timeoutd
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
 // recover loads every pending row into the schedule in keyset-paginated
 // batches (the next page is read while the previous one goes into the
-// wheel), spreads the overdue ones at OverdueRate from now (so they fire at
-// once but at a bounded rate), flushes what a previous process left in the
-// outbox, and then reports ready. A failed page is retried until ctx ends.
-func (s *Service) recover(ctx context.Context) error {
+// wheel), flushes what a previous process left in the outbox, and then
+// reports ready. The overdue rows go into the index but not into the wheel:
+// they are held, and returned with the source's mark read after the load,
+// for releaseOverdue. A failed page is retried until ctx ends.
+func (s *Service) recover(ctx context.Context) (held []*slot, mark uint64, err error) {
 	start := s.cfg.Now()
 	pages := make(chan []Timeout, 1)
 	loadErr := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { loadErr <- s.loadPages(ctx, pages) }()
-	loaded, overdue := 0, 0
+	loaded := 0
 	for rows := range pages {
-		now := s.cfg.Now()
+		nowNs := s.cfg.Now().UnixNano()
 		s.sched.mu.Lock()
 		for _, r := range rows {
-			at := r.Deadline
-			if !at.After(now) {
-				at = now.Add(time.Duration(overdue) * time.Second / time.Duration(s.cfg.OverdueRate))
-				overdue++
+			if r.Deadline.UnixNano() <= nowNs {
+				held = append(held, s.sched.holdLocked(r.Key, r.Version, r.Deadline))
+				continue
 			}
-			if err := s.sched.setLocked(r.Key, r.Version, r.Deadline, at); err != nil {
+			if err := s.sched.setLocked(r.Key, r.Version, r.Deadline, r.Deadline); err != nil {
 				s.sched.mu.Unlock()
 				cancel()
 				<-loadErr
-				return fmt.Errorf("load pending timeouts (%d loaded, MaxPending %d): %w", loaded, s.cfg.MaxPending, err)
+				return nil, 0, fmt.Errorf("load pending timeouts (%d loaded, MaxPending %d): %w", loaded, s.cfg.MaxPending, err)
 			}
 		}
 		s.sched.mu.Unlock()
 		loaded += len(rows)
 	}
 	if err := <-loadErr; err != nil {
-		return err
+		return nil, 0, err
+	}
+	if len(held) > 0 {
+		if mark, err = s.src.Mark(ctx); err != nil {
+			// Without a mark the overdue wait the whole RecoveryCatchupMax.
+			s.cfg.Logger.Warn("read the command backlog; overdue timeouts wait RecoveryCatchupMax", "err", err)
+			mark = math.MaxUint64
+		}
 	}
 	flushed, err := s.relay.Flush(s.hard)
 	if err != nil {
@@ -49,9 +57,55 @@ func (s *Service) recover(ctx context.Context) error {
 	}
 	took := s.cfg.Now().Sub(start)
 	s.markReady(took)
-	s.cfg.Logger.Info("recovery done", "pending", loaded, "overdue", overdue, "outbox_flushed", flushed, "took", took)
-	return nil
+	s.cfg.Logger.Info("recovery done", "pending", loaded, "overdue", len(held), "outbox_flushed", flushed, "took", took)
+	return held, mark, nil
 }
+
+// releaseOverdue waits until the source has consumed every command up to
+// mark (the backlog that waited while no process ran: a clear among it must
+// reach Postgres and the index before the timeout it clears is fired), or
+// RecoveryCatchupMax passed, and then hands the held overdue timeouts to the
+// wheel spread at OverdueRate from now, so a long outage does not flood
+// NATS. A held timeout that a newer command replaced or cleared meanwhile is
+// skipped. It closes CaughtUp's channel when done.
+func (s *Service) releaseOverdue(ctx context.Context, held []*slot, mark uint64) {
+	if len(held) > 0 {
+		start := time.Now()
+		for {
+			done, err := s.src.Consumed(ctx, mark)
+			if done {
+				break
+			}
+			if err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("check the command backlog", "err", err)
+			}
+			if time.Since(start) >= s.cfg.RecoveryCatchupMax {
+				s.cfg.Logger.Warn("command backlog not consumed within RecoveryCatchupMax; releasing the overdue timeouts",
+					"mark", mark, "waited", time.Since(start))
+				break
+			}
+			if !sleep(ctx, catchupPoll) {
+				return
+			}
+		}
+		now := s.cfg.Now()
+		released := 0
+		s.sched.mu.Lock()
+		for _, sl := range held {
+			at := now.Add(time.Duration(released) * time.Second / time.Duration(s.cfg.OverdueRate))
+			if s.sched.releaseLocked(sl, at) {
+				released++
+			}
+		}
+		s.sched.mu.Unlock()
+		s.cfg.Logger.Info("overdue timeouts released", "held", len(held), "released", released, "waited", time.Since(start))
+	}
+	close(s.caughtUp)
+}
+
+// catchupPoll is how often releaseOverdue asks the source whether the
+// backlog is consumed.
+const catchupPoll = 20 * time.Millisecond
 
 // loadPages sends the pending rows page by page on pages, then closes it.
 func (s *Service) loadPages(ctx context.Context, pages chan<- []Timeout) error {

@@ -76,6 +76,37 @@ func (s *schedule) setLocked(key string, version int64, deadline, at time.Time) 
 	return nil
 }
 
+// holdLocked puts key in the index without a wheel timer (its handle is
+// the zero Handle, which the wheel treats as stale) and returns its slot for
+// releaseLocked. Caller holds s.mu.
+func (s *schedule) holdLocked(key string, version int64, deadline time.Time) *slot {
+	if old, ok := s.keys[key]; ok {
+		s.w.Cancel(old.h)
+		s.removeLocked(old)
+	}
+	sl := &slot{key: key, version: version, deadline: deadline.UnixNano()}
+	s.keys[key] = sl
+	s.count(sl.deadline, 1)
+	return sl
+}
+
+// releaseLocked hands a held slot to the wheel to expire at at; it reports
+// false, doing nothing, when the slot is no longer the key's (a newer
+// command replaced or cleared it). Caller holds s.mu.
+func (s *schedule) releaseLocked(sl *slot, at time.Time) bool {
+	if s.keys[sl.key] != sl {
+		return false
+	}
+	h, err := s.w.Schedule(at, sl)
+	if err != nil {
+		// Still pending in Postgres; the next recovery loads it.
+		s.removeLocked(sl)
+		return false
+	}
+	sl.h = h
+	return true
+}
+
 // removeLocked takes sl out of the index. Caller holds s.mu.
 func (s *schedule) removeLocked(sl *slot) {
 	delete(s.keys, sl.key)

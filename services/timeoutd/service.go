@@ -35,8 +35,9 @@ type Service struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
-	live      atomic.Bool // ready and not shutting down
-	draining  atomic.Bool // Unready was called
+	caughtUp  chan struct{} // closed when the held overdue timeouts are released
+	live      atomic.Bool   // ready and not shutting down
+	draining  atomic.Bool   // Unready was called
 
 	// hard is the context of every I/O; Kill cancels it, so an in-flight
 	// batch is abandoned as in a crash. Set once by Run.
@@ -67,7 +68,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Metrics = NopMetrics{}
 	}
 	s := &Service{cfg: cfg, store: d.Store, src: d.Source, dlq: d.DeadLetters, relay: d.Relay, m: d.Metrics,
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), caughtUp: make(chan struct{})}
 	s.hard, s.kill = context.WithCancel(context.Background())
 	s.stats = newStats(cfg.Recent)
 	s.sched, err = newSchedule(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.onExpire)
@@ -79,6 +80,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 
 // Ready returns a channel closed when recovery has finished.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// CaughtUp returns a channel closed when the overdue timeouts found by
+// recovery have been handed to the wheel: after ingest consumed the commands
+// waiting at start, or after RecoveryCatchupMax.
+func (s *Service) CaughtUp() <-chan struct{} { return s.caughtUp }
 
 // IsReady reports whether recovery has finished and shutdown has not begun.
 func (s *Service) IsReady() bool { return s.live.Load() }
@@ -126,13 +132,15 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopRelay()
 	wg.Go(func() { _ = s.relay.Run(relayCtx) })
 
-	if err := s.recover(ctx); err != nil {
+	held, mark, err := s.recover(ctx)
+	if err != nil {
 		if ctx.Err() != nil || hard.Err() != nil {
 			return nil
 		}
 		return err
 	}
 
+	wg.Go(func() { s.releaseOverdue(ctx, held, mark) })
 	wg.Go(func() { s.runJanitor(ctx) })
 	wg.Go(func() { s.runStats(ctx) })
 	s.runIngest(ctx)

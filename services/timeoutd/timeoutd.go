@@ -138,6 +138,12 @@ type Source interface {
 	// Close stops fetching and naks every message fetched and not yet
 	// returned by Next.
 	Close() error
+	// Mark returns a position covering every command the source holds
+	// now, to be passed to Consumed.
+	Mark(ctx context.Context) (uint64, error)
+	// Consumed reports whether every command up to mark has been acked or
+	// terminated (by this process or a previous one).
+	Consumed(ctx context.Context, mark uint64) (bool, error)
 }
 
 // DeadLetterer publishes dead letters and waits for their PubAck.
@@ -200,6 +206,9 @@ const (
 	IngestLanesDefault = 2
 	// RecoveryBatchDefault is the page size of the recovery load.
 	RecoveryBatchDefault = 50_000
+	// RecoveryCatchupMaxDefault bounds how long recovery holds the overdue
+	// timeouts while ingest consumes the commands that waited in the source.
+	RecoveryCatchupMaxDefault = 10 * time.Second
 	// OverdueRateDefault is how many overdue timeouts per second recovery
 	// releases, so a long outage does not flood NATS at once.
 	OverdueRateDefault = 20_000
@@ -246,6 +255,12 @@ type Config struct {
 	// OverdueRate is how many overdue timeouts per second are released after
 	// recovery; default OverdueRateDefault.
 	OverdueRate int
+	// RecoveryCatchupMax bounds how long recovery holds the overdue
+	// timeouts until ingest has consumed every command that was waiting in
+	// the source when the pending rows were loaded (a clear queued during an
+	// outage must win over the overdue timeout it clears); past it they are
+	// released anyway. Default RecoveryCatchupMaxDefault.
+	RecoveryCatchupMax time.Duration
 	// TombstoneTTL is how long a cleared or fired key keeps its version;
 	// default TombstoneTTLDefault.
 	TombstoneTTL time.Duration
@@ -280,6 +295,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.IngestLanes = cmp.Or(c.IngestLanes, IngestLanesDefault)
 	c.RecoveryBatch = cmp.Or(c.RecoveryBatch, RecoveryBatchDefault)
 	c.OverdueRate = cmp.Or(c.OverdueRate, OverdueRateDefault)
+	c.RecoveryCatchupMax = cmp.Or(c.RecoveryCatchupMax, RecoveryCatchupMaxDefault)
 	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, TombstoneTTLDefault)
 	c.JanitorInterval = cmp.Or(c.JanitorInterval, JanitorIntervalDefault)
 	c.JanitorBatch = cmp.Or(c.JanitorBatch, JanitorBatchDefault)
@@ -313,6 +329,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("timeoutd: RecoveryBatch must be positive, got %d", c.RecoveryBatch)
 	case c.OverdueRate < 1:
 		return c, fmt.Errorf("timeoutd: OverdueRate must be positive, got %d", c.OverdueRate)
+	case c.RecoveryCatchupMax < 0:
+		return c, fmt.Errorf("timeoutd: RecoveryCatchupMax must be positive, got %v", c.RecoveryCatchupMax)
 	case c.TombstoneTTL < 0:
 		return c, fmt.Errorf("timeoutd: TombstoneTTL must be positive, got %v", c.TombstoneTTL)
 	case c.JanitorInterval < 0:

@@ -85,8 +85,10 @@ func (m *fakeMsg) Nak() error      { m.fate = "nak"; return nil }
 
 type nopSource struct{}
 
-func (nopSource) Next(ctx context.Context) ([]Message, error) { <-ctx.Done(); return nil, ctx.Err() }
-func (nopSource) Close() error                                { return nil }
+func (nopSource) Next(ctx context.Context) ([]Message, error)    { <-ctx.Done(); return nil, ctx.Err() }
+func (nopSource) Close() error                                   { return nil }
+func (nopSource) Mark(context.Context) (uint64, error)           { return 0, nil }
+func (nopSource) Consumed(context.Context, uint64) (bool, error) { return true, nil }
 
 type fakeDLQ struct{ got []events.DeadLetter }
 
@@ -360,5 +362,83 @@ func TestUpcomingBucketsFollowTheSchedule(t *testing.T) {
 		if b.Count != want[i] {
 			t.Fatalf("upcoming = %+v, want counts %v", got, want)
 		}
+	}
+}
+
+// backlogSource reports the backlog consumed from the n-th Consumed call
+// on (never when n is 0), and counts the calls made after st fired
+// something (there must be none: the overdue are held until then).
+type backlogSource struct {
+	nopSource
+	st                 *fakeStore
+	n, calls, tooEarly int
+}
+
+func (b *backlogSource) Consumed(context.Context, uint64) (bool, error) {
+	b.calls++
+	b.st.mu.Lock()
+	if len(b.st.fired) > 0 {
+		b.tooEarly++
+	}
+	b.st.mu.Unlock()
+	return b.n > 0 && b.calls >= b.n, nil
+}
+
+func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		consumed  int // Consumed call that reports true; 0: never
+		minWaited time.Duration
+	}{
+		{"backlog consumed", 3, 2 * catchupPoll},
+		{"bounded by RecoveryCatchupMax", 0, 150 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := &fakeStore{rows: map[string]Timeout{}}
+			src := &backlogSource{st: st, n: tt.consumed}
+			s, err := New(Config{RecoveryCatchupMax: 150 * time.Millisecond},
+				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.sched.stop)
+			overdue := time.Now().Add(-time.Minute)
+			s.sched.mu.Lock()
+			held := []*slot{s.sched.holdLocked("a", 1, overdue), s.sched.holdLocked("b", 1, overdue)}
+			s.sched.mu.Unlock()
+			// A newer command replaces b while it is held.
+			s.apply([]Change{{Key: "b", Version: 2, Deadline: time.Now().Add(time.Hour)}})
+			start := time.Now()
+			s.releaseOverdue(context.Background(), held, 7)
+			if waited := time.Since(start); waited < tt.minWaited {
+				t.Fatalf("released after %v, want at least %v", waited, tt.minWaited)
+			}
+			select {
+			case <-s.CaughtUp():
+			default:
+				t.Fatal("CaughtUp not closed")
+			}
+			if src.tooEarly > 0 {
+				t.Fatal("an overdue timeout fired while the backlog was not consumed")
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				st.mu.Lock()
+				fired := append([]Due(nil), st.fired...)
+				st.mu.Unlock()
+				if len(fired) == 1 && fired[0].Key == "a" {
+					break
+				}
+				if len(fired) > 1 || time.Now().After(deadline) {
+					t.Fatalf("fired = %+v, want a only", fired)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if s.Pending() != 1 {
+				t.Fatalf("pending = %d, want 1 (b at version 2)", s.Pending())
+			}
+		})
 	}
 }

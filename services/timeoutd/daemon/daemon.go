@@ -122,6 +122,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_TICK", &c.Service.Tick, &errs)
 	envDuration(getenv, "TIMEOUTD_TOMBSTONE_TTL", &c.Service.TombstoneTTL, &errs)
 	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
+	envDuration(getenv, "TIMEOUTD_RECOVERY_CATCHUP_MAX", &c.Service.RecoveryCatchupMax, &errs)
 	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
 	envInt(getenv, "TIMEOUTD_DB_MAX_CONNS", &c.DBMaxConns, &errs)
 	envInt(getenv, "TIMEOUTD_RELAY_BATCH", &c.RelayBatch, &errs)

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -435,4 +436,65 @@ func TestHTTPEndpoints(t *testing.T) {
 			t.Errorf("/metrics lacks %q", name)
 		}
 	}
+}
+
+// TestRecoveryWaitsForQueuedClears: orders paid while timeoutd was down
+// queue clears in JetStream for timeouts that are overdue by the time it
+// restarts; recovery must consume them before firing the overdue ones, so
+// no cancel event is published for a paid order, and an overdue timeout
+// without a clear fires exactly once.
+func TestRecoveryWaitsForQueuedClears(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.start(t, nil)
+	deadline := time.Now().Add(600 * time.Millisecond)
+	var paid, unpaid []string
+	for i := range 20 {
+		paid = append(paid, fmt.Sprintf("rq-paid-%02d", i))
+	}
+	for i := range 3 {
+		unpaid = append(unpaid, fmt.Sprintf("rq-unpaid-%d", i))
+	}
+	for _, k := range append(append([]string(nil), paid...), unpaid...) {
+		e.publish(t, setCmd(k, 1, deadline))
+	}
+	eventually(t, 5*time.Second, "23 pending", func() bool { return first.Service().Pending() == 23 })
+	first.Kill()
+	<-first.done
+	// During the outage: a backlog of new orders (so that ingest needs
+	// several batches before it reaches the clears), then the payments.
+	filler := make([]events.Command, 4000)
+	for i := range filler {
+		filler[i] = setCmd(fmt.Sprintf("rq-new-%04d", i), 1, time.Now().Add(time.Hour))
+	}
+	e.publishAll(t, filler)
+	for _, k := range paid {
+		e.publish(t, clearCmd(k, 2)) // paid during the outage
+	}
+	eventually(t, 5*time.Second, "overdue", func() bool { return time.Now().After(deadline.Add(200 * time.Millisecond)) })
+
+	second := e.start(t, func(c *daemon.Config) { c.Consumer.BatchSize = 200 })
+	for _, k := range unpaid {
+		e.expiry(t, events.OrderCancelSubject(k), events.OutcomeFired, k, 1, deadline.UTC())
+	}
+	select {
+	case <-second.Service().CaughtUp():
+	case <-time.After(5 * time.Second):
+		t.Fatal("overdue timeouts not released within 5s")
+	}
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	for _, k := range paid {
+		if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject(k)); n != 0 {
+			t.Errorf("%s: %d cancel events for a timeout whose clear was queued", k, n)
+		}
+		if st, v := e.state(t, k); st != int16(timeoutd.StateCleared) || v != 2 {
+			t.Errorf("%s: state, version = %d, %d; want cleared, 2", k, st, v)
+		}
+	}
+	for _, k := range unpaid {
+		if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject(k)); n != 1 {
+			t.Errorf("%s: %d events, want 1", k, n)
+		}
+	}
+	eventually(t, 5*time.Second, "backlog pending", func() bool { return second.Service().Pending() == len(filler) })
 }

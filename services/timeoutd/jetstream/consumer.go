@@ -41,9 +41,10 @@ type ConsumerConfig struct {
 // prefetches messages into a buffer and Next takes what is there, so a batch
 // grows while the previous one is in Postgres.
 type Consumer struct {
-	cfg  ConsumerConfig
-	cc   jetstream.ConsumeContext
-	msgs chan jetstream.Msg
+	cfg    ConsumerConfig
+	stream jetstream.Stream
+	cc     jetstream.ConsumeContext
+	msgs   chan jetstream.Msg
 }
 
 var _ timeoutd.Source = (*Consumer)(nil)
@@ -79,7 +80,11 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s: %w", cfg.Durable, err)
 	}
-	c := &Consumer{cfg: cfg, msgs: make(chan jetstream.Msg, cfg.BatchSize)}
+	stream, err := js.Stream(ctx, events.StreamCommands)
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", events.StreamCommands, err)
+	}
+	c := &Consumer{cfg: cfg, stream: stream, msgs: make(chan jetstream.Msg, cfg.BatchSize)}
 	c.cc, err = cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
 		jetstream.PullMaxMessages(2*cfg.BatchSize))
 	if err != nil {
@@ -108,6 +113,29 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 		}
 	}
 	return batch, nil
+}
+
+// Mark implements timeoutd.Source: it returns the command stream's last
+// sequence, so every command stored now has a sequence at most the mark.
+// One JetStream API request.
+func (c *Consumer) Mark(ctx context.Context) (uint64, error) {
+	info, err := c.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream info %s: %w", events.StreamCommands, err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// Consumed implements timeoutd.Source. The command stream is a work queue:
+// a message leaves it when it is acked or terminated, so every command up
+// to mark is consumed when the stream is empty or its first sequence is
+// past mark. One JetStream API request.
+func (c *Consumer) Consumed(ctx context.Context, mark uint64) (bool, error) {
+	info, err := c.stream.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("stream info %s: %w", events.StreamCommands, err)
+	}
+	return info.State.Msgs == 0 || info.State.FirstSeq > mark, nil
 }
 
 // Close implements timeoutd.Source: it stops consuming and naks the
