@@ -50,6 +50,9 @@ type counters struct{ scheduled, cleared, fired, missed, deadLettered uint64 }
 // upcoming buckets and outbox backlog.
 type stats struct {
 	scheduled, cleared, fired, missed, deadLettered atomic.Uint64
+	// refreshed counts the refreshes that changed the upcoming buckets or
+	// the outbox rows, so that Generation changes with them too.
+	refreshed atomic.Uint64
 
 	mu       sync.Mutex
 	samples  [rateWindow + 1]counters // ring of one-second samples
@@ -95,14 +98,22 @@ func (s *Service) refresh(ctx context.Context, now time.Time) {
 	if err != nil && ctx.Err() == nil {
 		s.cfg.Logger.Warn("read outbox backlog", "err", err)
 	}
-	s.stats.mu.Lock()
-	defer s.stats.mu.Unlock()
-	s.stats.upcoming = make([]Bucket, len(horizons))
+	st := s.stats
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	changed := len(st.upcoming) != len(horizons)
+	upcoming := make([]Bucket, len(horizons))
 	for i, h := range horizons {
-		s.stats.upcoming[i] = Bucket{Label: h.label, Within: h.within, Count: counts[i]}
+		upcoming[i] = Bucket{Label: h.label, Within: h.within, Count: counts[i]}
+		changed = changed || st.upcoming[i].Count != counts[i]
 	}
+	st.upcoming = upcoming
 	if err == nil {
-		s.stats.outbox = ob
+		changed = changed || st.outbox.Rows != ob.Rows
+		st.outbox = ob
+	}
+	if changed {
+		st.refreshed.Add(1)
 	}
 }
 
@@ -137,11 +148,13 @@ func (s *Service) Stats() Stats {
 	return out
 }
 
-// Generation changes whenever a counter changes, so a stream of snapshots
-// can skip sending when nothing happened.
+// Generation changes whenever a counter changes, and when a refresh changed
+// the upcoming buckets or the outbox rows (deadlines move into a horizon as
+// time passes, with no counter changing), so a stream of snapshots can skip
+// sending when nothing happened.
 func (s *Service) Generation() uint64 {
 	t := s.stats.totals()
-	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered
+	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered + s.stats.refreshed.Load()
 }
 
 // Recent returns up to n recent expiries, newest first, without payloads.

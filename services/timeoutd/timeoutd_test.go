@@ -442,3 +442,28 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 		})
 	}
 }
+
+func TestGenerationFollowsUpcomingBuckets(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	s, _, _ := newTestService(t, &now)
+	s.apply([]Change{{Key: "a", Version: 1, Deadline: now.Add(90 * time.Second)}})
+	s.refresh(context.Background(), now)
+	steps := []struct {
+		name    string
+		at      time.Duration // refresh time after now
+		changed bool
+	}{
+		{"same buckets", time.Second, false},
+		{"deadline enters the next minute", 31 * time.Second, true},
+		{"unchanged again", 32 * time.Second, false},
+	}
+	// Steps run in order: each depends on the previous refresh.
+	for _, st := range steps {
+		before := s.Generation()
+		s.refresh(context.Background(), now.Add(st.at))
+		if got := s.Generation() != before; got != st.changed {
+			t.Fatalf("%s: generation changed = %v, want %v (upcoming %+v)", st.name, got, st.changed, s.Stats().Upcoming)
+		}
+	}
+}
