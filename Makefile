@@ -110,7 +110,7 @@ FUZZTIME_SHORT ?= 3s
 SOAK_REPORT ?= build/soak-report.txt
 
 .PHONY: soak-short
-soak-short: images ## short soak: 75 s at 500 orders/s under faults (timeoutd SIGKILL every 20 s, Postgres, NATS, orders), then the audit
+soak-short: images ## short soak: 60 s at 500 orders/s under faults (timeoutd SIGKILL every 20 s, Postgres, NATS, orders), then the audit
 	mkdir -p $(dir $(abspath $(SOAK_REPORT))) && SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -timeout 15m -v -run '^TestSoak$$' ./e2e
 
 .PHONY: soak

@@ -37,9 +37,9 @@ type soakConfig struct {
 // (SOAK=long). SOAK_RATE and SOAK_DURATION override either.
 var (
 	soakShort = soakConfig{
-		Rate: 500, Duration: 75 * time.Second, MinDeadline: time.Second, MaxDeadline: 30 * time.Second,
+		Rate: 500, Duration: time.Minute, MinDeadline: time.Second, MaxDeadline: 30 * time.Second,
 		PayShare: 1.0 / 3, Workers: 96, TimeoutdKillEvery: 20 * time.Second,
-		PostgresAt: 25 * time.Second, NATSAt: 45 * time.Second, OrdersAt: 65 * time.Second, Settle: time.Minute,
+		PostgresAt: 25 * time.Second, NATSAt: 42 * time.Second, OrdersAt: 50 * time.Second, Settle: time.Minute,
 	}
 	soakLong = soakConfig{
 		Rate: 2000, Duration: 10 * time.Minute, MinDeadline: time.Second, MaxDeadline: time.Minute,
@@ -146,7 +146,7 @@ func (s *stack) restartDependency(t *testing.T, name string) string {
 // cross-checks the orders database, the events stored in JetStream and the
 // load generator's log (audit_test.go): the test fails on any lost order,
 // early cancellation, paid order cancelled, missing event or dead letter.
-// `make test` runs the short soak (75 s at 500/s, deadlines 1-30 s);
+// `make test` runs the short soak (60 s at 500/s, deadlines 1-30 s);
 // `make soak` the long one (SOAK=long: 10 min at 2,000/s, deadlines 1-60 s).
 // docs/RELIABILITY.md records the figures of the last runs.
 func TestSoak(t *testing.T) {
