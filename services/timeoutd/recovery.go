@@ -13,7 +13,7 @@ import (
 // reports ready. The overdue rows go into the index but not into the wheel:
 // they are held, and returned with the source's mark read after the load,
 // for releaseOverdue. A failed page is retried until ctx ends.
-func (s *Service) recover(ctx context.Context) (held []*slot, mark uint64, err error) {
+func (s *Service) recover(ctx context.Context) (held []uint64, mark uint64, err error) {
 	start := s.cfg.Now()
 	pages := make(chan []Timeout, 1)
 	loadErr := make(chan error, 1)
@@ -25,11 +25,16 @@ func (s *Service) recover(ctx context.Context) (held []*slot, mark uint64, err e
 		nowNs := s.cfg.Now().UnixNano()
 		s.sched.mu.Lock()
 		for _, r := range rows {
+			var err error
 			if r.Deadline.UnixNano() <= nowNs {
-				held = append(held, s.sched.holdLocked(r.Key, r.Version, r.Deadline))
-				continue
+				var h uint64
+				if h, err = s.sched.holdLocked(r.Key, r.Version, r.Deadline); err == nil {
+					held = append(held, h)
+				}
+			} else {
+				err = s.sched.setLocked(r.Key, r.Version, r.Deadline, r.Deadline)
 			}
-			if err := s.sched.setLocked(r.Key, r.Version, r.Deadline, r.Deadline); err != nil {
+			if err != nil {
 				s.sched.mu.Unlock()
 				cancel()
 				<-loadErr
@@ -68,7 +73,7 @@ func (s *Service) recover(ctx context.Context) (held []*slot, mark uint64, err e
 // wheel spread at OverdueRate from now, so a long outage does not flood
 // NATS. A held timeout that a newer command replaced or cleared meanwhile is
 // skipped. It closes CaughtUp's channel when done.
-func (s *Service) releaseOverdue(ctx context.Context, held []*slot, mark uint64) {
+func (s *Service) releaseOverdue(ctx context.Context, held []uint64, mark uint64) {
 	if len(held) > 0 {
 		start := time.Now()
 		for {
@@ -91,9 +96,9 @@ func (s *Service) releaseOverdue(ctx context.Context, held []*slot, mark uint64)
 		now := s.cfg.Now()
 		released := 0
 		s.sched.mu.Lock()
-		for _, sl := range held {
+		for _, r := range held {
 			at := now.Add(time.Duration(released) * time.Second / time.Duration(s.cfg.OverdueRate))
-			if s.sched.releaseLocked(sl, at) {
+			if s.sched.releaseLocked(r, at) {
 				released++
 			}
 		}

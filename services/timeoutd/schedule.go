@@ -8,109 +8,131 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/wheel"
 )
 
-// slot is one pending timeout in memory: about 40 bytes plus the key, the
-// map entry and the wheel's 32-byte entry. The wheel holds a *slot; a slot
-// that is no longer the index's value for its key is stale and ignored.
-type slot struct {
-	key      string
-	version  int64
-	deadline int64 // Unix nanoseconds, wall clock
-	h        wheel.Handle
-}
-
-// schedule is the in-memory set of pending timeouts: a key → slot index and
-// the wheel that expires them. Its mutex guards the index and the slots'
-// fields; the wheel has its own locks and never calls back under them.
+// schedule is the in-memory set of pending timeouts: the compact index
+// (index.go) and the wheel that expires them. The wheel's value is a slot
+// reference (ref: index and generation), so a reference the wheel cut into
+// a batch before the slot was replaced or freed is recognised as stale. Its
+// mutex guards the index; the wheel has its own locks and never calls back
+// under them.
 type schedule struct {
-	mu   sync.Mutex
-	keys map[string]*slot
-	w    *wheel.Wheel[*slot]
+	mu sync.Mutex
+	x  index
+	w  *wheel.Wheel[uint64]
 	// perSecond counts the pending timeouts by deadline second (Unix), for
 	// the upcoming buckets: one entry per distinct second, so a few
 	// thousand for an hour of deadlines, summed once per stats refresh.
 	perSecond map[int64]int64
 }
 
-func newSchedule(cfg wheel.Config, onExpire func([]wheel.Expired[*slot])) (*schedule, error) {
+func newSchedule(cfg wheel.Config, onExpire func([]wheel.Expired[uint64])) (*schedule, error) {
 	w, err := wheel.New(cfg, onExpire)
 	if err != nil {
 		return nil, fmt.Errorf("new wheel: %w", err)
 	}
-	return &schedule{keys: make(map[string]*slot), w: w, perSecond: make(map[int64]int64)}, nil
+	return &schedule{x: newIndex(), w: w, perSecond: make(map[int64]int64)}, nil
 }
 
 // len returns the number of pending timeouts in memory.
 func (s *schedule) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.keys)
+	return s.x.len()
 }
 
-// set schedules key at version for deadline, to be handed to the wheel at
-// at (normally the deadline; recovery spreads overdue ones). A version not
+// has reports whether key is pending in memory. Caller holds s.mu.
+func (s *schedule) has(key string) bool {
+	_, _, ok := s.x.find(key)
+	return ok
+}
+
+// setLocked schedules key at version for deadline, to be handed to the
+// wheel at at (normally the deadline; a retry is later). A version not
 // newer than the one held is ignored. Caller holds s.mu.
 func (s *schedule) setLocked(key string, version int64, deadline, at time.Time) error {
-	if old, ok := s.keys[key]; ok {
-		if old.version >= version {
+	pos, i, ok := s.x.find(key)
+	if ok {
+		sl := s.x.slots.at(i)
+		if sl.version >= version {
 			return nil
 		}
-		s.count(old.deadline, -1)
-		old.version, old.deadline = version, deadline.UnixNano()
-		s.count(old.deadline, 1)
-		if s.w.Reset(old.h, at) {
+		s.count(sl.deadline, -1)
+		sl.version, sl.deadline = version, deadline.UnixNano()
+		s.count(sl.deadline, 1)
+		if s.w.Reset(wheel.Handle(sl.h), at) {
 			return nil
 		}
-		s.count(old.deadline, -1)
-		// The old timer was cut into a batch in flight: that batch sees a
-		// stale slot and skips it; the key gets a new slot.
+		// No live timer (held, or cut into a batch in flight): the old
+		// reference becomes stale and the slot gets a new timer.
+		sl.bumpGen()
+		if err := s.arm(i, sl, at); err != nil {
+			s.removeLocked(pos, i)
+			return err
+		}
+		return nil
 	}
-	sl := &slot{key: key, version: version, deadline: deadline.UnixNano()}
-	h, err := s.w.Schedule(at, sl)
+	i, err := s.x.add(key)
 	if err != nil {
-		delete(s.keys, key)
 		return fmt.Errorf("schedule %s: %w", key, err)
 	}
-	sl.h = h
-	s.keys[key] = sl
+	sl := s.x.slots.at(i)
+	sl.version, sl.deadline = version, deadline.UnixNano()
 	s.count(sl.deadline, 1)
+	if err := s.arm(i, sl, at); err != nil {
+		s.removeLocked(s.x.pos(i), i)
+		return err
+	}
 	return nil
 }
 
-// holdLocked puts key in the index without a wheel timer (its handle is
-// the zero Handle, which the wheel treats as stale) and returns its slot for
-// releaseLocked. Caller holds s.mu.
-func (s *schedule) holdLocked(key string, version int64, deadline time.Time) *slot {
-	if old, ok := s.keys[key]; ok {
-		s.w.Cancel(old.h)
-		s.removeLocked(old)
+// arm gives slot i a wheel timer expiring at at.
+func (s *schedule) arm(i uint32, sl *slot, at time.Time) error {
+	h, err := s.w.Schedule(at, ref(i, sl))
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", s.x.key(i), err)
 	}
-	sl := &slot{key: key, version: version, deadline: deadline.UnixNano()}
-	s.keys[key] = sl
+	sl.h = uint64(h)
+	return nil
+}
+
+// holdLocked puts key in the index without a wheel timer (held: h is 0,
+// which the wheel treats as stale) and returns its reference for
+// releaseLocked. Caller holds s.mu.
+func (s *schedule) holdLocked(key string, version int64, deadline time.Time) (uint64, error) {
+	if pos, i, ok := s.x.find(key); ok {
+		s.w.Cancel(wheel.Handle(s.x.slots.at(i).h))
+		s.removeLocked(pos, i)
+	}
+	i, err := s.x.add(key)
+	if err != nil {
+		return 0, fmt.Errorf("hold %s: %w", key, err)
+	}
+	sl := s.x.slots.at(i)
+	sl.version, sl.deadline = version, deadline.UnixNano()
 	s.count(sl.deadline, 1)
-	return sl
+	return ref(i, sl), nil
 }
 
 // releaseLocked hands a held slot to the wheel to expire at at; it reports
-// false, doing nothing, when the slot is no longer the key's (a newer
-// command replaced or cleared it). Caller holds s.mu.
-func (s *schedule) releaseLocked(sl *slot, at time.Time) bool {
-	if s.keys[sl.key] != sl {
+// false, doing nothing, when the reference is stale (a newer command
+// replaced or cleared the timeout). Caller holds s.mu.
+func (s *schedule) releaseLocked(r uint64, at time.Time) bool {
+	i, sl := s.x.valid(r)
+	if sl == nil || sl.h != 0 {
 		return false
 	}
-	h, err := s.w.Schedule(at, sl)
-	if err != nil {
+	if err := s.arm(i, sl, at); err != nil {
 		// Still pending in Postgres; the next recovery loads it.
-		s.removeLocked(sl)
+		s.removeLocked(s.x.pos(i), i)
 		return false
 	}
-	sl.h = h
 	return true
 }
 
-// removeLocked takes sl out of the index. Caller holds s.mu.
-func (s *schedule) removeLocked(sl *slot) {
-	delete(s.keys, sl.key)
-	s.count(sl.deadline, -1)
+// removeLocked takes slot i, at table position pos, out of the index.
+// Caller holds s.mu.
+func (s *schedule) removeLocked(pos uint64, i uint32) {
+	s.count(s.x.slots.at(i).deadline, -1)
+	s.x.remove(pos, i)
 }
 
 // count adds d to the deadline second of deadlineNs. Caller holds s.mu.
@@ -146,9 +168,9 @@ func (s *schedule) dueBefore(horizons []time.Time) []int64 {
 // clearLocked removes key when its version is older than version. Caller
 // holds s.mu.
 func (s *schedule) clearLocked(key string, version int64) {
-	if old, ok := s.keys[key]; ok && old.version < version {
-		s.w.Cancel(old.h)
-		s.removeLocked(old)
+	if pos, i, ok := s.x.find(key); ok && s.x.slots.at(i).version < version {
+		s.w.Cancel(wheel.Handle(s.x.slots.at(i).h))
+		s.removeLocked(pos, i)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // a timer whose deadline has not passed by the wall clock, say because the
 // clock was stepped back, is rescheduled), takes the due ones out of the
 // index and fires them in transactions of at most FireBatch.
-func (s *Service) onExpire(batch []wheel.Expired[*slot]) {
+func (s *Service) onExpire(batch []wheel.Expired[uint64]) {
 	s.fireMu.Lock()
 	defer s.fireMu.Unlock()
 	if s.stopping.Load() {
@@ -25,22 +25,19 @@ func (s *Service) onExpire(batch []wheel.Expired[*slot]) {
 	due := make([]Due, 0, len(batch))
 	s.sched.mu.Lock()
 	for _, e := range batch {
-		sl := e.Value
-		if s.sched.keys[sl.key] != sl {
+		i, sl := s.sched.x.valid(e.Value)
+		if sl == nil {
 			continue // replaced or cleared after the wheel cut it
 		}
 		if sl.deadline > nowNs {
-			h, err := s.sched.w.Schedule(time.Unix(0, sl.deadline), sl)
-			if err != nil {
-				s.sched.removeLocked(sl)
-				s.cfg.Logger.Error("reschedule early timer", "key", sl.key, "err", err)
-				continue
+			if err := s.sched.arm(i, sl, time.Unix(0, sl.deadline)); err != nil {
+				s.cfg.Logger.Error("reschedule early timer", "key", s.sched.x.key(i), "err", err)
+				s.sched.removeLocked(s.sched.x.pos(i), i)
 			}
-			sl.h = h
 			continue
 		}
-		due = append(due, Due{Key: sl.key, Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC()})
-		s.sched.removeLocked(sl)
+		due = append(due, Due{Key: s.sched.x.key(i), Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC()})
+		s.sched.removeLocked(s.sched.x.pos(i), i)
 	}
 	s.sched.mu.Unlock()
 	for len(due) > 0 {
@@ -91,7 +88,7 @@ func (s *Service) requeue(due []Due, at time.Time) {
 	s.sched.mu.Lock()
 	defer s.sched.mu.Unlock()
 	for _, d := range due {
-		if _, ok := s.sched.keys[d.Key]; ok {
+		if s.sched.has(d.Key) {
 			continue
 		}
 		if err := s.sched.setLocked(d.Key, d.Version, d.Deadline, at); err != nil {

@@ -209,13 +209,22 @@ func TestDecodeRules(t *testing.T) {
 // expire hands the slot of key to onExpire as the wheel would.
 func expire(t *testing.T, s *Service, key string) {
 	t.Helper()
-	s.sched.mu.Lock()
-	sl := s.sched.keys[key]
-	s.sched.mu.Unlock()
-	if sl == nil {
+	r, ok := refOf(s, key)
+	if !ok {
 		t.Fatalf("%s is not scheduled", key)
 	}
-	s.onExpire([]wheel.Expired[*slot]{{Value: sl}})
+	s.onExpire([]wheel.Expired[uint64]{{Value: r}})
+}
+
+// refOf returns the current slot reference of key.
+func refOf(s *Service, key string) (uint64, bool) {
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	_, i, ok := s.sched.x.find(key)
+	if !ok {
+		return 0, false
+	}
+	return ref(i, s.sched.x.slots.at(i)), true
 }
 
 func TestNeverEarlyByWallClock(t *testing.T) {
@@ -245,12 +254,10 @@ func TestStaleSlotIsSkipped(t *testing.T) {
 	now := deadline.Add(time.Second)
 	s, st, _ := newTestService(t, &now)
 	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
-	s.sched.mu.Lock()
-	old := s.sched.keys["k"]
-	s.sched.mu.Unlock()
+	old, _ := refOf(s, "k")
 	// A clear lands after the wheel cut the timer: the batch is stale.
 	s.apply([]Change{{Key: "k", Version: 2, State: StateCleared}})
-	s.onExpire([]wheel.Expired[*slot]{{Value: old}})
+	s.onExpire([]wheel.Expired[uint64]{{Value: old}})
 	if len(st.fired) != 0 {
 		t.Fatalf("a cleared timeout fired: %v", st.fired)
 	}
@@ -406,8 +413,15 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			}
 			t.Cleanup(s.sched.stop)
 			overdue := time.Now().Add(-time.Minute)
+			var held []uint64
 			s.sched.mu.Lock()
-			held := []*slot{s.sched.holdLocked("a", 1, overdue), s.sched.holdLocked("b", 1, overdue)}
+			for _, k := range []string{"a", "b"} {
+				r, err := s.sched.holdLocked(k, 1, overdue)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, r)
+			}
 			s.sched.mu.Unlock()
 			// A newer command replaces b while it is held.
 			s.apply([]Change{{Key: "b", Version: 2, Deadline: time.Now().Add(time.Hour)}})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -41,6 +42,11 @@ const (
 	DBMaxConnsDefault = 16
 	// RelayBatchDefault is the outbox relay's batch (PubAcks in flight).
 	RelayBatchDefault = 5000
+	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
+	// sets: with about 95 B of live heap per pending timeout, 10M pending
+	// need about 1 GB, and the limit keeps the collector from letting the
+	// heap grow to twice that (GOGC=100) before it runs.
+	MemoryLimitDefault = 1400 << 20
 )
 
 // Config is everything the daemon reads from its environment; FromEnv
@@ -69,6 +75,11 @@ type Config struct {
 	// streams.DuplicateWindowDefault (2m), far above the relay's worst lag
 	// (AckTimeout 5s plus a retry).
 	DuplicateWindow time.Duration
+	// MemoryLimit is the soft memory limit in bytes
+	// (runtime/debug.SetMemoryLimit) that cmd/timeoutd applies, unless
+	// GOMEMLIMIT is set; 0 means MemoryLimitDefault, negative none. It is
+	// process-wide, so New and Run leave it alone (in-process tests).
+	MemoryLimit int64
 	// Consumer configures the command consumer.
 	Consumer tjs.ConsumerConfig
 	// Service configures the domain service (FireSubjectPrefixes, Tick, …).
@@ -100,6 +111,38 @@ func envInt(getenv func(string) string, name string, dst *int, errs *[]error) {
 	}
 }
 
+// parseBytes parses a size such as 1400MiB, 2GiB, 512MB or 1000000 (bytes),
+// or "off" (returned as -1).
+func parseBytes(v string) (int64, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	num := strings.TrimRight(v, "KMGTiB")
+	unit := int64(1)
+	switch v[len(num):] {
+	case "", "B":
+	case "KiB":
+		unit = 1 << 10
+	case "MiB":
+		unit = 1 << 20
+	case "GiB":
+		unit = 1 << 30
+	case "KB":
+		unit = 1e3
+	case "MB":
+		unit = 1e6
+	case "GB":
+		unit = 1e9
+	default:
+		return 0, fmt.Errorf("%q: unknown unit (B, KiB, MiB, GiB, KB, MB, GB, or off)", v)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("%q is not a positive size such as 1400MiB", v)
+	}
+	return n * unit, nil
+}
+
 // FromEnv reads the TIMEOUTD_* variables (see services/timeoutd/README.md).
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
@@ -124,6 +167,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
 	envDuration(getenv, "TIMEOUTD_RECOVERY_CATCHUP_MAX", &c.Service.RecoveryCatchupMax, &errs)
 	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
+	if v := getenv("TIMEOUTD_MEMORY_LIMIT"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("TIMEOUTD_MEMORY_LIMIT: %w", err))
+		}
+		c.MemoryLimit = n
+	}
 	envInt(getenv, "TIMEOUTD_DB_MAX_CONNS", &c.DBMaxConns, &errs)
 	envInt(getenv, "TIMEOUTD_RELAY_BATCH", &c.RelayBatch, &errs)
 	envInt(getenv, "TIMEOUTD_BATCH_SIZE", &c.Consumer.BatchSize, &errs)

@@ -498,3 +498,38 @@ func TestRecoveryWaitsForQueuedClears(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "backlog pending", func() bool { return second.Service().Pending() == len(filler) })
 }
+
+func TestFromEnvMemoryLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, value string
+		want        int64
+		wantErr     bool
+	}{
+		{"unset", "", 0, false},
+		{"MiB", "1400MiB", 1400 << 20, false},
+		{"GiB", "2GiB", 2 << 30, false},
+		{"MB", "900MB", 900e6, false},
+		{"bytes", "123456", 123456, false},
+		{"off", "off", -1, false},
+		{"negative", "-5MiB", 0, true},
+		{"fraction", "1.5GiB", 0, true},
+		{"unknown unit", "3TB", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"TIMEOUTD_MEMORY_LIMIT": tt.value}
+			c, err := daemon.FromEnv(func(k string) string { return env[k] })
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "TIMEOUTD_MEMORY_LIMIT") {
+					t.Fatalf("err = %v, want one naming TIMEOUTD_MEMORY_LIMIT", err)
+				}
+				return
+			}
+			if err != nil || c.MemoryLimit != tt.want {
+				t.Fatalf("MemoryLimit = %d, %v; want %d", c.MemoryLimit, err, tt.want)
+			}
+		})
+	}
+}

@@ -5,11 +5,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	_ "time/tzdata"
@@ -40,6 +42,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	cfg.Logger = log
+	if lim := cmp.Or(cfg.MemoryLimit, daemon.MemoryLimitDefault); lim > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(lim)
+		log.Info("memory limit set", "bytes", lim)
+	}
 	m, err := daemon.New(ctx, cfg)
 	if err != nil {
 		return err
