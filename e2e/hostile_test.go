@@ -752,7 +752,7 @@ func expectNoTokensLogged(t *testing.T, s *stack) {
 // per-service permissions: no connection without the right password; orders
 // may publish timeout commands and order events but neither cancel events
 // nor expiries; timeoutd the reverse; observer only reads through
-// consumers; the JetStream API keeps working for all (streams.Ensure,
+// consumers and dead-letters under its own name; the JetStream API keeps working for all (streams.Ensure,
 // PubAcks, pull consumers). TestComposeStack proves the services run with it.
 func TestComposeNATSPermissions(t *testing.T) {
 	t.Parallel()
@@ -844,6 +844,8 @@ func TestComposeNATSPermissions(t *testing.T) {
 		{"observer", events.OrderCancelSubject(fmt.Sprintf("perm-%d-10", run)), events.StreamExpiries, false},
 		{"observer", events.CommandSubject(fmt.Sprintf("perm-%d-11", run)), events.StreamCommands, false},
 		{"observer", events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-12", run)), events.StreamOrderEvents, false},
+		{"observer", events.DeadLetterSubject("inventory", events.ReasonMalformed), events.StreamDeadLetters, true},
+		{"observer", events.DeadLetterSubject("orders", events.ReasonInvalidVersion), events.StreamDeadLetters, false},
 	}
 	t.Run("publish", func(t *testing.T) {
 		for _, tc := range tests {
@@ -863,13 +865,13 @@ func TestComposeNATSPermissions(t *testing.T) {
 			})
 		}
 	})
-	t.Run("observer reads through a consumer", func(t *testing.T) {
+	t.Run("observer reads through a durable consumer, as examples/consumer does", func(t *testing.T) {
 		js := connect(t, "observer")
-		cons, err := js.OrderedConsumer(ctx, events.StreamOrderEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{created},
+		cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamOrderEvents, jetstream.ConsumerConfig{
+			Durable: "inventory", FilterSubject: created, AckPolicy: jetstream.AckExplicitPolicy,
 		})
 		if err != nil {
-			t.Fatalf("ordered consumer as observer: %v", err)
+			t.Fatalf("durable consumer as observer: %v", err)
 		}
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
@@ -877,6 +879,9 @@ func TestComposeNATSPermissions(t *testing.T) {
 		}
 		if m.Subject() != created {
 			t.Fatalf("observer read %s", m.Subject())
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("ack as observer: %v", err)
 		}
 	})
 }
