@@ -7,8 +7,9 @@
 //     only changes when the version is newer), committed, acked, and then
 //     applied to the in-memory schedule; invalid commands are dead-lettered
 //     with their reason and terminated.
-//   - the schedule (schedule.go): a pkg/wheel wheel and a key → slot index
-//     holding every pending deadline in memory.
+//   - the schedule (schedule.go): a pkg/wheel wheel and a compact key → slot
+//     index (index.go: a slab, a key arena and a hash table, no pointer per
+//     timeout) holding every pending deadline in memory.
 //   - the scheduler (scheduler.go): the wheel's expired batches are checked
 //     against the wall clock (never early: what is not due is rescheduled),
 //     then marked fired and their expiry events written to the outbox in one

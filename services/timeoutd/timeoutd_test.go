@@ -321,6 +321,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		{"partitions", Config{Partitions: -1}, "Partitions"},
 		{"max pending", Config{MaxPending: -5}, "MaxPending"},
 		{"fire batch", Config{FireBatch: -1}, "FireBatch"},
+		{"recovery catch-up", Config{RecoveryCatchupMax: -time.Second}, "RecoveryCatchupMax"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
