@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,8 +40,15 @@ type Config struct {
 	AckTimeout time.Duration
 	// RetryDelay is the pause after a failed batch; default 500ms.
 	RetryDelay time.Duration
+	// Workers is the number of batches published concurrently; default 1.
+	// Claims skip locked rows, so workers never publish the same row; but
+	// rows of different batches may reach the stream out of table order.
+	// Use more than one only where consumers order by version, not by
+	// arrival (expiry events: one per key and version).
+	Workers int
 	// OnPublished, if set, is called after a batch's deletion committed, with
-	// the messages and the time the last PubAck arrived. It must not block.
+	// the messages and the time the last PubAck arrived. It must not block,
+	// and with several Workers it is called concurrently.
 	OnPublished func(batch []Message, ackedAt time.Time)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -53,6 +61,7 @@ var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 func (c *Config) setDefaults() error {
 	c.Table = cmp.Or(c.Table, TableDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Workers = cmp.Or(c.Workers, 1)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.AckTimeout = cmp.Or(c.AckTimeout, AckTimeoutDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
@@ -67,6 +76,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("outbox: Table %q is not a lower-case SQL identifier", c.Table)
 	case c.BatchSize < 1:
 		return fmt.Errorf("outbox: BatchSize must be positive, got %d", c.BatchSize)
+	case c.Workers < 1:
+		return fmt.Errorf("outbox: Workers must be positive, got %d", c.Workers)
 	case c.PollInterval < 0 || c.AckTimeout < 0 || c.RetryDelay < 0:
 		return errors.New("outbox: PollInterval, AckTimeout and RetryDelay must not be negative")
 	}
@@ -160,8 +171,35 @@ func (r *Relay) Flush(ctx context.Context) (int, error) {
 	}
 }
 
-// drain publishes batches until one comes back short, returning the count.
+// drain publishes batches with cfg.Workers workers, each until one of its
+// batches comes back short, and returns the count and the first error.
 func (r *Relay) drain(ctx context.Context) (int, error) {
+	if r.cfg.Workers == 1 {
+		return r.drainOne(ctx)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+		first error
+	)
+	for range r.cfg.Workers {
+		wg.Go(func() {
+			n, err := r.drainOne(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			total += n
+			if first == nil {
+				first = err
+			}
+		})
+	}
+	wg.Wait()
+	return total, first
+}
+
+// drainOne publishes batches until one comes back short.
+func (r *Relay) drainOne(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		n, err := r.publishBatch(ctx)

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,5 +188,42 @@ func TestRowsSurviveAnUnreachableBroker(t *testing.T) {
 	}
 	if got := e.streamMsgs(t); got != 10 {
 		t.Fatalf("stream holds %d messages, want 10", got)
+	}
+}
+
+// TestWorkersPublishEveryRowOnce: with several workers each row is claimed
+// by exactly one batch, counted by OnPublished (JetStream's dedupe would
+// hide a double publication from the stream's count).
+func TestWorkersPublishEveryRowOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{BatchSize: 50, Workers: 4,
+		OnPublished: func(b []outbox.Message, _ time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range b {
+				seen[m.MsgID]++
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.insert(t, 0, 2000)
+	n, err := relay.Flush(context.Background())
+	if err != nil || n != 2000 {
+		t.Fatalf("Flush = %d, %v; want 2000, nil", n, err)
+	}
+	if len(seen) != 2000 {
+		t.Fatalf("%d distinct messages published, want 2000", len(seen))
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s published %d times", id, c)
+		}
+	}
+	if got := e.streamMsgs(t); got != 2000 {
+		t.Fatalf("stream holds %d messages, want 2000", got)
 	}
 }

@@ -42,6 +42,11 @@ const (
 	DBMaxConnsDefault = 16
 	// RelayBatchDefault is the outbox relay's batch (PubAcks in flight).
 	RelayBatchDefault = 5000
+	// RelayWorkersDefault is the number of relay batches in flight at once:
+	// claiming, publishing and committing overlap, so the relay keeps up
+	// with an expiry storm. Expiry events are one per key and version, so
+	// their order across batches does not matter.
+	RelayWorkersDefault = 4
 	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
 	// sets: with about 95 B of live heap per pending timeout, 10M pending
 	// need about 1 GB, and the limit keeps the collector from letting the
@@ -71,6 +76,9 @@ type Config struct {
 	DBMaxConns int
 	// RelayBatch is the relay's batch size; default RelayBatchDefault.
 	RelayBatch int
+	// RelayWorkers is the number of relay batches in flight; default
+	// RelayWorkersDefault.
+	RelayWorkers int
 	// DuplicateWindow is the streams' duplicate window; default
 	// streams.DuplicateWindowDefault (2m), far above the relay's worst lag
 	// (AckTimeout 5s plus a retry).
@@ -176,6 +184,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	envInt(getenv, "TIMEOUTD_DB_MAX_CONNS", &c.DBMaxConns, &errs)
 	envInt(getenv, "TIMEOUTD_RELAY_BATCH", &c.RelayBatch, &errs)
+	envInt(getenv, "TIMEOUTD_RELAY_WORKERS", &c.RelayWorkers, &errs)
 	envInt(getenv, "TIMEOUTD_BATCH_SIZE", &c.Consumer.BatchSize, &errs)
 	envInt(getenv, "TIMEOUTD_MAX_PENDING", &c.Service.MaxPending, &errs)
 	envInt(getenv, "TIMEOUTD_PARTITIONS", &c.Service.Partitions, &errs)
@@ -190,6 +199,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.ShutdownDelay = cmp.Or(c.ShutdownDelay, ShutdownDelayDefault)
 	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
+	c.RelayWorkers = cmp.Or(c.RelayWorkers, RelayWorkersDefault)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, streams.DuplicateWindowDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -254,7 +264,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}
-	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(2*cfg.RelayBatch))
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending((cfg.RelayWorkers+1)*cfg.RelayBatch))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -271,7 +281,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	metrics := thttp.NewMetrics(reg)
 	var svc *timeoutd.Service
 	relay, err := outbox.NewRelay(m.pool, js, outbox.Config{
-		Table: postgres.OutboxTable, BatchSize: cfg.RelayBatch, Logger: cfg.Logger,
+		Table: postgres.OutboxTable, BatchSize: cfg.RelayBatch, Workers: cfg.RelayWorkers, Logger: cfg.Logger,
 		OnPublished: func(b []outbox.Message, at time.Time) { svc.Published(b, at) },
 	})
 	if err != nil {
