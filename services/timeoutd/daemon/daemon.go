@@ -334,7 +334,9 @@ func (m *Main) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("serve http: %w", err)
 		}
 	}()
-	svcCtx, stopSvc := context.WithCancel(ctx)
+	// The service outlives ctx by ShutdownDelay: it stops only when
+	// stopSvc is called, after readiness has been false for that long.
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSvc()
 	svcDone := make(chan error, 1)
 	go func() { svcDone <- m.svc.Run(svcCtx) }()
