@@ -19,8 +19,10 @@ const (
 	// BatchSizeDefault is the most commands per batch (one upsert each).
 	BatchSizeDefault = 5000
 	// AckWaitDefault is how long a delivered command may stay unacked
-	// before JetStream redelivers it.
-	AckWaitDefault = 30 * time.Second
+	// before JetStream redelivers it. It bounds how long the commands a
+	// killed process had fetched wait for the next one, so it is short; a
+	// batch commits in well under a second.
+	AckWaitDefault = 10 * time.Second
 )
 
 // ConsumerConfig configures a Consumer.
