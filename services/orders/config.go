@@ -14,6 +14,9 @@ const (
 	PayWithinMinDefault = time.Second
 	PayWithinMaxDefault = 24 * time.Hour
 	LogLevelDefault     = "info"
+	// MaxOutboxLagDefault is the outbox lag beyond which mutating requests
+	// are refused with 503 (backpressure).
+	MaxOutboxLagDefault = 10 * time.Second
 )
 
 // Config is the configuration of the orders binary, read from the
@@ -35,6 +38,11 @@ type Config struct {
 	Limits Limits
 	// LogLevel is debug, info, warn or error (ORDERS_LOG_LEVEL); default info.
 	LogLevel slog.Level
+	// MaxOutboxLag is the age of the oldest unpublished outbox message
+	// beyond which creates, payments, cancellations and extensions answer
+	// 503 with Retry-After until the relay catches up
+	// (ORDERS_MAX_OUTBOX_LAG, a Go duration); default 10s.
+	MaxOutboxLag time.Duration
 }
 
 // ConfigFromEnv reads the configuration through getenv (os.Getenv in main)
@@ -57,6 +65,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.Limits.PayWithinMax, err = envDuration(getenv, "ORDERS_PAY_WITHIN_MAX", PayWithinMaxDefault); err != nil {
 		return Config{}, err
 	}
+	if c.MaxOutboxLag, err = envDuration(getenv, "ORDERS_MAX_OUTBOX_LAG", MaxOutboxLagDefault); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(cmp.Or(getenv("ORDERS_LOG_LEVEL"), LogLevelDefault))); err != nil {
 		return Config{}, fmt.Errorf("ORDERS_LOG_LEVEL: %w", err)
 	}
@@ -71,6 +82,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MIN must be positive, got %s", c.Limits.PayWithinMin)
 	case c.Limits.PayWithinMax < c.Limits.PayWithinMin:
 		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MAX (%s) must not be below ORDERS_PAY_WITHIN_MIN (%s)", c.Limits.PayWithinMax, c.Limits.PayWithinMin)
+	case c.MaxOutboxLag <= 0:
+		return Config{}, fmt.Errorf("ORDERS_MAX_OUTBOX_LAG must be positive, got %s", c.MaxOutboxLag)
 	}
 	return c, nil
 }

@@ -19,13 +19,15 @@ func TestConfigFromEnv(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c orders.Config) {
 			if c.HTTPAddr != ":8081" || c.Limits.PayWithinMin != time.Second || c.Limits.PayWithinMax != 24*time.Hour ||
-				len(c.APITokens) != 2 || c.APITokens[0] != "a" || c.APITokens[1] != "b" {
+				len(c.APITokens) != 2 || c.APITokens[0] != "a" || c.APITokens[1] != "b" || c.MaxOutboxLag != 10*time.Second {
 				t.Fatalf("config = %+v", c)
 			}
 		}},
-		{name: "overrides", set: map[string]string{"ORDERS_HTTP_ADDR": ":9", "ORDERS_PAY_WITHIN_MIN": "5s", "ORDERS_PAY_WITHIN_MAX": "1h", "ORDERS_LOG_LEVEL": "debug"},
+		{name: "overrides", set: map[string]string{"ORDERS_HTTP_ADDR": ":9", "ORDERS_PAY_WITHIN_MIN": "5s", "ORDERS_PAY_WITHIN_MAX": "1h", "ORDERS_LOG_LEVEL": "debug",
+			"ORDERS_MAX_OUTBOX_LAG": "2500ms"},
 			check: func(t *testing.T, c orders.Config) {
-				if c.HTTPAddr != ":9" || c.Limits.PayWithinMin != 5*time.Second || c.Limits.PayWithinMax != time.Hour || c.LogLevel.String() != "DEBUG" {
+				if c.HTTPAddr != ":9" || c.Limits.PayWithinMin != 5*time.Second || c.Limits.PayWithinMax != time.Hour || c.LogLevel.String() != "DEBUG" ||
+					c.MaxOutboxLag != 2500*time.Millisecond {
 					t.Fatalf("config = %+v", c)
 				}
 			}},
@@ -35,6 +37,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "bad min", set: map[string]string{"ORDERS_PAY_WITHIN_MIN": "soon"}, wantErr: "ORDERS_PAY_WITHIN_MIN"},
 		{name: "zero min", set: map[string]string{"ORDERS_PAY_WITHIN_MIN": "0s"}, wantErr: "ORDERS_PAY_WITHIN_MIN"},
 		{name: "max below min", set: map[string]string{"ORDERS_PAY_WITHIN_MAX": "500ms"}, wantErr: "ORDERS_PAY_WITHIN_MAX"},
+		{name: "bad outbox lag", set: map[string]string{"ORDERS_MAX_OUTBOX_LAG": "10"}, wantErr: "ORDERS_MAX_OUTBOX_LAG"},
+		{name: "zero outbox lag", set: map[string]string{"ORDERS_MAX_OUTBOX_LAG": "0s"}, wantErr: "ORDERS_MAX_OUTBOX_LAG"},
 		{name: "bad level", set: map[string]string{"ORDERS_LOG_LEVEL": "loud"}, wantErr: "ORDERS_LOG_LEVEL"},
 	}
 	for _, tt := range tests {

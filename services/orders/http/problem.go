@@ -16,6 +16,7 @@ const (
 	codeRouteNotFound    orders.Code = "route_not_found"
 	codeMethodNotAllowed orders.Code = "method_not_allowed"
 	codeInternal         orders.Code = "internal"
+	codeOverloaded       orders.Code = "overloaded"
 )
 
 // statusOf maps every error code to its HTTP status: the one table.
@@ -31,6 +32,7 @@ var statusOf = map[orders.Code]int{
 	codeMethodNotAllowed:           http.StatusMethodNotAllowed,
 	codeInternal:                   http.StatusInternalServerError,
 	orders.CodeUnavailable:         http.StatusServiceUnavailable,
+	codeOverloaded:                 http.StatusServiceUnavailable,
 }
 
 // titles are the problem titles, one per code.
@@ -46,12 +48,16 @@ var titles = map[orders.Code]string{
 	codeMethodNotAllowed:           "Method not allowed",
 	codeInternal:                   "Internal server error",
 	orders.CodeUnavailable:         "Service unavailable",
+	codeOverloaded:                 "Service overloaded",
 }
 
 // retryAfter is the Retry-After header, in seconds, of the codes that ask
 // the client to come back later.
 var retryAfter = map[orders.Code]string{
 	orders.CodeUnavailable: "1",
+	// The outbox lags by more than MaxOutboxLag (seconds): give the relay
+	// a few seconds.
+	codeOverloaded: "5",
 }
 
 // problem is an RFC 9457 problem document. For an illegal transition (409)

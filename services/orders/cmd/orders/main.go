@@ -113,6 +113,11 @@ func run(ctx context.Context, getenv func(string) string) error {
 		Tokens:   cfg.APITokens,
 		Registry: reg,
 		Logger:   log,
+		OutboxLag: func(ctx context.Context) (time.Duration, error) {
+			st, err := relay.Stats(ctx)
+			return st.OldestAge, err
+		},
+		MaxOutboxLag: cfg.MaxOutboxLag,
 		Ready: func(ctx context.Context) error {
 			if err := pool.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)
