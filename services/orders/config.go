@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 )
 
 // Defaults of Config.
@@ -43,6 +45,14 @@ type Config struct {
 	// 503 with Retry-After until the relay catches up
 	// (ORDERS_MAX_OUTBOX_LAG, a Go duration); default 10s.
 	MaxOutboxLag time.Duration
+	// StatementTimeout is the statement_timeout of every database session
+	// (ORDERS_STATEMENT_TIMEOUT); default 30s. A statement_timeout in
+	// DatabaseURL wins.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of
+	// every database session (ORDERS_IDLE_IN_TRANSACTION_TIMEOUT); default
+	// 60s. An idle_in_transaction_session_timeout in DatabaseURL wins.
+	IdleInTransactionTimeout time.Duration
 }
 
 // ConfigFromEnv reads the configuration through getenv (os.Getenv in main)
@@ -68,6 +78,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.MaxOutboxLag, err = envDuration(getenv, "ORDERS_MAX_OUTBOX_LAG", MaxOutboxLagDefault); err != nil {
 		return Config{}, err
 	}
+	if c.StatementTimeout, err = envDuration(getenv, "ORDERS_STATEMENT_TIMEOUT", pgparams.StatementTimeoutDefault); err != nil {
+		return Config{}, err
+	}
+	if c.IdleInTransactionTimeout, err = envDuration(getenv, "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT", pgparams.IdleInTransactionTimeoutDefault); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(cmp.Or(getenv("ORDERS_LOG_LEVEL"), LogLevelDefault))); err != nil {
 		return Config{}, fmt.Errorf("ORDERS_LOG_LEVEL: %w", err)
 	}
@@ -84,6 +100,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MAX (%s) must not be below ORDERS_PAY_WITHIN_MIN (%s)", c.Limits.PayWithinMax, c.Limits.PayWithinMin)
 	case c.MaxOutboxLag <= 0:
 		return Config{}, fmt.Errorf("ORDERS_MAX_OUTBOX_LAG must be positive, got %s", c.MaxOutboxLag)
+	case c.StatementTimeout < time.Millisecond:
+		return Config{}, fmt.Errorf("ORDERS_STATEMENT_TIMEOUT must be at least 1ms, got %s", c.StatementTimeout)
+	case c.IdleInTransactionTimeout < time.Millisecond:
+		return Config{}, fmt.Errorf("ORDERS_IDLE_IN_TRANSACTION_TIMEOUT must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}
 	return c, nil
 }
