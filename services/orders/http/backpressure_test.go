@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -19,6 +20,7 @@ import (
 type fakeLag struct {
 	mu    sync.Mutex
 	lag   time.Duration
+	err   error
 	clock time.Time
 	calls int
 }
@@ -33,7 +35,7 @@ func (f *fakeLag) sample(context.Context) (time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
-	return f.lag, nil
+	return f.lag, f.err
 }
 
 func (f *fakeLag) callCount() int { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
@@ -62,6 +64,11 @@ func TestOutboxLagRefusesChangesButNotReads(t *testing.T) {
 	o := e.create(t) // lag 0: accepted
 	lag.set(11 * time.Second)
 	lag.advance(ordershttp.LagSampleInterval)
+	// Take the new sample before the parallel cases, which would otherwise
+	// race for it (the losers use the old sample while it is taken).
+	if rec := e.do(t, "POST", "/v1/orders", createBody, true); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("first create after the lag grew: status %d", rec.Code)
+	}
 
 	tests := []struct {
 		name, method, path, body string
@@ -135,5 +142,24 @@ func TestOutboxLagIsSampledAtMostOncePerInterval(t *testing.T) {
 	}
 	if n := lag.callCount(); n != 3 {
 		t.Fatalf("%d samples over three intervals, want 3", n)
+	}
+}
+
+func TestFailedLagSampleDoesNotRefuse(t *testing.T) {
+	t.Parallel()
+	e, lag := newLagEnv(t)
+	lag.set(time.Minute)
+	lag.mu.Lock()
+	lag.err = errors.New("read outbox stats: connection refused")
+	lag.mu.Unlock()
+	if rec := e.do(t, "POST", "/v1/orders", createBody, true); rec.Code != http.StatusCreated {
+		t.Fatalf("status = %d %s, want 201: an unknown lag must not refuse", rec.Code, rec.Body)
+	}
+	lag.mu.Lock()
+	lag.err = nil
+	lag.mu.Unlock()
+	lag.advance(ordershttp.LagSampleInterval)
+	if rec := e.do(t, "POST", "/v1/orders", createBody, true); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d, want 503 once the sample succeeds again", rec.Code)
 	}
 }
