@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 )
 
 // Defaults of Config.
@@ -14,6 +16,9 @@ const (
 	PayWithinMinDefault = time.Second
 	PayWithinMaxDefault = 24 * time.Hour
 	LogLevelDefault     = "info"
+	// MaxOutboxLagDefault is the outbox lag beyond which mutating requests
+	// are refused with 503 (backpressure).
+	MaxOutboxLagDefault = 10 * time.Second
 )
 
 // Config is the configuration of the orders binary, read from the
@@ -35,6 +40,19 @@ type Config struct {
 	Limits Limits
 	// LogLevel is debug, info, warn or error (ORDERS_LOG_LEVEL); default info.
 	LogLevel slog.Level
+	// MaxOutboxLag is the age of the oldest unpublished outbox message
+	// beyond which creates, payments, cancellations and extensions answer
+	// 503 with Retry-After until the relay catches up
+	// (ORDERS_MAX_OUTBOX_LAG, a Go duration); default 10s.
+	MaxOutboxLag time.Duration
+	// StatementTimeout is the statement_timeout of every database session
+	// (ORDERS_STATEMENT_TIMEOUT); default 30s. A statement_timeout in
+	// DatabaseURL wins.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of
+	// every database session (ORDERS_IDLE_IN_TRANSACTION_TIMEOUT); default
+	// 60s. An idle_in_transaction_session_timeout in DatabaseURL wins.
+	IdleInTransactionTimeout time.Duration
 }
 
 // ConfigFromEnv reads the configuration through getenv (os.Getenv in main)
@@ -57,6 +75,15 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.Limits.PayWithinMax, err = envDuration(getenv, "ORDERS_PAY_WITHIN_MAX", PayWithinMaxDefault); err != nil {
 		return Config{}, err
 	}
+	if c.MaxOutboxLag, err = envDuration(getenv, "ORDERS_MAX_OUTBOX_LAG", MaxOutboxLagDefault); err != nil {
+		return Config{}, err
+	}
+	if c.StatementTimeout, err = envDuration(getenv, "ORDERS_STATEMENT_TIMEOUT", pgparams.StatementTimeoutDefault); err != nil {
+		return Config{}, err
+	}
+	if c.IdleInTransactionTimeout, err = envDuration(getenv, "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT", pgparams.IdleInTransactionTimeoutDefault); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(cmp.Or(getenv("ORDERS_LOG_LEVEL"), LogLevelDefault))); err != nil {
 		return Config{}, fmt.Errorf("ORDERS_LOG_LEVEL: %w", err)
 	}
@@ -71,6 +98,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MIN must be positive, got %s", c.Limits.PayWithinMin)
 	case c.Limits.PayWithinMax < c.Limits.PayWithinMin:
 		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MAX (%s) must not be below ORDERS_PAY_WITHIN_MIN (%s)", c.Limits.PayWithinMax, c.Limits.PayWithinMin)
+	case c.MaxOutboxLag <= 0:
+		return Config{}, fmt.Errorf("ORDERS_MAX_OUTBOX_LAG must be positive, got %s", c.MaxOutboxLag)
+	case c.StatementTimeout < time.Millisecond:
+		return Config{}, fmt.Errorf("ORDERS_STATEMENT_TIMEOUT must be at least 1ms, got %s", c.StatementTimeout)
+	case c.IdleInTransactionTimeout < time.Millisecond:
+		return Config{}, fmt.Errorf("ORDERS_IDLE_IN_TRANSACTION_TIMEOUT must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}
 	return c, nil
 }

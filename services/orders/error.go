@@ -20,6 +20,9 @@ const (
 	CodeIdempotencyMismatch Code = "idempotency_mismatch"
 	// CodeUnauthorized: a mutating request without a valid bearer token.
 	CodeUnauthorized Code = "unauthorized"
+	// CodeUnavailable: a dependency (the database) cannot be reached or does
+	// not answer in time; the request may be retried later.
+	CodeUnavailable Code = "unavailable"
 )
 
 // Sentinel errors, matched with errors.Is against any *Error of the same code.
@@ -29,6 +32,7 @@ var (
 	ErrConflict            = &Error{Code: CodeConflict, Detail: "orders: illegal transition"}
 	ErrIdempotencyMismatch = &Error{Code: CodeIdempotencyMismatch, Detail: "orders: idempotency key reused with a different request"}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized, Detail: "orders: missing or invalid bearer token"}
+	ErrUnavailable         = &Error{Code: CodeUnavailable, Detail: "orders: the database is unavailable; retry later"}
 )
 
 // FieldError names a request field and why it was rejected.

@@ -16,6 +16,7 @@ const (
 	codeRouteNotFound    orders.Code = "route_not_found"
 	codeMethodNotAllowed orders.Code = "method_not_allowed"
 	codeInternal         orders.Code = "internal"
+	codeOverloaded       orders.Code = "overloaded"
 )
 
 // statusOf maps every error code to its HTTP status: the one table.
@@ -30,6 +31,8 @@ var statusOf = map[orders.Code]int{
 	codeRouteNotFound:              http.StatusNotFound,
 	codeMethodNotAllowed:           http.StatusMethodNotAllowed,
 	codeInternal:                   http.StatusInternalServerError,
+	orders.CodeUnavailable:         http.StatusServiceUnavailable,
+	codeOverloaded:                 http.StatusServiceUnavailable,
 }
 
 // titles are the problem titles, one per code.
@@ -44,6 +47,17 @@ var titles = map[orders.Code]string{
 	codeRouteNotFound:              "Not found",
 	codeMethodNotAllowed:           "Method not allowed",
 	codeInternal:                   "Internal server error",
+	orders.CodeUnavailable:         "Service unavailable",
+	codeOverloaded:                 "Service overloaded",
+}
+
+// retryAfter is the Retry-After header, in seconds, of the codes that ask
+// the client to come back later.
+var retryAfter = map[orders.Code]string{
+	orders.CodeUnavailable: "1",
+	// The outbox lags by more than MaxOutboxLag (seconds): give the relay
+	// a few seconds.
+	codeOverloaded: "5",
 }
 
 // problem is an RFC 9457 problem document. For an illegal transition (409)
@@ -68,6 +82,10 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()),
 			"method", r.Method, "path", r.URL.Path, "err", err)
 		de = &orders.Error{Code: codeInternal, Detail: "the request failed; quote the request id when reporting it"}
+	} else if de.Code == orders.CodeUnavailable {
+		// The cause (a network or connect error) is logged, never shown.
+		s.log.WarnContext(r.Context(), "request failed: dependency unavailable", "request_id", requestID(r.Context()),
+			"method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	status, ok := statusOf[de.Code]
 	if !ok {
@@ -77,6 +95,9 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		Instance: r.URL.Path, RequestID: requestID(r.Context()), Errors: de.Fields}
 	if de.Code == orders.CodeConflict && de.Status != "" {
 		p.Status = de.Status
+	}
+	if v, ok := retryAfter[de.Code]; ok {
+		w.Header().Set("Retry-After", v)
 	}
 	if de.Code == orders.CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="orders"`)

@@ -58,6 +58,14 @@ type Config struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes bounds request bodies; default 64 KiB.
 	MaxBodyBytes int64
+	// OutboxLag returns the age of the oldest unpublished outbox message
+	// (main passes the relay's Stats). It is called at most once per
+	// LagSampleInterval; nil disables backpressure.
+	OutboxLag func(ctx context.Context) (time.Duration, error)
+	// MaxOutboxLag is the lag beyond which creates, payments,
+	// cancellations and extensions answer 503 with Retry-After; default
+	// orders.MaxOutboxLagDefault.
+	MaxOutboxLag time.Duration
 	// RequestTimeout bounds a request's handling; default 10s.
 	RequestTimeout time.Duration
 	// Now is the clock of latency measurements; default time.Now.
@@ -72,6 +80,7 @@ type server struct {
 	tokens  [][sha256.Size]byte
 	now     func() time.Time
 	log     *slog.Logger
+	lag     *lagGate
 	metrics struct {
 		requests *prometheus.CounterVec
 		duration *prometheus.HistogramVec
@@ -83,6 +92,7 @@ type server struct {
 func NewHandler(cfg Config) (http.Handler, error) {
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, RequestTimeoutDefault)
+	cfg.MaxOutboxLag = cmp.Or(cfg.MaxOutboxLag, orders.MaxOutboxLagDefault)
 	switch {
 	case cfg.Service == nil:
 		return nil, errors.New("http: Service is required")
@@ -90,8 +100,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, errors.New("http: Registry is required")
 	case len(cfg.Tokens) == 0:
 		return nil, errors.New("http: Tokens: at least one bearer token is required")
-	case cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0:
-		return nil, errors.New("http: MaxBodyBytes and RequestTimeout must not be negative")
+	case cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0 || cfg.MaxOutboxLag < 0:
+		return nil, errors.New("http: MaxBodyBytes, RequestTimeout and MaxOutboxLag must not be negative")
 	}
 	s := &server{cfg: cfg, svc: cfg.Service, now: cfg.Now, log: cfg.Logger}
 	if s.now == nil {
@@ -99,6 +109,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if cfg.OutboxLag != nil {
+		s.lag = &lagGate{sample: cfg.OutboxLag, now: s.now}
 	}
 	for _, t := range cfg.Tokens {
 		if t == "" {
@@ -128,7 +141,7 @@ func (s *server) routes() http.Handler {
 	r.Get("/v1/orders", s.list)
 	r.Get("/v1/orders/{id}", s.get)
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.authenticate, s.backpressure)
 		r.Post("/v1/orders", s.create)
 		r.Post("/v1/orders/{id}/pay", s.pay)
 		r.Post("/v1/orders/{id}/cancel", s.cancel)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -435,5 +436,27 @@ func TestUnexpectedFailuresAreGeneric500s(t *testing.T) {
 				t.Fatalf("the cause leaked to the client: %s", rec.Body)
 			}
 		})
+	}
+}
+
+func TestUnavailableDatabaseIs503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.store.failGet = func() error {
+		return fmt.Errorf("%w: get order: dial tcp 10.0.0.1:5432: connect: connection refused secret", orders.ErrUnavailable)
+	}
+	rec := e.do(t, "GET", "/v1/orders/o-1", "", false)
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d %s", rec.Code, rec.Body)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q, want 1", got)
+	}
+	checkProblem(t, rec, "", "")
+	if p := decode[problemBody](t, rec); p.Type != "/problems/unavailable" {
+		t.Errorf("type = %q", p.Type)
+	}
+	if strings.Contains(rec.Body.String(), "secret") {
+		t.Fatalf("the cause leaked to the client: %s", rec.Body)
 	}
 }

@@ -68,7 +68,7 @@ func (s *Store) Create(ctx context.Context, ch orders.Change, key *orders.Idempo
 	}
 	// Concurrent creates share a round trip and a commit (createBatcher).
 	if err := s.creates.submit(ch.Order, msgs); err != nil {
-		return orders.Order{}, false, err
+		return orders.Order{}, false, storeError(err)
 	}
 	s.onCommit()
 	return ch.Order, false, nil
@@ -109,7 +109,7 @@ func (s *Store) createIdempotent(ctx context.Context, ch orders.Change, msgs []o
 		return outbox.Insert(ctx, tx, OutboxTable, msgs)
 	})
 	if err != nil {
-		return orders.Order{}, false, err
+		return orders.Order{}, false, storeError(err)
 	}
 	if replayed {
 		return stored, true, nil
@@ -125,7 +125,7 @@ func (s *Store) Get(ctx context.Context, id string) (orders.Order, error) {
 		return orders.Order{}, orders.ErrNotFound
 	}
 	if err != nil {
-		return orders.Order{}, fmt.Errorf("get order: %w", err)
+		return orders.Order{}, storeError(fmt.Errorf("get order: %w", err))
 	}
 	return o, nil
 }
@@ -152,11 +152,11 @@ func (s *Store) List(ctx context.Context, f orders.ListFilter) (orders.Page, err
 	sql += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return orders.Page{}, fmt.Errorf("list orders: %w", err)
+		return orders.Page{}, storeError(fmt.Errorf("list orders: %w", err))
 	}
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
 	if err != nil {
-		return orders.Page{}, fmt.Errorf("list orders: %w", err)
+		return orders.Page{}, storeError(fmt.Errorf("list orders: %w", err))
 	}
 	p := orders.Page{Items: items}
 	if len(items) > f.Limit {
@@ -229,7 +229,7 @@ func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (or
 		return outbox.Insert(ctx, tx, OutboxTable, msgs)
 	})
 	if err != nil {
-		return before, orders.Order{}, err
+		return before, orders.Order{}, storeError(err)
 	}
 	s.onCommit()
 	return before, after, nil
@@ -239,7 +239,7 @@ func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (or
 func (s *Store) CountByStatus(ctx context.Context) (map[orders.Status]int64, error) {
 	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM orders GROUP BY status`)
 	if err != nil {
-		return nil, fmt.Errorf("count orders: %w", err)
+		return nil, storeError(fmt.Errorf("count orders: %w", err))
 	}
 	counts := map[orders.Status]int64{}
 	var status string
@@ -249,7 +249,7 @@ func (s *Store) CountByStatus(ctx context.Context) (map[orders.Status]int64, err
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("count orders: %w", err)
+		return nil, storeError(fmt.Errorf("count orders: %w", err))
 	}
 	return counts, nil
 }

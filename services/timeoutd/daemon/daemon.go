@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -74,6 +75,15 @@ type Config struct {
 	ShutdownDelay time.Duration
 	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
 	DBMaxConns int
+	// StatementTimeout is every database session's statement_timeout;
+	// default pgparams.StatementTimeoutDefault (30s). A statement_timeout
+	// in DatabaseURL wins.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is every database session's
+	// idle_in_transaction_session_timeout; default
+	// pgparams.IdleInTransactionTimeoutDefault (60s). The parameter in
+	// DatabaseURL wins.
+	IdleInTransactionTimeout time.Duration
 	// RelayBatch is the relay's batch size; default RelayBatchDefault.
 	RelayBatch int
 	// RelayWorkers is the number of relay batches in flight; default
@@ -175,6 +185,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
 	envDuration(getenv, "TIMEOUTD_RECOVERY_CATCHUP_MAX", &c.Service.RecoveryCatchupMax, &errs)
 	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
+	envDuration(getenv, "TIMEOUTD_STATEMENT_TIMEOUT", &c.StatementTimeout, &errs)
+	envDuration(getenv, "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout, &errs)
 	if v := getenv("TIMEOUTD_MEMORY_LIMIT"); v != "" {
 		n, err := parseBytes(v)
 		if err != nil {
@@ -198,6 +210,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ShutdownDelay = cmp.Or(c.ShutdownDelay, ShutdownDelayDefault)
 	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, pgparams.StatementTimeoutDefault)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, pgparams.IdleInTransactionTimeoutDefault)
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
 	c.RelayWorkers = cmp.Or(c.RelayWorkers, RelayWorkersDefault)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, streams.DuplicateWindowDefault)
@@ -215,6 +229,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("daemon: TIMEOUTD_NATS_URL (NATSURL) is required")
 	case c.DBMaxConns < 2:
 		return c, fmt.Errorf("daemon: TIMEOUTD_DB_MAX_CONNS (DBMaxConns) must be at least 2, got %d", c.DBMaxConns)
+	case c.StatementTimeout < time.Millisecond:
+		return c, fmt.Errorf("daemon: TIMEOUTD_STATEMENT_TIMEOUT (StatementTimeout) must be at least 1ms, got %s", c.StatementTimeout)
+	case c.IdleInTransactionTimeout < time.Millisecond:
+		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}
 	return c, nil
 }
@@ -248,13 +266,8 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 			m.close()
 		}
 	}()
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
-	}
-	pcfg.MaxConns = int32(cfg.DBMaxConns)
-	if m.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("connect postgres: %w", err)
+	if m.pool, err = openPool(ctx, cfg); err != nil {
+		return nil, err
 	}
 	if err := postgres.Migrate(ctx, m.pool); err != nil {
 		return nil, err
@@ -311,6 +324,23 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	m.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	return m, nil
+}
+
+// openPool opens the Postgres pool of cfg (with defaults applied): DBMaxConns
+// connections whose sessions have StatementTimeout and
+// IdleInTransactionTimeout, unless DatabaseURL sets them itself.
+func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
+	}
+	pcfg.MaxConns = int32(cfg.DBMaxConns)
+	pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}.Apply(pcfg.ConnConfig.RuntimeParams)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	return pool, nil
 }
 
 // Addr is the HTTP server's listen address (useful with port 0).

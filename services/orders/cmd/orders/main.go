@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 	ordershttp "github.com/ordertimeout/ordertimeout/services/orders/http"
@@ -62,7 +63,8 @@ func run(ctx context.Context, getenv func(string) string) error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
-	pool, err := openPool(ctx, cfg.DatabaseURL)
+	timeouts := pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}
+	pool, err := openPool(ctx, cfg.DatabaseURL, timeouts)
 	if err != nil {
 		return err
 	}
@@ -84,7 +86,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 
-	relayPool, err := openRelayPool(ctx, cfg.DatabaseURL)
+	relayPool, err := openRelayPool(ctx, cfg.DatabaseURL, timeouts)
 	if err != nil {
 		return err
 	}
@@ -113,6 +115,11 @@ func run(ctx context.Context, getenv func(string) string) error {
 		Tokens:   cfg.APITokens,
 		Registry: reg,
 		Logger:   log,
+		OutboxLag: func(ctx context.Context) (time.Duration, error) {
+			st, err := relay.Stats(ctx)
+			return st.OldestAge, err
+		},
+		MaxOutboxLag: cfg.MaxOutboxLag,
 		Ready: func(ctx context.Context) error {
 			if err := pool.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)
@@ -181,11 +188,12 @@ func run(ctx context.Context, getenv func(string) string) error {
 // openRelayPool opens the outbox relay's own small pool, so that the relay
 // keeps publishing when the API's requests hold every connection of the main
 // pool. (The relay sets its own transaction options: see internal/outbox.)
-func openRelayPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func openRelayPool(ctx context.Context, url string, t pgparams.Timeouts) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("ORDERS_DATABASE_URL: %w", err)
 	}
+	t.Apply(pc.ConnConfig.RuntimeParams)
 	pc.MaxConns = relayPoolMaxConns
 	pc.ConnConfig.RuntimeParams["application_name"] = "orders-outbox-relay"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -195,12 +203,14 @@ func openRelayPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// openPool opens the pool and waits until Postgres answers.
-func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// openPool opens the pool, with the session timeouts t unless the URL sets
+// them, and waits until Postgres answers.
+func openPool(ctx context.Context, url string, t pgparams.Timeouts) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("ORDERS_DATABASE_URL: %w", err)
 	}
+	t.Apply(pc.ConnConfig.RuntimeParams)
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = poolMaxConnsDefault
 	}
