@@ -8,7 +8,9 @@
 # it with the fix as a regression seed.
 #
 #   scripts/fuzz.sh                 # every target, 10s each (make fuzz)
-#   FUZZTIME=3s scripts/fuzz.sh     # the short run of make test
+#   FUZZTIME=100000x scripts/fuzz.sh # the short run of make test: a count of
+#                                   # executions, immune to the deadline race
+#                                   # of go1.26's fuzz coordinator (go#75804)
 #   scripts/fuzz.sh FuzzDecodeCommand FuzzWheel   # only these targets
 set -euo pipefail
 cd "$(dirname "$0")/.."
