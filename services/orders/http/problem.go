@@ -60,18 +60,19 @@ var retryAfter = map[orders.Code]string{
 	codeOverloaded: "5",
 }
 
-// problem is an RFC 9457 problem document. For an illegal transition (409)
-// the "status" member holds the order's current status, as the pinned REST
-// contract says, instead of the numeric HTTP status (which the response line
-// carries); every other problem has the numeric status.
+// problem is an RFC 9457 problem document: "status" is the numeric HTTP
+// status; for an illegal transition (409) the extension member
+// "order_status" holds the order's current status.
 type problem struct {
-	Type      string              `json:"type"`
-	Title     string              `json:"title"`
-	Status    any                 `json:"status"`
-	Detail    string              `json:"detail"`
-	Instance  string              `json:"instance,omitempty"`
-	RequestID string              `json:"request_id,omitempty"`
-	Errors    []orders.FieldError `json:"errors,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	// OrderStatus is the order's current status, on a conflict only.
+	OrderStatus orders.Status       `json:"order_status,omitempty"`
+	Detail      string              `json:"detail"`
+	Instance    string              `json:"instance,omitempty"`
+	RequestID   string              `json:"request_id,omitempty"`
+	Errors      []orders.FieldError `json:"errors,omitempty"`
 }
 
 // writeError writes err as a problem; an error that is not a domain error is
@@ -94,7 +95,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := problem{Type: "/problems/" + string(de.Code), Title: titles[de.Code], Status: status, Detail: de.Detail,
 		Instance: r.URL.Path, RequestID: requestID(r.Context()), Errors: de.Fields}
 	if de.Code == orders.CodeConflict && de.Status != "" {
-		p.Status = de.Status
+		p.OrderStatus = de.Status
 	}
 	if v, ok := retryAfter[de.Code]; ok {
 		w.Header().Set("Retry-After", v)

@@ -88,11 +88,12 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 }
 
 type problemBody struct {
-	Type   string          `json:"type"`
-	Title  string          `json:"title"`
-	Status json.RawMessage `json:"status"`
-	Detail string          `json:"detail"`
-	Errors []struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Status      int    `json:"status"`
+	OrderStatus string `json:"order_status"`
+	Detail      string `json:"detail"`
+	Errors      []struct {
 		Field  string `json:"field"`
 		Reason string `json:"reason"`
 	} `json:"errors"`
@@ -113,7 +114,7 @@ func TestRoutes(t *testing.T) {
 		status int
 		// field is the first errors[].field of a problem ("" = none expected).
 		field string
-		// state is the "status" member of a 409 problem.
+		// state is the "order_status" member of a 409 problem.
 		state string
 		check func(t *testing.T, rec *httptest.ResponseRecorder)
 	}{
@@ -270,8 +271,8 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
-// checkProblem checks a problem+json body: its members, the named field and,
-// for a conflict, the current state in "status".
+// checkProblem checks a problem+json body: its members, the numeric status,
+// the named field and, for a conflict, the current state in "order_status".
 func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, field, state string) {
 	t.Helper()
 	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
@@ -281,12 +282,8 @@ func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, field, state str
 	if p.Type == "" || p.Title == "" || p.Detail == "" || p.RequestID == "" {
 		t.Errorf("incomplete problem %s", rec.Body)
 	}
-	wantStatus := `"` + state + `"`
-	if state == "" {
-		wantStatus = itoa(rec.Code)
-	}
-	if string(p.Status) != wantStatus {
-		t.Errorf("problem status = %s, want %s", p.Status, wantStatus)
+	if p.Status != rec.Code || p.OrderStatus != state {
+		t.Errorf("problem status, order_status = %d, %q; want %d, %q", p.Status, p.OrderStatus, rec.Code, state)
 	}
 	if field != "" && (len(p.Errors) == 0 || p.Errors[0].Field != field || p.Errors[0].Reason == "") {
 		t.Errorf("problem errors = %+v, want field %q", p.Errors, field)
@@ -295,8 +292,6 @@ func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, field, state str
 		t.Error("the token leaked into the body")
 	}
 }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestReadyzReportsDependencyFailure(t *testing.T) {
 	t.Parallel()

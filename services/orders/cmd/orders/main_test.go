@@ -373,7 +373,7 @@ func TestCancelEvents(t *testing.T) {
 		r := a.order(t, "POST", "/v1/orders", short, http.StatusCreated)
 		wg.Go(func() {
 			code, _, b := a.call(t, "POST", "/v1/orders/"+r.ID+"/pay", "")
-			if code != http.StatusOK && !(code == http.StatusConflict && strings.Contains(string(b), `"status":"cancelled"`)) {
+			if code != http.StatusOK && !(code == http.StatusConflict && strings.Contains(string(b), `"order_status":"cancelled"`)) {
 				t.Errorf("pay during the race: %d %s", code, b)
 			}
 		})
