@@ -294,7 +294,7 @@ func (ap *app) load(req view.Request, ok bool) {
 		status := resp.Get("status").Int()
 		then(resp.Call("text"), func(body js.Value) {
 			if status != 200 {
-				fail(problem(status, body.String()))
+				fail(view.Problem(status, body.String()))
 				return
 			}
 			var page api.Page
@@ -305,19 +305,6 @@ func (ap *app) load(req view.Request, ok bool) {
 			ap.load(ap.state.Browse.Loaded(req.Seq, page))
 		}, func(js.Value) { fail("timeoutd answered " + strconv.Itoa(status)) })
 	}, func(err js.Value) { fail("timeoutd is unreachable") })
-}
-
-// problem formats an error answer, with its problem+json detail if any.
-func problem(status int, body string) string {
-	var p struct{ Title, Detail string }
-	msg := "timeoutd answered " + strconv.Itoa(status)
-	if json.Unmarshal([]byte(body), &p) == nil && (p.Detail != "" || p.Title != "") {
-		msg += ": " + p.Detail
-		if p.Detail == "" {
-			msg += p.Title
-		}
-	}
-	return msg
 }
 
 // render brings the whole page up to date.
