@@ -60,6 +60,13 @@ func (a Action) Question(key string) string {
 	return "Cancel order " + key + "? Its customer can no longer pay it."
 }
 
+// Sending is the status line while a's request on key is in flight.
+func (a Action) Sending(key string) string { return a.Label() + " " + key + ": sending…" }
+
+// NotSent is the status line when the operator gave up before a was sent
+// (why says how).
+func (a Action) NotSent(key, why string) string { return a.Label() + " " + key + " not sent: " + why }
+
 // ActionRequest is the call to timeoutd's operator route.
 type ActionRequest struct {
 	// URL is the route, e.g. /api/v1/orders/o-1/cancel; the method is POST.
@@ -100,9 +107,12 @@ type Result struct {
 	ForgetToken bool
 }
 
-// ActionResult interprets timeoutd's answer (status and body) to a on key.
+// ActionResult interprets timeoutd's answer (status and body) to a on key;
+// status 0 means the request failed without an answer.
 func ActionResult(a Action, key string, status int, body string) Result {
 	switch {
+	case status == 0:
+		return Result{Text: a.Label() + " " + key + " failed: timeoutd is unreachable"}
 	case status == 200 && a == Extend:
 		var o struct {
 			PayBy time.Time `json:"pay_by"`

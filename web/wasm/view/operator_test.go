@@ -85,6 +85,7 @@ func TestActionResult(t *testing.T) {
 			Result{Text: "Extend o-1 failed: timeoutd answered 400: invalid request"}},
 		{"orders unreachable", Cancel, 502, `{"title":"orders API unreachable","detail":"the orders API did not answer"}`,
 			Result{Text: "Cancel o-1 failed: timeoutd answered 502: the orders API did not answer"}},
+		{"no answer", Cancel, 0, "", Result{Text: "Cancel o-1 failed: timeoutd is unreachable"}},
 		{"not problem json", Cancel, 500, `<html>`, Result{Text: "Cancel o-1 failed: timeoutd answered 500"}},
 		{"token refused is forgotten", Cancel, 401, `{"title":"unauthorized"}`,
 			Result{Text: "Cancel o-1 failed: the operator token was refused; it will be asked again", ForgetToken: true}},
@@ -107,9 +108,12 @@ func TestActionTexts(t *testing.T) {
 		name                  string
 		action                Action
 		label, aria, question string
+		sending, notSent      string
 	}{
-		{"extend", Extend, "Extend", "Extend the payment deadline of order o-1", "Extend order o-1: the customer may pay within (e.g. 15m, 2h) from now:"},
-		{"cancel", Cancel, "Cancel", "Cancel order o-1", "Cancel order o-1? Its customer can no longer pay it."},
+		{"extend", Extend, "Extend", "Extend the payment deadline of order o-1", "Extend order o-1: the customer may pay within (e.g. 15m, 2h) from now:",
+			"Extend o-1: sending…", "Extend o-1 not sent: why"},
+		{"cancel", Cancel, "Cancel", "Cancel order o-1", "Cancel order o-1? Its customer can no longer pay it.",
+			"Cancel o-1: sending…", "Cancel o-1 not sent: why"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,6 +126,12 @@ func TestActionTexts(t *testing.T) {
 			}
 			if got := tt.action.Question("o-1"); got != tt.question {
 				t.Errorf("Question = %q, want %q", got, tt.question)
+			}
+			if got := tt.action.Sending("o-1"); got != tt.sending {
+				t.Errorf("Sending = %q, want %q", got, tt.sending)
+			}
+			if got := tt.action.NotSent("o-1", "why"); got != tt.notSent {
+				t.Errorf("NotSent = %q, want %q", got, tt.notSent)
 			}
 		})
 	}
