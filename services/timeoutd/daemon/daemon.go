@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,8 +240,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("daemon: TIMEOUTD_DATABASE_URL (DatabaseURL) is required")
 	case c.NATSURL == "":
 		return c, errors.New("daemon: TIMEOUTD_NATS_URL (NATSURL) is required")
-	case c.OperatorToken != "" && c.OrdersURL == "":
-		return c, errors.New("daemon: TIMEOUTD_ORDERS_URL (OrdersURL) is required when TIMEOUTD_OPERATOR_TOKEN is set")
+	case c.OperatorToken != "" && !httpURL(c.OrdersURL):
+		return c, fmt.Errorf("daemon: TIMEOUTD_ORDERS_URL (OrdersURL) must be an http(s) URL such as http://orders:8081 when TIMEOUTD_OPERATOR_TOKEN is set, got %q", c.OrdersURL)
 	case c.OperatorToken != "" && c.OrdersToken == "":
 		return c, errors.New("daemon: TIMEOUTD_ORDERS_TOKEN (OrdersToken) is required when TIMEOUTD_OPERATOR_TOKEN is set")
 	case c.DBMaxConns < 2:
@@ -251,6 +252,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}
 	return c, nil
+}
+
+// httpURL reports whether s is an absolute http or https URL.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // Main is the daemon as the binary runs it: Postgres (migrated), NATS

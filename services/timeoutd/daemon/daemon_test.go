@@ -547,6 +547,7 @@ func TestOperatorSettingsValidated(t *testing.T) {
 		want string // variable the error names
 	}{
 		{"operator token without orders URL", map[string]string{"TIMEOUTD_OPERATOR_TOKEN": "op", "TIMEOUTD_ORDERS_TOKEN": "o"}, "TIMEOUTD_ORDERS_URL"},
+		{"orders URL without scheme", map[string]string{"TIMEOUTD_OPERATOR_TOKEN": "op", "TIMEOUTD_ORDERS_URL": "orders:8081", "TIMEOUTD_ORDERS_TOKEN": "o"}, "TIMEOUTD_ORDERS_URL"},
 		{"operator token without orders token", map[string]string{"TIMEOUTD_OPERATOR_TOKEN": "op", "TIMEOUTD_ORDERS_URL": "http://orders:8081"}, "TIMEOUTD_ORDERS_TOKEN"},
 	}
 	for _, tt := range tests {

@@ -111,6 +111,13 @@ func (s *server) forwardOrder(action string) http.HandlerFunc {
 			return
 		}
 		s.log.Info("operator action", "action", action, "id", id, "status", resp.StatusCode)
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			// Not the operator's fault: relaying it would make the
+			// dashboard forget a valid operator token.
+			s.log.Error("orders API refused timeoutd's token (TIMEOUTD_ORDERS_TOKEN)", "status", resp.StatusCode)
+			s.problem(w, r, http.StatusBadGateway, "orders API refused timeoutd", "the orders API refused TIMEOUTD_ORDERS_TOKEN", nil)
+			return
+		}
 		if ct := resp.Header.Get("Content-Type"); ct != "" {
 			w.Header().Set("Content-Type", ct)
 		}
