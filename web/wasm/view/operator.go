@@ -127,7 +127,18 @@ func ActionResult(a Action, key string, status int, body string) Result {
 	case status == 401:
 		return Result{Text: a.Label() + " " + key + " failed: the operator token was refused; it will be asked again", ForgetToken: true}
 	default:
-		return Result{Text: a.Label() + " " + key + " failed: " + Problem(status, body)}
+		text := a.Label() + " " + key + " failed: " + Problem(status, body)
+		// The orders API's validation problems name the fields in
+		// "errors" only (its detail is generic).
+		var p struct {
+			Errors []struct{ Field, Reason string }
+		}
+		if json.Unmarshal([]byte(body), &p) == nil {
+			for _, e := range p.Errors {
+				text += "; " + e.Field + " " + e.Reason
+			}
+		}
+		return Result{Text: text}
 	}
 }
 

@@ -85,6 +85,8 @@ func TestActionResult(t *testing.T) {
 			Result{Text: "Extend o-1 failed: timeoutd answered 400: invalid request"}},
 		{"orders unreachable", Cancel, 502, `{"title":"orders API unreachable","detail":"the orders API did not answer"}`,
 			Result{Text: "Cancel o-1 failed: timeoutd answered 502: the orders API did not answer"}},
+		{"validation names the fields", Extend, 400, `{"title":"validation","status":400,"detail":"orders: invalid request","errors":[{"field":"pay_within","reason":"must be at most 24h"}]}`,
+			Result{Text: "Extend o-1 failed: timeoutd answered 400: orders: invalid request; pay_within must be at most 24h"}},
 		{"no answer", Cancel, 0, "", Result{Text: "Cancel o-1 failed: timeoutd is unreachable"}},
 		{"not problem json", Cancel, 500, `<html>`, Result{Text: "Cancel o-1 failed: timeoutd answered 500"}},
 		{"token refused is forgotten", Cancel, 401, `{"title":"unauthorized"}`,
