@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"syscall/js"
 	"time"
 
@@ -48,6 +49,10 @@ type app struct {
 	pager                                      text
 	tbody                                      js.Value
 	rows                                       []*row
+	opHead, opStatus                           js.Value // the actions column's header, the operator status line
+	opText                                     text
+	opOK                                       attr
+	footer                                     text
 	hist, lat                                  js.Value
 	latMax                                     text
 	feed                                       js.Value
@@ -71,7 +76,12 @@ type row struct {
 	key                           keyCell
 	version, deadline, countdown  text
 	dataKey, class, deadlineTitle attr
+	ops                           js.Value // the operator actions' cell
+	opKeys, opLabels              []attr   // per button: data-key, aria-label
 }
+
+// actions are the operator actions, in the order of their buttons.
+var actions = []view.Action{view.Extend, view.Cancel}
 
 // feedRow is one line of the recent-expiries table.
 type feedRow struct {
@@ -120,6 +130,9 @@ func (ap *app) mount() {
 	pagerEl := h(d, "span", a("id", "pager-text", "class", "pager-text", "aria-live", "polite"))
 	ap.pager.el = pagerEl
 	ap.tbody = h(d, "tbody", a("id", "pending-rows"))
+	ap.opHead = h(d, "th", a("scope", "col", "class", "ops"), "Actions")
+	ap.opStatus = h(d, "p", a("id", "op-status", "class", "op-status", "role", "status", "aria-live", "polite"))
+	ap.opText.el, ap.opOK = ap.opStatus, attr{el: ap.opStatus, name: "data-ok"}
 	ap.form = h(d, "form", a("class", "search", "role", "search"),
 		h(d, "label", a("for", "search"), "Search by order id"), ap.search)
 	pending := h(d, "section", a("class", "card pending", "aria-labelledby", "pending-h"),
@@ -131,8 +144,10 @@ func (ap *app) mount() {
 					h(d, "th", a("scope", "col"), "Order id"),
 					h(d, "th", a("scope", "col", "class", "num opt"), "Version"),
 					h(d, "th", a("scope", "col"), "Deadline (UTC)"),
-					h(d, "th", a("scope", "col", "class", "num"), "Expires in"))),
+					h(d, "th", a("scope", "col", "class", "num"), "Expires in"),
+					ap.opHead)),
 				ap.tbody)),
+		ap.opStatus,
 		h(d, "nav", a("class", "pager", "aria-label", "Pages of pending timeouts"), ap.prev, pagerEl, ap.next, ap.live))
 
 	ap.hist = s(d, "svg", a("id", "hist", "role", "img", "aria-labelledby", "hist-h",
@@ -162,7 +177,8 @@ func (ap *app) mount() {
 				ap.feed)))
 
 	main := h(d, "main", a("class", "grid"), pending, h(d, "div", a("class", "side"), upcoming, recent))
-	footer := h(d, "footer", nil, "Read-only view of timeoutd. Countdowns use the server's clock.")
+	footer := h(d, "footer", a("id", "footer"))
+	ap.footer.el = footer
 	ap.root.Call("replaceChildren", header, main, footer)
 	ap.root.Call("setAttribute", "aria-busy", "false")
 	ap.snapAttr = attr{el: ap.root, name: "data-snapshots"}
@@ -188,6 +204,7 @@ func (ap *app) start() {
 		}),
 		listen(ap.prev, "click", func(js.Value) { ap.load(ap.state.Browse.Prev()) }),
 		listen(ap.next, "click", func(js.Value) { ap.load(ap.state.Browse.Next()) }),
+		listen(ap.tbody, "click", ap.onRowClick),
 		listen(ap.live, "click", func(js.Value) {
 			ap.search.Set("value", "")
 			ap.state.Browse.Live()
@@ -294,7 +311,7 @@ func (ap *app) load(req view.Request, ok bool) {
 		status := resp.Get("status").Int()
 		then(resp.Call("text"), func(body js.Value) {
 			if status != 200 {
-				fail(problem(status, body.String()))
+				fail(view.Problem(status, body.String()))
 				return
 			}
 			var page api.Page
@@ -307,17 +324,93 @@ func (ap *app) load(req view.Request, ok bool) {
 	}, func(err js.Value) { fail("timeoutd is unreachable") })
 }
 
-// problem formats an error answer, with its problem+json detail if any.
-func problem(status int, body string) string {
-	var p struct{ Title, Detail string }
-	msg := "timeoutd answered " + strconv.Itoa(status)
-	if json.Unmarshal([]byte(body), &p) == nil && (p.Detail != "" || p.Title != "") {
-		msg += ": " + p.Detail
-		if p.Detail == "" {
-			msg += p.Title
-		}
+// onRowClick runs the operator action of the button clicked in the
+// pending table (one listener for all rows).
+func (ap *app) onRowClick(ev js.Value) {
+	target := ev.Get("target")
+	if target.IsUndefined() || target.IsNull() || target.Get("getAttribute").IsUndefined() {
+		return
 	}
-	return msg
+	act, key := target.Call("getAttribute", "data-action"), target.Call("getAttribute", "data-key")
+	if act.IsNull() || key.IsNull() || !ap.state.OperatorEnabled() {
+		return
+	}
+	ap.operate(view.Action(act.String()), key.String())
+}
+
+// operate confirms act on the order key with the operator, asks for the
+// operator token unless this tab has it, sends the request and shows the
+// outcome in the status line.
+func (ap *app) operate(act view.Action, key string) {
+	var payWithin string
+	if act == view.Extend {
+		ans := ap.win.Call("prompt", act.Question(key), view.ExtendDefault)
+		if ans.IsNull() || ans.IsUndefined() {
+			ap.opStatusSet(act.NotSent(key, "not confirmed"), false)
+			return
+		}
+		payWithin = ans.String()
+	} else if !ap.win.Call("confirm", act.Question(key)).Truthy() {
+		ap.opStatusSet(act.NotSent(key, "not confirmed"), false)
+		return
+	}
+	req, err := view.BuildAction(act, key, payWithin)
+	if err != nil {
+		ap.opStatusSet(act.NotSent(key, err.Error()), false)
+		return
+	}
+	token := ap.operatorToken()
+	if token == "" {
+		ap.opStatusSet(act.NotSent(key, "no operator token"), false)
+		return
+	}
+	headers := js.Global().Get("Object").New()
+	headers.Set("Accept", "application/json, application/problem+json")
+	headers.Set("Authorization", "Bearer "+token)
+	opts := js.Global().Get("Object").New()
+	opts.Set("method", "POST")
+	opts.Set("headers", headers)
+	if req.Body != "" {
+		headers.Set("Content-Type", "application/json")
+		opts.Set("body", req.Body)
+	}
+	ap.opStatusSet(act.Sending(key), false)
+	done := func(status int, body string) {
+		res := view.ActionResult(act, key, status, body)
+		if res.ForgetToken {
+			ap.win.Get("sessionStorage").Call("removeItem", view.TokenStorageKey)
+		}
+		ap.opStatusSet(res.Text, res.OK)
+	}
+	then(ap.win.Call("fetch", req.URL, opts), func(resp js.Value) {
+		status := resp.Get("status").Int()
+		then(resp.Call("text"), func(body js.Value) { done(status, body.String()) },
+			func(js.Value) { done(status, "") })
+	}, func(js.Value) { done(0, "") })
+}
+
+// operatorToken returns the operator token kept in sessionStorage, asking
+// for it (once per tab) when there is none; "" when the operator gives none.
+func (ap *app) operatorToken() string {
+	store := ap.win.Get("sessionStorage")
+	if v := store.Call("getItem", view.TokenStorageKey); !v.IsNull() && v.String() != "" {
+		return v.String()
+	}
+	ans := ap.win.Call("prompt", view.TokenPrompt)
+	if ans.IsNull() || ans.IsUndefined() {
+		return ""
+	}
+	token := strings.TrimSpace(ans.String())
+	if token != "" {
+		store.Call("setItem", view.TokenStorageKey, token)
+	}
+	return token
+}
+
+// opStatusSet shows msg in the operator status line.
+func (ap *app) opStatusSet(msg string, ok bool) {
+	ap.opText.Set(msg)
+	ap.opOK.Set(strconv.FormatBool(ok))
 }
 
 // render brings the whole page up to date.
@@ -331,6 +424,11 @@ func (ap *app) render() {
 }
 
 func (ap *app) renderHeader() {
+	if ap.state.OperatorEnabled() {
+		ap.footer.Set("Operator actions enabled: Extend and Cancel go to the orders API. Countdowns use the server's clock.")
+	} else {
+		ap.footer.Set("Read-only view of timeoutd. Countdowns use the server's clock.")
+	}
 	hd := ap.state.Header()
 	ap.conn.Set(hd.Conn)
 	ap.connAttr.Set(ap.state.Conn.String())
@@ -358,8 +456,16 @@ func (ap *app) renderRows() {
 		ap.rows = ap.rows[:len(ap.rows)-1]
 	}
 	items := ap.state.Pending()
+	ops := ap.state.OperatorEnabled()
+	ap.opHead.Set("hidden", !ops)
+	ap.opStatus.Set("hidden", !ops)
 	for i, r := range rows {
 		el := ap.rows[i]
+		el.ops.Set("hidden", !ops)
+		for j, act := range actions {
+			el.opKeys[j].Set(r.Key)
+			el.opLabels[j].Set(act.AriaLabel(r.Key))
+		}
 		el.dataKey.Set(r.Key)
 		el.key.Set(r.Key)
 		el.version.Set(strconv.FormatInt(r.Version, 10))
@@ -383,7 +489,14 @@ func (ap *app) newRow() *row {
 	r.key = newKeyCell(d)
 	ver := h(d, "td", a("class", "num opt"))
 	dl, cd := h(d, "td", a("class", "deadline")), h(d, "td", a("class", "num countdown"))
-	r.tr = h(d, "tr", nil, r.key.th, ver, dl, cd)
+	r.ops = h(d, "td", a("class", "ops"))
+	for _, act := range actions {
+		b := h(d, "button", a("type", "button", "class", "op "+string(act), "data-action", string(act)), act.Label())
+		r.ops.Call("appendChild", b)
+		r.opKeys = append(r.opKeys, attr{el: b, name: "data-key"})
+		r.opLabels = append(r.opLabels, attr{el: b, name: "aria-label"})
+	}
+	r.tr = h(d, "tr", nil, r.key.th, ver, dl, cd, r.ops)
 	r.version.el, r.deadline.el, r.countdown.el = ver, dl, cd
 	r.class = attr{el: r.tr, name: "class"}
 	r.dataKey = attr{el: r.tr, name: "data-key"}

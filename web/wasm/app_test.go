@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+	"github.com/ordertimeout/ordertimeout/web/wasm/view"
 )
 
 // These tests drive the syscall/js layer against testdata/fakedom.js, a
@@ -90,7 +91,11 @@ func rows(t *testing.T, tbodyID string) []string {
 		tr := trs.Index(i)
 		var cells []string
 		for j := range tr.Get("children").Length() {
-			cells = append(cells, tr.Get("children").Index(j).Get("textContent").String())
+			cell := tr.Get("children").Index(j)
+			if cell.Call("getAttribute", "class").String() == "ops" {
+				continue // the operator actions (TestOperatorActions)
+			}
+			cells = append(cells, cell.Get("textContent").String())
 		}
 		if c := tr.Call("getAttribute", "class"); !c.IsNull() && c.String() != "" {
 			cells = append(cells, "."+c.String())
@@ -305,5 +310,161 @@ func TestSearchAndPaging(t *testing.T) {
 	byID(t, "live").Call("click")
 	if firstKey() != "s1" || search.Get("value").String() != "" || !byID(t, "live").Get("hidden").Bool() {
 		t.Errorf("Live did not return to the stream's list: first row %q", firstKey())
+	}
+}
+
+// button returns the operator button of action on the row of key.
+func button(t *testing.T, key string, action view.Action) js.Value {
+	t.Helper()
+	trs := byID(t, "pending-rows").Get("children")
+	for i := range trs.Length() {
+		tr := trs.Index(i)
+		if tr.Call("getAttribute", "data-key").String() != key {
+			continue
+		}
+		bs := tr.Call("all", js.FuncOf(func(_ js.Value, a []js.Value) any {
+			return a[0].Call("getAttribute", "data-action").String() == string(action)
+		}))
+		if bs.Length() != 1 {
+			t.Fatalf("row %s has %d %s buttons", key, bs.Length(), action)
+		}
+		return bs.Index(0)
+	}
+	t.Fatalf("no row %s", key)
+	return js.Value{}
+}
+
+// answer queues the answers of the next confirm and prompt dialogs.
+func answer(vals ...any) {
+	q := js.Global().Get("__answers")
+	for _, v := range vals {
+		q.Call("push", v)
+	}
+}
+
+// lastRequest returns "METHOD url|Authorization|Content-Type|body" of the
+// last fetch, and how many there were.
+func lastRequest() (string, int) {
+	rs := js.Global().Get("__requests")
+	if rs.Length() == 0 {
+		return "", 0
+	}
+	r := rs.Index(rs.Length() - 1)
+	str := func(v js.Value) string {
+		if v.IsUndefined() {
+			return ""
+		}
+		return v.String()
+	}
+	h := r.Get("headers")
+	return r.Get("method").String() + " " + r.Get("url").String() + "|" + str(h.Get("Authorization")) + "|" +
+		str(h.Get("Content-Type")) + "|" + str(r.Get("body")), rs.Length()
+}
+
+func TestOperatorActionsReadOnly(t *testing.T) {
+	newTestApp(t)
+	emit(t, stream(t, 0), snap(2, "o-1", "o-2"))
+	if !byID(t, "op-status").Get("hidden").Bool() {
+		t.Error("operator status line shown on a read-only dashboard")
+	}
+	ops := button(t, "o-1", view.Cancel).Get("parentNode")
+	if !ops.Get("hidden").Bool() {
+		t.Error("operator buttons shown on a read-only dashboard")
+	}
+	if got := textOf(t, "footer"); !strings.HasPrefix(got, "Read-only view") {
+		t.Errorf("footer = %q", got)
+	}
+	answer(true, "tok")
+	button(t, "o-1", view.Cancel).Call("click")
+	if _, n := lastRequest(); n != 0 || js.Global().Get("__dialogs").Length() != 0 {
+		t.Errorf("a read-only dashboard sent %d requests, opened %d dialogs", n, js.Global().Get("__dialogs").Length())
+	}
+}
+
+func TestOperatorActions(t *testing.T) {
+	newTestApp(t)
+	s := snap(2, "o-1", "o-2")
+	s.Stats.OperatorActions = true
+	emit(t, stream(t, 0), s)
+	route := func(method, url string, status int, body string) {
+		r := js.Global().Get("Object").New()
+		r.Set("status", status)
+		r.Set("body", body)
+		js.Global().Get("__routes").Set(method+" "+url, r)
+	}
+	route("POST", "/api/v1/orders/o-1/cancel", 200, `{"id":"o-1","status":"cancelled"}`)
+	route("POST", "/api/v1/orders/o-2/extend", 409, `{"title":"conflict","status":409,"detail":"order o-2 is paid"}`)
+	route("POST", "/api/v1/orders/o-2/cancel", 401, `{"title":"unauthorized","status":401}`)
+	session := js.Global().Get("sessionStorage")
+	status := func() string { return textOf(t, "op-status") }
+
+	if byID(t, "op-status").Get("hidden").Bool() || button(t, "o-1", view.Extend).Get("parentNode").Get("hidden").Bool() {
+		t.Fatal("operator actions hidden although enabled")
+	}
+	if got := button(t, "o-2", view.Cancel).Call("getAttribute", "aria-label").String(); got != "Cancel order o-2" {
+		t.Errorf("aria-label = %q", got)
+	}
+
+	steps := []struct {
+		name       string
+		key        string
+		action     view.Action
+		answers    []any
+		wantStatus string
+		wantReq    string // the last request; empty: none was sent
+		wantToken  string // sessionStorage's token afterwards
+	}{
+		{name: "cancel not confirmed", key: "o-1", action: view.Cancel, answers: []any{false},
+			wantStatus: "Cancel o-1 not sent: not confirmed"},
+		{name: "cancel confirmed asks for the token", key: "o-1", action: view.Cancel, answers: []any{true, " op-secret "},
+			wantStatus: "Order o-1 cancelled", wantReq: "POST /api/v1/orders/o-1/cancel|Bearer op-secret||", wantToken: "op-secret"},
+		{name: "extend reuses the token and shows the problem", key: "o-2", action: view.Extend, answers: []any{"2h"},
+			wantStatus: "Extend o-2 failed: timeoutd answered 409: order o-2 is paid",
+			wantReq:    `POST /api/v1/orders/o-2/extend|Bearer op-secret|application/json|{"pay_within":"2h"}`, wantToken: "op-secret"},
+		{name: "extend with a bad duration is not sent", key: "o-2", action: view.Extend, answers: []any{"soon"},
+			wantStatus: "Extend o-2 not sent: “soon” is not a duration such as 15m or 2h", wantToken: "op-secret"},
+		{name: "a refused token is forgotten", key: "o-2", action: view.Cancel, answers: []any{true},
+			wantStatus: "Cancel o-2 failed: the operator token was refused; it will be asked again",
+			wantReq:    "POST /api/v1/orders/o-2/cancel|Bearer op-secret||"},
+		{name: "no token given", key: "o-2", action: view.Cancel, answers: []any{true},
+			wantStatus: "Cancel o-2 not sent: no operator token"},
+		{name: "unreachable", key: "o-1", action: view.Extend, answers: []any{"15m", "tok-2"},
+			wantStatus: "Extend o-1 failed: timeoutd is unreachable",
+			wantReq:    `POST /api/v1/orders/o-1/extend|Bearer tok-2|application/json|{"pay_within":"15m"}`, wantToken: "tok-2"},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			_, before := lastRequest()
+			answer(st.answers...)
+			button(t, st.key, st.action).Call("click")
+			eventually(t, "status "+st.wantStatus, func() bool { return status() == st.wantStatus })
+			got, after := lastRequest()
+			switch {
+			case st.wantReq == "" && after != before:
+				t.Errorf("sent %s, want no request", got)
+			case st.wantReq != "" && (after != before+1 || got != st.wantReq):
+				t.Errorf("last request %q (%d new), want %q", got, after-before, st.wantReq)
+			}
+			if n := js.Global().Get("__answers").Length(); n != 0 {
+				t.Errorf("%d answers left: a dialog was not asked", n)
+			}
+			tok := session.Call("getItem", view.TokenStorageKey)
+			if (tok.IsNull() && st.wantToken != "") || (!tok.IsNull() && tok.String() != st.wantToken) {
+				t.Errorf("sessionStorage token = %v, want %q", tok, st.wantToken)
+			}
+		})
+	}
+	ok := byID(t, "op-status").Call("getAttribute", "data-ok").String()
+	if ok != "false" {
+		t.Errorf("data-ok after a failure = %q", ok)
+	}
+	if n := js.Global().Get("localStorage").Get("length").Int(); n != 0 {
+		t.Errorf("localStorage holds %d items, want none", n)
+	}
+	if urls := js.Global().Get("__fetched").Call("join", " ").String(); strings.Contains(urls, "op-secret") || strings.Contains(urls, "tok-2") {
+		t.Errorf("a token is in a URL: %s", urls)
+	}
+	if got := textOf(t, "footer"); !strings.HasPrefix(got, "Operator actions enabled") {
+		t.Errorf("footer = %q", got)
 	}
 }

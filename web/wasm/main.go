@@ -4,7 +4,8 @@
 // (GOOS=js GOARCH=wasm) and served with index.html, app.css, boot.js and the
 // toolchain's wasm_exec.js from web/wasm/dist (make wasm). It builds the page
 // in the element #app, follows /api/v1/stream through EventSource and
-// renders what package view computes; it is read-only.
+// renders what package view computes; it is read-only unless timeoutd
+// enables the operator actions (extend, cancel).
 package main
 
 import (

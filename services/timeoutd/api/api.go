@@ -10,6 +10,13 @@
 //	/api/v1/stats                                Stats
 //	/api/v1/expiries?limit=50                    ExpiryList, newest first
 //	/api/v1/stream?soonest=20&recent=20          text/event-stream of "snapshot" events (Snapshot)
+//
+// When Stats.OperatorActions is true (TIMEOUTD_OPERATOR_TOKEN set), two POST
+// routes forward to the orders API with timeoutd's own token and relay its
+// status and body; they need "Authorization: Bearer <operator token>":
+//
+//	POST /api/v1/orders/{id}/cancel              no body
+//	POST /api/v1/orders/{id}/extend              {"pay_within":"15m"} or {"pay_by":"<RFC 3339>"}
 package api
 
 import (
@@ -94,12 +101,15 @@ type Bucket struct {
 
 // Stats is the answer of /api/v1/stats.
 type Stats struct {
-	Now     time.Time `json:"now"`
-	Ready   bool      `json:"ready"`
-	Pending int64     `json:"pending"`
-	Totals  Counters  `json:"totals"`
-	Rates   Rates     `json:"rates"`
-	Outbox  Outbox    `json:"outbox"`
+	// OperatorActions tells the dashboard that the operator routes
+	// (extend, cancel) are enabled.
+	OperatorActions bool      `json:"operator_actions,omitempty"`
+	Now             time.Time `json:"now"`
+	Ready           bool      `json:"ready"`
+	Pending         int64     `json:"pending"`
+	Totals          Counters  `json:"totals"`
+	Rates           Rates     `json:"rates"`
+	Outbox          Outbox    `json:"outbox"`
 	// Upcoming has the buckets next minute, next 10 minutes, next hour, in
 	// that order; each count includes the shorter horizons.
 	Upcoming []Bucket `json:"upcoming"`

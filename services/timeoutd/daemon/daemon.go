@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,15 @@ type Config struct {
 	HTTPAddr string
 	// DashboardDir, when set, is served at /.
 	DashboardDir string
+	// OperatorToken (TIMEOUTD_OPERATOR_TOKEN), when set, enables the
+	// dashboard's operator actions; empty keeps it read-only.
+	OperatorToken string
+	// OrdersURL (TIMEOUTD_ORDERS_URL) is the orders API the operator
+	// actions go to; required with OperatorToken.
+	OrdersURL string
+	// OrdersToken (TIMEOUTD_ORDERS_TOKEN) is timeoutd's bearer token for
+	// the orders API; required with OperatorToken.
+	OrdersToken string
 	// ShutdownTimeout bounds the graceful shutdown; default
 	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration
@@ -164,10 +174,13 @@ func parseBytes(v string) (int64, error) {
 // FromEnv reads the TIMEOUTD_* variables (see services/timeoutd/README.md).
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		DatabaseURL:  getenv("TIMEOUTD_DATABASE_URL"),
-		NATSURL:      getenv("TIMEOUTD_NATS_URL"),
-		HTTPAddr:     getenv("TIMEOUTD_HTTP_ADDR"),
-		DashboardDir: getenv("TIMEOUTD_DASHBOARD_DIR"),
+		DatabaseURL:   getenv("TIMEOUTD_DATABASE_URL"),
+		NATSURL:       getenv("TIMEOUTD_NATS_URL"),
+		HTTPAddr:      getenv("TIMEOUTD_HTTP_ADDR"),
+		DashboardDir:  getenv("TIMEOUTD_DASHBOARD_DIR"),
+		OperatorToken: getenv("TIMEOUTD_OPERATOR_TOKEN"),
+		OrdersURL:     getenv("TIMEOUTD_ORDERS_URL"),
+		OrdersToken:   getenv("TIMEOUTD_ORDERS_TOKEN"),
 	}
 	var errs []error
 	if v := getenv("TIMEOUTD_FIRE_SUBJECT_PREFIXES"); v != "" {
@@ -227,6 +240,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("daemon: TIMEOUTD_DATABASE_URL (DatabaseURL) is required")
 	case c.NATSURL == "":
 		return c, errors.New("daemon: TIMEOUTD_NATS_URL (NATSURL) is required")
+	case c.OperatorToken != "" && !httpURL(c.OrdersURL):
+		return c, fmt.Errorf("daemon: TIMEOUTD_ORDERS_URL (OrdersURL) must be an http(s) URL such as http://orders:8081 when TIMEOUTD_OPERATOR_TOKEN is set, got %q", c.OrdersURL)
+	case c.OperatorToken != "" && c.OrdersToken == "":
+		return c, errors.New("daemon: TIMEOUTD_ORDERS_TOKEN (OrdersToken) is required when TIMEOUTD_OPERATOR_TOKEN is set")
 	case c.DBMaxConns < 2:
 		return c, fmt.Errorf("daemon: TIMEOUTD_DB_MAX_CONNS (DBMaxConns) must be at least 2, got %d", c.DBMaxConns)
 	case c.StatementTimeout < time.Millisecond:
@@ -235,6 +252,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}
 	return c, nil
+}
+
+// httpURL reports whether s is an absolute http or https URL.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // Main is the daemon as the binary runs it: Postgres (migrated), NATS
@@ -309,6 +332,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	m.svc = svc
 	metrics.Watch(svc)
 	h, err := thttp.NewHandler(thttp.Config{Service: svc, Registry: reg, DashboardDir: cfg.DashboardDir, Logger: cfg.Logger,
+		Operator: thttp.Operator{Token: cfg.OperatorToken, OrdersURL: cfg.OrdersURL, OrdersToken: cfg.OrdersToken},
 		Checks: map[string]func(context.Context) error{"nats": func(context.Context) error {
 			if !m.nc.IsConnected() {
 				return fmt.Errorf("not connected (%s)", m.nc.Status())

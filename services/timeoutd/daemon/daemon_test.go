@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -532,6 +533,38 @@ func TestFromEnvMemoryLimit(t *testing.T) {
 			}
 			if err != nil || c.MemoryLimit != tt.want {
 				t.Fatalf("MemoryLimit = %d, %v; want %d", c.MemoryLimit, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestOperatorSettingsValidated(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"TIMEOUTD_DATABASE_URL": "postgres://unused", "TIMEOUTD_NATS_URL": "nats://unused:4222"}
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string // variable the error names
+	}{
+		{"operator token without orders URL", map[string]string{"TIMEOUTD_OPERATOR_TOKEN": "op", "TIMEOUTD_ORDERS_TOKEN": "o"}, "TIMEOUTD_ORDERS_URL"},
+		{"orders URL without scheme", map[string]string{"TIMEOUTD_OPERATOR_TOKEN": "op", "TIMEOUTD_ORDERS_URL": "orders:8081", "TIMEOUTD_ORDERS_TOKEN": "o"}, "TIMEOUTD_ORDERS_URL"},
+		{"operator token without orders token", map[string]string{"TIMEOUTD_OPERATOR_TOKEN": "op", "TIMEOUTD_ORDERS_URL": "http://orders:8081"}, "TIMEOUTD_ORDERS_TOKEN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := maps.Clone(base)
+			maps.Copy(env, tt.env)
+			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.OperatorToken != "op" {
+				t.Fatalf("OperatorToken = %q, want op", cfg.OperatorToken)
+			}
+			_, err = daemon.New(context.Background(), cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New: err = %v, want one naming %s", err, tt.want)
 			}
 		})
 	}

@@ -64,6 +64,9 @@ type Config struct {
 	SnapshotInterval time.Duration
 	// Heartbeat is the SSE heartbeat; default HeartbeatDefault.
 	Heartbeat time.Duration
+	// Operator enables the operator actions (see operator.go); the zero
+	// value keeps the API read-only.
+	Operator Operator
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -85,6 +88,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Operator.Enabled() && cfg.Operator.OrdersURL == "" {
+		return nil, errors.New("http: Config.Operator.OrdersURL is required with an operator token")
+	}
+	if cfg.Operator.Client == nil {
+		cfg.Operator.Client = &http.Client{Timeout: OrdersTimeoutDefault}
+	}
 	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger}
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.Recoverer)
@@ -102,6 +111,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		r.Get("/stats", s.stats)
 		r.Get("/expiries", s.expiries)
 		r.Get("/stream", s.stream)
+		s.operatorRoutes(r)
 		r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 			s.problem(w, r, http.StatusNotFound, "no such endpoint", r.URL.Path, nil)
 		})
@@ -293,8 +303,8 @@ func (s *server) getTimeout(w http.ResponseWriter, r *http.Request) {
 	s.json(w, toAPI(t))
 }
 
-func statsToAPI(st timeoutd.Stats) api.Stats {
-	out := api.Stats{Now: st.Now, Ready: st.Ready, Pending: st.Pending,
+func (s *server) statsToAPI(st timeoutd.Stats) api.Stats {
+	out := api.Stats{OperatorActions: s.cfg.Operator.Enabled(), Now: st.Now, Ready: st.Ready, Pending: st.Pending,
 		Totals: api.Counters{Scheduled: st.Scheduled, Cleared: st.Cleared, Fired: st.Fired, Missed: st.Missed, DeadLettered: st.DeadLettered},
 		Rates:  api.Rates{ScheduledPerSec: st.ScheduledPerSec, ClearedPerSec: st.ClearedPerSec, FiredPerSec: st.FiredPerSec},
 		Outbox: api.Outbox{Rows: st.OutboxRows, OldestAgeMs: float64(st.OutboxOldest) / 1e6},
@@ -306,7 +316,9 @@ func statsToAPI(st timeoutd.Stats) api.Stats {
 	return out
 }
 
-func (s *server) stats(w http.ResponseWriter, _ *http.Request) { s.json(w, statsToAPI(s.svc.Stats())) }
+func (s *server) stats(w http.ResponseWriter, _ *http.Request) {
+	s.json(w, s.statsToAPI(s.svc.Stats()))
+}
 
 func (s *server) recent(n int) []api.Expiry {
 	es := s.svc.Recent(n)

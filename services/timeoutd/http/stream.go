@@ -16,7 +16,7 @@ func (s *server) snapshot(ctx context.Context, soonest, recent int) (api.Snapsho
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	return api.Snapshot{Stats: statsToAPI(s.svc.Stats()), Soonest: p.Items, Recent: s.recent(recent)}, nil
+	return api.Snapshot{Stats: s.statsToAPI(s.svc.Stats()), Soonest: p.Items, Recent: s.recent(recent)}, nil
 }
 
 // stream serves /api/v1/stream: a full "snapshot" event at once (so a

@@ -40,9 +40,12 @@
     hasAttribute(n) { return this.attrs.has(n); }
     removeAttribute(n) { this.attrs.delete(n); }
     addEventListener(type, fn) { (this.listeners[type] ||= []).push(fn); }
+    // dispatch bubbles ev from this element up to the body.
     dispatch(type, ev = {}) {
-      ev.type = type; ev.defaultPrevented = false; ev.preventDefault = () => { ev.defaultPrevented = true; };
-      for (const fn of this.listeners[type] || []) fn(ev);
+      ev.type = type; ev.target = this; ev.defaultPrevented = false; ev.preventDefault = () => { ev.defaultPrevented = true; };
+      for (let n = this; n instanceof Element; n = n.parentNode) {
+        for (const fn of n.listeners[type] || []) fn(ev);
+      }
       return ev;
     }
     click() { if (!this.disabled) this.dispatch("click"); }
@@ -87,13 +90,45 @@
     }
   };
 
-  // fetch answers from __routes (url → {status, body}) and logs __fetched.
+  // fetch answers from __routes (url, or "METHOD url" for other methods
+  // than GET → {status, body}), logs __fetched (urls) and __requests
+  // ({url, method, headers, body}).
   globalThis.__routes = {};
   globalThis.__fetched = [];
-  globalThis.fetch = (url) => {
+  globalThis.__requests = [];
+  globalThis.fetch = (url, opts = {}) => {
     globalThis.__fetched.push(url);
-    const r = globalThis.__routes[url];
+    const method = opts.method || "GET";
+    globalThis.__requests.push({ url, method, headers: { ...(opts.headers || {}) }, body: opts.body });
+    const r = globalThis.__routes[method === "GET" ? url : method + " " + url];
     if (r === undefined) return Promise.reject(new TypeError("network error"));
     return Promise.resolve({ status: r.status, text: () => Promise.resolve(r.body) });
   };
+
+  // confirm and prompt answer from the queue __answers (confirm: false,
+  // prompt: null when it is empty) and log their questions in __dialogs.
+  globalThis.__answers = [];
+  globalThis.__dialogs = [];
+  globalThis.confirm = (msg) => {
+    globalThis.__dialogs.push("confirm: " + msg);
+    return globalThis.__answers.length ? globalThis.__answers.shift() : false;
+  };
+  globalThis.prompt = (msg) => {
+    globalThis.__dialogs.push("prompt: " + msg);
+    return globalThis.__answers.length ? globalThis.__answers.shift() : null;
+  };
+
+  // sessionStorage and localStorage: fresh, empty ones.
+  const storage = () => {
+    const m = new Map();
+    return {
+      getItem: (k) => (m.has(k) ? m.get(k) : null),
+      setItem: (k, v) => { m.set(k, String(v)); },
+      removeItem: (k) => { m.delete(k); },
+      get length() { return m.size; },
+    };
+  };
+  for (const name of ["sessionStorage", "localStorage"]) {
+    Object.defineProperty(globalThis, name, { value: storage(), configurable: true, writable: true });
+  }
 })();

@@ -1,0 +1,127 @@
+package http
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Limits of the operator routes.
+const (
+	// OrdersTimeoutDefault bounds one forwarded call to the orders API.
+	OrdersTimeoutDefault = 5 * time.Second
+	// operatorBodyMax bounds a request body and a relayed answer.
+	operatorBodyMax = 64 << 10
+)
+
+// Operator configures the operator actions (extend, cancel) that the
+// dashboard forwards to the orders API; the zero value disables them.
+type Operator struct {
+	// Token is the bearer token an operator presents; empty disables the
+	// operator routes (404) and the dashboard stays read-only.
+	Token string
+	// OrdersURL is the orders API's base URL, e.g. http://orders:8081.
+	OrdersURL string
+	// OrdersToken is timeoutd's bearer token for the orders API.
+	OrdersToken string
+	// Client calls the orders API; default a client with
+	// OrdersTimeoutDefault as timeout.
+	Client *http.Client
+}
+
+// Enabled reports whether the operator routes are served.
+func (o Operator) Enabled() bool { return o.Token != "" }
+
+// operatorRoutes mounts POST /orders/{id}/cancel and /orders/{id}/extend.
+func (s *server) operatorRoutes(r chi.Router) {
+	r.Post("/orders/{id}/cancel", s.forwardOrder("cancel"))
+	r.Post("/orders/{id}/extend", s.forwardOrder("extend"))
+}
+
+// authorized compares the bearer token in constant time.
+func (s *server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Operator.Token)) == 1
+}
+
+// forwardOrder returns the handler that forwards action on an order to the
+// orders API and relays its status and body.
+func (s *server) forwardOrder(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		op := s.cfg.Operator
+		if !op.Enabled() {
+			s.problem(w, r, http.StatusNotFound, "operator actions disabled", "timeoutd has no TIMEOUTD_OPERATOR_TOKEN", nil)
+			return
+		}
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="timeoutd"`)
+			s.problem(w, r, http.StatusUnauthorized, "unauthorized", "a valid operator bearer token is required", nil)
+			return
+		}
+		id := chi.URLParam(r, "id")
+		if !events.ValidKey(id) {
+			s.fail(w, r, &invalidParam{"id", "must be 1 to 128 letters, digits, '-' or '_'"})
+			return
+		}
+		var body []byte
+		if action == "extend" {
+			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, operatorBodyMax))
+			if err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					s.problem(w, r, http.StatusRequestEntityTooLarge, "body too large", "the body exceeds 64 KiB", nil)
+					return
+				}
+				s.fail(w, r, &invalidParam{"body", "could not be read"})
+				return
+			}
+			body = b
+		}
+		target := strings.TrimSuffix(op.OrdersURL, "/") + "/v1/orders/" + url.PathEscape(id) + "/" + action
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target, bytes.NewReader(body))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+op.OrdersToken)
+		req.Header.Set("Accept", "application/json, application/problem+json")
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := op.Client.Do(req)
+		if err != nil {
+			// The error names the URL only; tokens are in headers, never logged.
+			s.log.Warn("orders API unreachable", "action", action, "id", id, "err", err)
+			s.problem(w, r, http.StatusBadGateway, "orders API unreachable", "the orders API did not answer", nil)
+			return
+		}
+		defer resp.Body.Close()
+		answer, err := io.ReadAll(io.LimitReader(resp.Body, operatorBodyMax+1))
+		if err != nil || len(answer) > operatorBodyMax {
+			s.problem(w, r, http.StatusBadGateway, "bad answer from the orders API", "the answer was unreadable or too large", nil)
+			return
+		}
+		s.log.Info("operator action", "action", action, "id", id, "status", resp.StatusCode)
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			// Not the operator's fault: relaying it would make the
+			// dashboard forget a valid operator token.
+			s.log.Error("orders API refused timeoutd's token (TIMEOUTD_ORDERS_TOKEN)", "status", resp.StatusCode)
+			s.problem(w, r, http.StatusBadGateway, "orders API refused timeoutd", "the orders API refused TIMEOUTD_ORDERS_TOKEN", nil)
+			return
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	}
+}
