@@ -44,6 +44,9 @@ const (
 // apiToken is the orders API token the stack is started with.
 const apiToken = "e2e-token"
 
+// operatorToken is the token timeoutd's operator actions require.
+const operatorToken = "e2e-operator-token"
+
 // logTailLines is how many lines of each container's log a failed test prints.
 const logTailLines = 300
 
@@ -171,6 +174,10 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		"TIMEOUTD_HTTP_ADDR":     ":8080",
 		"TIMEOUTD_DASHBOARD_DIR": "/assets/dashboard",
 		"TIMEOUTD_LOG_LEVEL":     "info",
+		// Operator actions from the dashboard, forwarded to orders.
+		"TIMEOUTD_OPERATOR_TOKEN": operatorToken,
+		"TIMEOUTD_ORDERS_URL":     "http://" + svcOrders + ":8081",
+		"TIMEOUTD_ORDERS_TOKEN":   apiToken,
 	}
 	for k, v := range opts.OrdersEnv {
 		orders[k] = v
