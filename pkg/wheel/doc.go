@@ -15,7 +15,18 @@
 // timers cascade to finer levels, so every timer fires from level 0 at the
 // first tick boundary at or after its deadline: never early, less than one
 // tick late (plus wake-up latency), never expired in place from a coarse
-// level.
+// level. A level-0 slot holds the timers of exactly one tick, so firing it
+// reads no deadline and divides nothing.
+//
+// The levels are laid out against a reference tick, the last tick processed
+// or the next one. Right after each advance, the driver prepares the next
+// tick boundary: if a coarser slot starts there it cascades it at once (a
+// cascade only moves timers to finer levels and fires nothing, so this
+// cannot fire early; the timers due exactly at that boundary wait in its
+// level-0 slot), and it records the slab indices of that slot's list. At the
+// boundary the driver loads those entries with independent reads before it
+// walks the list, so the cache misses overlap instead of following one
+// another, and the work at a boundary is a single level-0 list.
 //
 // A Handle carries the shard, the slab index and the entry's generation; a
 // freed entry's generation is bumped, so a stale handle is a no-op that
@@ -35,8 +46,9 @@
 // # Delivery and a slow consumer
 //
 // The driver copies expired timers into an outbox and frees their entries,
-// then goes back to sleep; it never waits for the consumer. A separate
-// delivery goroutine hands the whole outbox to onExpire in one call. If
+// signalling the delivery goroutine after each shard (before it prepares the
+// next boundary), then goes back to sleep; it never waits for the consumer.
+// The delivery goroutine hands the whole outbox to onExpire in one call. If
 // onExpire is slow, the driver keeps cutting and the outbox grows; the next
 // call receives everything accumulated (batches coalesce). Such timers still
 // count in Len, and so against Config.MaxPending, until onExpire is called

@@ -23,8 +23,8 @@ func (w *Wheel[T]) drive() {
 		w.nextWake.Store(math.MinInt64)
 		now := w.clock.Now()
 		target := max(0, int64(now.Sub(w.origin))/w.tick)
-		next := int64(math.MaxInt64)
-		cut := 0
+		// First cut what is due from every shard, handing each shard's
+		// timers to the delivery goroutine as soon as they are cut...
 		for i := range w.shards {
 			s := &w.shards[i]
 			s.mu.Lock()
@@ -34,18 +34,26 @@ func (w *Wheel[T]) drive() {
 			n := len(w.out) - before
 			w.outOwed[i] += n
 			w.outMu.Unlock()
+			s.mu.Unlock()
+			if n > 0 {
+				w.expired.Add(uint64(n))
+				select {
+				case w.outReady <- struct{}{}:
+				default:
+				}
+			}
+		}
+		// ...then, off the boundary's critical path, prepare the next tick
+		// (cascade, cache warm-up) and find the earliest work.
+		next := int64(math.MaxInt64)
+		for i := range w.shards {
+			s := &w.shards[i]
+			s.mu.Lock()
+			s.t.prepare()
 			if t, ok := s.t.next(); ok {
 				next = min(next, t)
 			}
 			s.mu.Unlock()
-			cut += n
-		}
-		if cut > 0 {
-			w.expired.Add(uint64(cut))
-			select {
-			case w.outReady <- struct{}{}:
-			default:
-			}
 		}
 		w.nextWake.Store(next)
 		var fire <-chan time.Time
