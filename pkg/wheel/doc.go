@@ -15,7 +15,20 @@
 // timers cascade to finer levels, so every timer fires from level 0 at the
 // first tick boundary at or after its deadline: never early, less than one
 // tick late (plus wake-up latency), never expired in place from a coarse
-// level.
+// level. A level-0 slot holds the timers of exactly one tick, so firing it
+// reads no deadline and divides nothing.
+//
+// The levels are laid out against a reference tick, the last tick processed
+// or the next one. Right after each advance, the driver prepares the next
+// tick boundary: if a coarser slot starts there it cascades it at once (a
+// cascade only moves timers to finer levels and fires nothing, so this
+// cannot fire early; the timers due exactly at that boundary wait in its
+// level-0 slot), and it records the slab indices of that slot's list. At the
+// boundary the driver loads those entries with independent reads before it
+// walks the list, so the cache misses overlap instead of following one
+// another, and the work at a boundary is a single level-0 list. Should
+// preparing run past the next boundary, the driver stops between shards and
+// cuts again first; advance cascades whatever was not prepared.
 //
 // A Handle carries the shard, the slab index and the entry's generation; a
 // freed entry's generation is bumped, so a stale handle is a no-op that
@@ -24,8 +37,9 @@
 //
 // # Concurrency
 //
-// Schedule picks a shard at random (math/rand/v2, no shared counter); Cancel
-// and Reset go to the shard in the handle. Callers on different shards share
+// Schedule uses a home shard per P (handed out through sync.Pool's per-P
+// cache, no shared counter on the fast path) and tries the others only when
+// it is full; Cancel and Reset go to the shard in the handle. Callers on different shards share
 // no lock and no written cache line, so throughput grows with goroutines.
 // One driver goroutine advances all shards: it finds the next occupied slot
 // with bits.TrailingZeros on the bitmaps and sleeps on one timer until then;
@@ -35,8 +49,12 @@
 // # Delivery and a slow consumer
 //
 // The driver copies expired timers into an outbox and frees their entries,
-// then goes back to sleep; it never waits for the consumer. A separate
-// delivery goroutine hands the whole outbox to onExpire in one call. If
+// signalling the delivery goroutine after each shard (before it prepares the
+// next boundary), then goes back to sleep; it never waits for the consumer.
+// The delivery goroutine hands the whole outbox to onExpire in one call. It
+// never waits for the driver: the driver cuts each shard into a buffer of
+// its own and holds the outbox lock only to copy it, and delivery uncharges
+// the shards with an atomic counter instead of their locks. If
 // onExpire is slow, the driver keeps cutting and the outbox grows; the next
 // call receives everything accumulated (batches coalesce). Such timers still
 // count in Len, and so against Config.MaxPending, until onExpire is called

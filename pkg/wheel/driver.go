@@ -15,6 +15,7 @@ func (w *Wheel[T]) drive() {
 	timer := w.clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var cut []Expired[T] // one shard's cut, before it joins the outbox
 	for {
 		w.wakeups.Add(1)
 		// From here until nextWake is stored below, every Schedule pokes
@@ -23,31 +24,59 @@ func (w *Wheel[T]) drive() {
 		w.nextWake.Store(math.MinInt64)
 		now := w.clock.Now()
 		target := max(0, int64(now.Sub(w.origin))/w.tick)
-		next := int64(math.MaxInt64)
-		cut := 0
+		// First cut what is due from every shard, handing each shard's
+		// timers to the delivery goroutine as soon as they are cut...
 		for i := range w.shards {
 			s := &w.shards[i]
 			s.mu.Lock()
-			w.outMu.Lock()
-			before := len(w.out)
-			w.out = s.t.advance(target, w.out, now, w.origin)
-			n := len(w.out) - before
-			w.outOwed[i] += n
-			w.outMu.Unlock()
+			cut = s.t.advance(target, cut[:0], now, w.origin)
+			n := len(cut)
+			if n > 0 {
+				// Cut into the driver's own buffer and copied here, so
+				// the delivery goroutine waits on outMu for a copy only.
+				w.outMu.Lock()
+				w.out = append(w.out, cut...)
+				w.outOwed[i] += n
+				w.outMu.Unlock()
+			}
+			s.mu.Unlock()
+			if n > 0 {
+				clear(cut) // drop the values' references
+				w.expired.Add(uint64(n))
+				select {
+				case w.outReady <- struct{}{}:
+				default:
+				}
+			}
+		}
+		// ...then, off the boundary's critical path, prepare the next tick
+		// (cascade, cache warm-up) and find the earliest work.
+		// A long cascade must not hold up the boundary after this one: once
+		// the clock has passed target, stop preparing and cut again (advance
+		// does the remaining shards' cascades itself).
+		next := int64(math.MaxInt64)
+		for i := range w.shards {
+			if i > 0 && int64(w.clock.Now().Sub(w.origin))/w.tick > target {
+				next = math.MinInt64
+				break
+			}
+			s := &w.shards[i]
+			s.mu.Lock()
+			s.t.prepare()
 			if t, ok := s.t.next(); ok {
 				next = min(next, t)
 			}
 			s.mu.Unlock()
-			cut += n
-		}
-		if cut > 0 {
-			w.expired.Add(uint64(cut))
-			select {
-			case w.outReady <- struct{}{}:
-			default:
-			}
 		}
 		w.nextWake.Store(next)
+		if next == math.MinInt64 { // stopped preparing: cut again now
+			select {
+			case <-w.stop:
+				return
+			default:
+				continue
+			}
+		}
 		var fire <-chan time.Time
 		if next != math.MaxInt64 {
 			d := time.Duration(next*w.tick - int64(w.clock.Now().Sub(w.origin)))
@@ -74,7 +103,8 @@ func (w *Wheel[T]) drive() {
 
 // deliver is the delivery goroutine: it takes everything the driver cut
 // since the last call (so a slow consumer gets fewer, larger batches while
-// the driver keeps cutting), uncharges it from the shards, and calls
+// the driver keeps cutting), uncharges it from the shards (an atomic add,
+// no shard lock), and calls
 // onExpire with it. Two buffers alternate, so steady state allocates
 // nothing; a buffer much larger than its last use is dropped for the GC.
 func (w *Wheel[T]) deliver() {
@@ -102,12 +132,7 @@ func (w *Wheel[T]) deliver() {
 		}
 		for i, n := range owed {
 			if n != 0 {
-				s := &w.shards[i]
-				s.mu.Lock()
-				if !s.stopped {
-					s.charged -= n
-				}
-				s.mu.Unlock()
+				w.shards[i].handed.Add(int64(n))
 			}
 		}
 		w.batches.Add(1)

@@ -128,6 +128,12 @@ func (c *checker) advance(nowNs int64) {
 	if c.t.n != c.m.Len() {
 		c.tb.Fatalf("wheel holds %d timers, model %d", c.t.n, c.m.Len())
 	}
+	// As the driver does: prepare the next tick right after advancing, so
+	// later operations run against a wheel laid out a tick ahead.
+	c.t.prepare()
+	if c.t.n != c.m.Len() {
+		c.tb.Fatalf("after prepare the wheel holds %d timers, model %d", c.t.n, c.m.Len())
+	}
 }
 
 // run interprets data as operations: each is 1 opcode byte and 8 bytes of

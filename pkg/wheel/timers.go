@@ -2,6 +2,7 @@ package wheel
 
 import (
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -45,7 +46,18 @@ type entry[T any] struct {
 // cascades at most numLevels-1 times over its life.
 type timers[T any] struct {
 	ticks
-	now int64 // the last tick processed by advance
+	now int64 // the last tick processed by advance: every timer due by it fired
+	// ref is the tick the levels are laid out against: now, or now+1 once
+	// prepare (or a cascade in advance) has laid out the next tick ahead of
+	// its boundary. Level-0 slot ref&levelMask then holds the timers due
+	// exactly at ref; they stay there until advance reaches ref.
+	ref int64
+	// stage holds the slab indices of level-0 slot ref's list as prepare
+	// found them. Entries cancelled or reused since are harmless: stage only
+	// lets advance load the entries with independent, overlapping memory
+	// reads before it walks the list, whose dependent reads would otherwise
+	// miss the cache one after another at the tick boundary.
+	stage []uint32
 
 	chunks []*[chunkSize]entry[T] // fixed-size chunks: growth never copies
 	used   uint32                 // highest slab index ever allocated
@@ -156,13 +168,17 @@ func (t *timers[T]) release(i uint32, e *entry[T]) {
 	t.n--
 }
 
-// link puts entry i, expiring at tick, at the head of its slot's list.
+// link puts entry i, expiring at tick, at the head of its slot's list: the
+// due list when tick has already been processed, else the slot of the
+// highest base-64 digit in which tick and ref differ (level 0 when tick is
+// ref itself); tick's digit there is greater than ref's.
 func (t *timers[T]) link(i uint32, e *entry[T], tick int64) {
 	s := dueSlot
 	if tick > t.now {
-		// The level is the highest base-64 digit in which tick and now
-		// differ; tick's digit there is greater than now's.
-		lvl := (63 - bits.LeadingZeros64(uint64(tick^t.now))) / levelBits
+		lvl := 0
+		if x := uint64(tick ^ t.ref); x != 0 {
+			lvl = (63 - bits.LeadingZeros64(x)) / levelBits
+		}
 		d := int(tick>>(lvl*levelBits)) & levelMask
 		s = lvl*levelSlots + d
 		t.occupied[lvl] |= 1 << d
@@ -195,7 +211,8 @@ func (t *timers[T]) unlink(e *entry[T]) {
 // next returns the next tick at which advance has work: now if timers are
 // due, else the start of the earliest occupied slot. The lowest non-empty
 // level always holds the earliest slot, because a level-L slot starts after
-// the current level-(L+1) digit's range in which all lower levels lie.
+// the current level-(L+1) digit's range (of ref) in which all lower levels
+// lie.
 func (t *timers[T]) next() (int64, bool) {
 	if t.heads[dueSlot] != 0 {
 		return t.now, true
@@ -203,50 +220,120 @@ func (t *timers[T]) next() (int64, bool) {
 	for lvl, occ := range t.occupied {
 		if occ != 0 {
 			shift := uint(lvl * levelBits)
-			high := t.now >> (shift + levelBits) << (shift + levelBits)
+			high := t.ref >> (shift + levelBits) << (shift + levelBits)
 			return high | int64(bits.TrailingZeros64(occ))<<shift, true
 		}
 	}
 	return 0, false
 }
 
-// advance processes every tick up to target: it cascades the slots whose
-// range has begun toward finer levels and appends the timers whose tick is
-// at or before target to out, freeing their entries. fired is stamped on
-// each, origin converts deadlines back to times.
+// lowest returns the lowest occupied level and its lowest occupied slot
+// digit; the wheel must not be empty.
+func (t *timers[T]) lowest() (lvl, d int) {
+	for t.occupied[lvl] == 0 {
+		lvl++
+	}
+	return lvl, bits.TrailingZeros64(t.occupied[lvl])
+}
+
+// advance processes every tick up to target and appends the timers whose
+// tick is at or before target to out, freeing their entries. A level-0 slot
+// holds the timers of exactly one tick, so it fires without looking at their
+// deadlines; a slot of a coarser level whose range has begun cascades toward
+// finer levels first. fired is stamped on each, origin converts deadlines
+// back to times.
 func (t *timers[T]) advance(target int64, out []Expired[T], fired, origin time.Time) []Expired[T] {
 	for {
-		for i := t.heads[dueSlot]; i != 0; {
-			e := t.at(i)
-			nx := e.next
-			out = append(out, Expired[T]{Value: e.value, Deadline: origin.Add(time.Duration(e.when)), Fired: fired})
-			t.release(i, e)
-			i = nx
-		}
-		t.heads[dueSlot] = 0
+		out = t.fire(dueSlot, out, fired, origin)
 		n, ok := t.next()
 		if !ok || n > target {
-			t.now = max(t.now, target)
+			if target > t.now {
+				// No slot starts in (now, target], so the layout against
+				// ref is also the layout against target.
+				t.now, t.ref = target, target
+			}
 			return out
 		}
-		t.now = n
-		// n is the start of the earliest occupied slot: take its list.
-		lvl := 0
-		for t.occupied[lvl] == 0 {
-			lvl++
+		lvl, d := t.lowest()
+		if lvl > 0 {
+			t.cascade(n, lvl, d)
+			continue
 		}
-		d := bits.TrailingZeros64(t.occupied[lvl])
-		s := lvl*levelSlots + d
-		t.occupied[lvl] &^= 1 << d
-		i := t.heads[s]
-		t.heads[s] = 0
-		for i != 0 {
-			e := t.at(i)
-			nx := e.next
-			t.link(i, e, t.tickOf(e.when)) // due ones go to dueSlot, fired above
-			i = nx
+		if n == t.ref && len(t.stage) > 0 {
+			out = t.warm(d, out)
+		}
+		t.occupied[0] &^= 1 << d
+		out = t.fire(d, out, fired, origin)
+		t.now, t.ref = n, n
+		t.stage = t.stage[:0]
+	}
+}
+
+// prepare does ahead of time the work advance would do at the next tick
+// boundary, now+1, without firing anything: it cascades the coarser slot
+// that starts there (so the boundary itself only hands out a level-0 list),
+// and stages that level-0 list's indices so the boundary can load them in
+// parallel. The driver calls it right after advance, a tick before the
+// boundary. A cascade only moves timers to finer levels, so preparing early
+// cannot fire early.
+func (t *timers[T]) prepare() {
+	n, ok := t.next()
+	if !ok || n != t.now+1 {
+		return
+	}
+	if lvl, d := t.lowest(); lvl > 0 {
+		t.cascade(n, lvl, d)
+	}
+	// Laid out against now or against n, the levels are the same when no
+	// coarser slot starts at n, and the cascade made them so when one did.
+	t.ref = n
+	t.stage = t.stage[:0]
+	for i := t.heads[n&levelMask]; i != 0; i = t.at(i).next {
+		t.stage = append(t.stage, i)
+	}
+}
+
+// warm loads the staged entries of level-0 slot d, which fires next, with
+// independent reads, and grows out for those still in it.
+func (t *timers[T]) warm(d int, out []Expired[T]) []Expired[T] {
+	k := 0
+	for _, i := range t.stage {
+		if t.at(i).slot == uint16(d) {
+			k++
 		}
 	}
+	return slices.Grow(out, k)
+}
+
+// cascade empties slot d of level lvl > 0, which starts at tick n (the
+// earliest occupied slot, so every timer due before n has fired), and
+// relinks its timers against ref n: those due at n go to level-0 slot
+// n&levelMask, the others to finer levels.
+func (t *timers[T]) cascade(n int64, lvl, d int) {
+	s := lvl*levelSlots + d
+	t.occupied[lvl] &^= 1 << d
+	t.now, t.ref = n-1, n
+	i := t.heads[s]
+	t.heads[s] = 0
+	for i != 0 {
+		e := t.at(i)
+		nx := e.next
+		t.link(i, e, t.tickOf(e.when))
+		i = nx
+	}
+}
+
+// fire appends the timers of slot s to out and frees their entries.
+func (t *timers[T]) fire(s int, out []Expired[T], fired, origin time.Time) []Expired[T] {
+	for i := t.heads[s]; i != 0; {
+		e := t.at(i)
+		nx := e.next
+		out = append(out, Expired[T]{Value: e.value, Deadline: origin.Add(time.Duration(e.when)), Fired: fired})
+		t.release(i, e)
+		i = nx
+	}
+	t.heads[s] = 0
+	return out
 }
 
 // drain appends every timer still in the wheel to out and empties the wheel,
@@ -259,7 +346,7 @@ func (t *timers[T]) drain(out []Pending[T], origin time.Time) []Pending[T] {
 			i = e.next
 		}
 	}
-	t.chunks, t.used, t.free, t.n = nil, 0, 0, 0
+	t.chunks, t.used, t.free, t.n, t.stage = nil, 0, 0, 0, nil
 	t.occupied, t.heads = [numLevels]uint64{}, [dueSlot + 1]uint32{}
 	return out
 }

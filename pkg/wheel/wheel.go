@@ -127,10 +127,20 @@ type Wheel[T any] struct {
 type shard[T any] struct {
 	mu      sync.Mutex
 	stopped bool
-	charged int // timers scheduled and not yet cancelled or handed to onExpire
-	limit   int // bound on charged
-	t       timers[T]
-	_       [64]byte
+	charged int // timers scheduled and not yet cancelled
+	// handed counts, of the timers in charged, those the delivery goroutine
+	// handed to onExpire. It adds to it without taking mu, so delivery never
+	// waits for a driver busy in this shard; pending is charged - handed.
+	handed atomic.Int64
+	limit  int // bound on pending
+	t      timers[T]
+	_      [64]byte
+}
+
+// pending returns the shard's timers not yet cancelled or handed to
+// onExpire; mu must be held.
+func (s *shard[T]) pending() int {
+	return s.charged - int(s.handed.Load())
 }
 
 // New returns a running Wheel. onExpire receives the expired timers in
@@ -238,7 +248,7 @@ func (w *Wheel[T]) schedule(when int64, v T) (Handle, error) {
 			s.mu.Unlock()
 			return 0, ErrStopped
 		}
-		if s.charged >= s.limit {
+		if s.pending() >= s.limit {
 			s.mu.Unlock()
 			continue
 		}
@@ -312,7 +322,9 @@ func (w *Wheel[T]) Len() int {
 	for i := range w.shards {
 		s := &w.shards[i]
 		s.mu.Lock()
-		n += s.charged
+		if !s.stopped {
+			n += s.pending()
+		}
 		s.mu.Unlock()
 	}
 	return n
