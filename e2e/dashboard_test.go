@@ -66,9 +66,10 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 
 	for _, o := range watched {
 		cells := browsertest.Eval[[]string](t, ctx, cellsOf("pending-rows", o.ID))
-		// order id, version, deadline (UTC), countdown
-		if len(cells) != 4 || cells[1] != strconv.FormatInt(o.Version, 10) || cells[2] != o.PayBy.UTC().Format("15:04:05.000") {
-			t.Errorf("row of %s = %q, want version %d and deadline %s", o.ID, cells, o.Version, o.PayBy.UTC().Format("15:04:05.000"))
+		// order id, version, deadline (UTC), countdown, and the operator's
+		// actions (the e2e stack configures an operator token)
+		if len(cells) != 5 || cells[1] != strconv.FormatInt(o.Version, 10) || cells[2] != o.PayBy.UTC().Format("15:04:05.000") || cells[4] != "ExtendCancel" {
+			t.Errorf("row of %s = %q, want version %d, deadline %s and the Extend and Cancel actions", o.ID, cells, o.Version, o.PayBy.UTC().Format("15:04:05.000"))
 		}
 	}
 
