@@ -120,14 +120,6 @@ func Postgres(t testing.TB) string {
 	return strings.Replace(pgBase, "/postgres?", "/"+name+"?", 1)
 }
 
-// PostgresAdmin returns the connection string of the shared container's
-// postgres database, for tests that must act on the server itself.
-func PostgresAdmin(t testing.TB) string {
-	t.Helper()
-	Postgres(t)
-	return pgBase
-}
-
 func startPostgres(ctx context.Context) (testcontainers.Container, string, error) {
 	ctr, err := testcontainers.Run(ctx, PostgresImage,
 		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": pgPassword, "POSTGRES_USER": pgUser}),
