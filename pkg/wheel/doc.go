@@ -12,23 +12,30 @@
 // from the current tick in base-64 digit L, with digit s there (as in Linux's
 // and tokio's wheels), so a 30-day deadline costs the same as a 100 ms one.
 // When the current tick reaches the start of a slot of level L > 0, its
-// timers cascade to finer levels, so every timer fires from level 0 at the
-// first tick boundary at or after its deadline: never early, less than one
+// timers cascade to finer levels, so every timer fires from level 0 (or its
+// sub-slots, below) at or after its deadline: never early, less than one
 // tick late (plus wake-up latency), never expired in place from a coarse
-// level. A level-0 slot holds the timers of exactly one tick, so firing it
+// level. A level-0 slot or sub-slot holds timers of one tick, so firing it
 // reads no deadline and divides nothing.
 //
 // The levels are laid out against a reference tick, the last tick processed
 // or the next one. Right after each advance, the driver prepares the next
-// tick boundary: if a coarser slot starts there it cascades it at once (a
-// cascade only moves timers to finer levels and fires nothing, so this
-// cannot fire early; the timers due exactly at that boundary wait in its
-// level-0 slot), and it records the slab indices of that slot's list. At the
-// boundary the driver loads those entries with independent reads before it
-// walks the list, so the cache misses overlap instead of following one
-// another, and the work at a boundary is a single level-0 list. Should
-// preparing run past the next boundary, the driver stops between shards and
-// cuts again first; advance cascades whatever was not prepared.
+// tick if it holds timers: if a coarser slot starts there it cascades it at
+// once (a cascade only moves timers to finer levels and fires nothing, so
+// this cannot fire early), and it moves that tick's level-0 list into a
+// sub-level of Tick/Config.Precision sub-slots, by deadline. A timer
+// scheduled into a prepared tick goes straight to its sub-slot. The driver
+// wakes at the end of each occupied sub-slot and hands it out, so a timer
+// fires within Precision of its deadline (1 ms for a 10 ms tick) rather than
+// at the end of its tick, and never before its deadline: a sub-slot ends at
+// or after every deadline in it. To prepare in time, the driver wakes a tick
+// before each occupied slot starts (with Precision equal to Tick, when the
+// slot starts: its tick then fires whole at its end); with no timer at all
+// it does not wake.
+// Moving the list also brings its entries into the cache a tick before they
+// fire. Should preparing run past the earliest work it has found, the driver
+// stops between shards and cuts again first; advance cascades whatever was
+// not prepared, and such a tick fires whole at its end, within one tick.
 //
 // A Handle carries the shard, the slab index and the entry's generation; a
 // freed entry's generation is bumped, so a stale handle is a no-op that

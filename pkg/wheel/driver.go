@@ -6,9 +6,10 @@ import (
 )
 
 // drive is the driver goroutine: it advances every shard to the clock's
-// current tick, moves the expired timers to the outbox, and sleeps until the
-// earliest occupied slot across shards, or until a Schedule lands earlier
-// (wake) or Stop. With nothing pending it sleeps without a timer: no
+// current reading, moves the expired timers to the outbox, prepares the next
+// tick, and sleeps until the earliest work across shards (a sub-slot's end,
+// or a tick before an occupied slot starts), or until a Schedule lands
+// earlier (wake) or Stop. With nothing pending it sleeps without a timer: no
 // periodic wake-ups. It never waits for the consumer.
 func (w *Wheel[T]) drive() {
 	defer close(w.driven)
@@ -21,15 +22,16 @@ func (w *Wheel[T]) drive() {
 		// From here until nextWake is stored below, every Schedule pokes
 		// wake: a timer added to a shard after the scan below passed it
 		// makes the driver scan again instead of being slept over.
-		w.nextWake.Store(math.MinInt64)
+		w.nextWake.Store(scanning)
 		now := w.clock.Now()
-		target := max(0, int64(now.Sub(w.origin))/w.tick)
+		nowNs := max(0, int64(now.Sub(w.origin)))
+		target := nowNs / w.tick
 		// First cut what is due from every shard, handing each shard's
 		// timers to the delivery goroutine as soon as they are cut...
 		for i := range w.shards {
 			s := &w.shards[i]
 			s.mu.Lock()
-			cut = s.t.advance(target, cut[:0], now, w.origin)
+			cut = s.t.advance(target, nowNs, cut[:0], now, w.origin)
 			n := len(cut)
 			if n > 0 {
 				// Cut into the driver's own buffer and copied here, so
@@ -49,37 +51,28 @@ func (w *Wheel[T]) drive() {
 				}
 			}
 		}
-		// ...then, off the boundary's critical path, prepare the next tick
-		// (cascade, cache warm-up) and find the earliest work.
-		// A long cascade must not hold up the boundary after this one: once
-		// the clock has passed target, stop preparing and cut again (advance
-		// does the remaining shards' cascades itself).
+		// ...then, off the critical path, prepare the next tick (cascade,
+		// sub-slots) and find the earliest work. A long cascade must not
+		// hold up the work found so far: once the clock has reached it,
+		// stop preparing and cut again (the next pass prepares the rest).
 		next := int64(math.MaxInt64)
 		for i := range w.shards {
-			if i > 0 && int64(w.clock.Now().Sub(w.origin))/w.tick > target {
-				next = math.MinInt64
+			if i > 0 && w.sinceOrigin() >= next {
+				next = 0 // at once
 				break
 			}
 			s := &w.shards[i]
 			s.mu.Lock()
 			s.t.prepare()
-			if t, ok := s.t.next(); ok {
+			if t, ok := s.t.nextAt(); ok {
 				next = min(next, t)
 			}
 			s.mu.Unlock()
 		}
 		w.nextWake.Store(next)
-		if next == math.MinInt64 { // stopped preparing: cut again now
-			select {
-			case <-w.stop:
-				return
-			default:
-				continue
-			}
-		}
 		var fire <-chan time.Time
 		if next != math.MaxInt64 {
-			d := time.Duration(next*w.tick - int64(w.clock.Now().Sub(w.origin)))
+			d := time.Duration(next - w.sinceOrigin())
 			if d <= 0 {
 				select {
 				case <-w.stop:
@@ -100,6 +93,9 @@ func (w *Wheel[T]) drive() {
 		}
 	}
 }
+
+// sinceOrigin returns the clock's reading in nanoseconds since the origin.
+func (w *Wheel[T]) sinceOrigin() int64 { return int64(w.clock.Now().Sub(w.origin)) }
 
 // deliver is the delivery goroutine: it takes everything the driver cut
 // since the last call (so a slow consumer gets fewer, larger batches while

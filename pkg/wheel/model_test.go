@@ -45,6 +45,7 @@ func (m *model) Pop() any {
 type checker struct {
 	tb      testing.TB
 	tick    int64
+	prec    int64
 	t       timers[int]
 	m       model
 	handles []struct{ i, gen uint32 }
@@ -53,9 +54,9 @@ type checker struct {
 	out     []Expired[int]
 }
 
-func newChecker(tb testing.TB, tick time.Duration) *checker {
-	c := &checker{tb: tb, tick: int64(tick)}
-	c.t.ticks = newTicks(tick)
+func newChecker(tb testing.TB, tick, prec time.Duration) *checker {
+	c := &checker{tb: tb, tick: int64(tick), prec: int64(prec)}
+	c.t.ticks = newTicks(tick, prec)
 	return c
 }
 
@@ -99,14 +100,24 @@ func (c *checker) reset(id int, when int64) {
 }
 
 // advance moves the clock to nowNs and checks that exactly the timers due by
-// the current tick boundary fire: none early, none skipped.
+// the current tick boundary fire, and when the next tick was prepared, also
+// those of its timers whose sub-slot has ended: none early, none skipped.
 func (c *checker) advance(nowNs int64) {
 	c.nowNs = max(c.nowNs, nowNs)
 	target := c.nowNs / c.tick
+	due := target * c.tick
+	if ref := c.t.ref; c.t.sub && target < ref {
+		// Sub-slots of prec each, counted from the prepared tick's start.
+		start := (ref - 1) * c.tick
+		due = max(due, min(addSat(start, c.tick), start+(c.nowNs-start)/c.prec*c.prec))
+		if c.nowNs == math.MaxInt64 { // sub-slot ends saturate there
+			due = math.MaxInt64
+		}
+	}
 	fired := origin.Add(time.Duration(c.nowNs))
-	c.out = c.t.advance(target, c.out[:0], fired, origin)
+	c.out = c.t.advance(target, c.nowNs, c.out[:0], fired, origin)
 	var want []int
-	for c.m.Len() > 0 && c.m.items[0].when <= target*c.tick {
+	for c.m.Len() > 0 && c.m.items[0].when <= due {
 		want = append(want, heap.Pop(&c.m).(*modelTimer).id)
 	}
 	got := make([]int, len(c.out))
@@ -123,7 +134,7 @@ func (c *checker) advance(nowNs int64) {
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		c.tb.Fatalf("advance to %d ns (tick %d): fired %v, want %v", c.nowNs, target, got, want)
+		c.tb.Fatalf("advance to %d ns (tick %d, due by %d ns): fired %v, want %v", c.nowNs, target, due, got, want)
 	}
 	if c.t.n != c.m.Len() {
 		c.tb.Fatalf("wheel holds %d timers, model %d", c.t.n, c.m.Len())
@@ -198,9 +209,17 @@ func (c *checker) deadline(op byte, arg uint64) int64 {
 
 func TestModelRandom(t *testing.T) {
 	t.Parallel()
-	for _, tick := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 7} {
+	for _, res := range []struct{ tick, prec time.Duration }{
+		{time.Millisecond, time.Millisecond},
+		{10 * time.Millisecond, time.Millisecond},
+		{10 * time.Millisecond, 10 * time.Millisecond},
+		{7, 7},
+		{64, 1},
+		{12, 4},
+	} {
+		tick, prec := res.tick, res.prec
 		for seed := range 20 {
-			t.Run(fmt.Sprintf("tick=%v/seed=%d", tick, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("tick=%v/precision=%v/seed=%d", tick, prec, seed), func(t *testing.T) {
 				t.Parallel()
 				data := make([]byte, 9*3000)
 				x := uint64(seed)*0x9E3779B97F4A7C15 + uint64(tick)
@@ -210,7 +229,7 @@ func TestModelRandom(t *testing.T) {
 					x ^= x << 17
 					data[i] = byte(x >> 32)
 				}
-				newChecker(t, tick).run(data)
+				newChecker(t, tick, prec).run(data)
 			})
 		}
 	}
@@ -223,21 +242,31 @@ func TestModelCases(t *testing.T) {
 		return binary.LittleEndian.AppendUint64([]byte{code}, uint64(arg))
 	}
 	tests := []struct {
-		name string
-		ops  [][]byte
+		name       string
+		tick, prec time.Duration
+		ops        [][]byte
 	}{
 		// opcode 0 with kind 0 (near): deadline = now - 5 ticks + arg.
-		{"past deadline fires at once", [][]byte{op(0, 0), op(4, 0)}},
-		{"exact tick boundary", [][]byte{op(8, 64), op(4, 64*ms), op(4, ms-1), op(4, 1)}},
-		{"one ns after boundary waits a tick", [][]byte{op(0, 5*ms+1), op(4, ms), op(4, 1), op(4, ms-1)}},
-		{"level boundary", [][]byte{op(16, 1<<8), op(5|16, 0)}},
-		{"cancel then stale cancel", [][]byte{op(0, 100*ms), op(2, 0), op(2, 0), op(4, 2*ms)}},
-		{"reset after fire is stale", [][]byte{op(0, 0), op(4, 0), op(3, 0)}},
+		{"past deadline fires at once", time.Millisecond, time.Millisecond, [][]byte{op(0, 0), op(4, 0)}},
+		{"exact tick boundary", time.Millisecond, time.Millisecond, [][]byte{op(8, 64), op(4, 64*ms), op(4, ms-1), op(4, 1)}},
+		{"one ns after boundary waits a tick", time.Millisecond, time.Millisecond, [][]byte{op(0, 5*ms+1), op(4, ms), op(4, 1), op(4, ms-1)}},
+		{"level boundary", time.Millisecond, time.Millisecond, [][]byte{op(16, 1<<8), op(5|16, 0)}},
+		{"cancel then stale cancel", time.Millisecond, time.Millisecond, [][]byte{op(0, 100*ms), op(2, 0), op(2, 0), op(4, 2*ms)}},
+		{"reset after fire is stale", time.Millisecond, time.Millisecond, [][]byte{op(0, 0), op(4, 0), op(3, 0)}},
+		// 10 ms ticks of 1 ms sub-slots: a deadline at 12.5 ms fires at 13 ms.
+		{"prepared tick fires by sub-slot", 10 * time.Millisecond, time.Millisecond,
+			[][]byte{op(0, 62*ms+ms/2), op(4, 10*ms), op(4, 2*ms), op(4, ms/2), op(4, ms/2)}},
+		// Deadline 18 ms prepares tick 2 at 10 ms; one at 14.2 ms, scheduled
+		// then, joins its sub-slot and fires at 15 ms.
+		{"schedule into a prepared tick", 10 * time.Millisecond, time.Millisecond,
+			[][]byte{op(0, 68*ms), op(4, 10*ms), op(0, 54*ms+ms/5), op(4, 5*ms), op(4, 3*ms)}},
+		{"sub-slot end on the deadline", 10 * time.Millisecond, 2 * time.Millisecond,
+			[][]byte{op(0, 64*ms), op(4, 10*ms), op(4, 3*ms), op(4, ms)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			newChecker(t, time.Millisecond).run(slices.Concat(tt.ops...))
+			newChecker(t, tt.tick, tt.prec).run(slices.Concat(tt.ops...))
 		})
 	}
 }
@@ -252,6 +281,6 @@ func FuzzWheel(f *testing.F) {
 		binary.LittleEndian.AppendUint64([]byte{5}, 1<<30),
 	))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		newChecker(t, time.Millisecond).run(data)
+		newChecker(t, 10*time.Millisecond, time.Millisecond).run(data)
 	})
 }

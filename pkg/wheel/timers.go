@@ -1,8 +1,8 @@
 package wheel
 
 import (
+	"math"
 	"math/bits"
-	"slices"
 	"time"
 )
 
@@ -15,9 +15,13 @@ const (
 	levelSlots = 1 << levelBits
 	levelMask  = levelSlots - 1
 	numLevels  = 11
+	// subLevel follows the levels: while the next tick is prepared, its
+	// timers wait in up to levelSlots sub-slots of Config.Precision each,
+	// by deadline, so they fire within Precision of it.
+	subLevel = numLevels
 	// dueSlot is the list of timers whose tick had already passed when they
 	// were scheduled or reset; the next advance fires them.
-	dueSlot = numLevels * levelSlots
+	dueSlot = (subLevel + 1) * levelSlots
 	// freeSlot marks a slab entry on the free list.
 	freeSlot = 0xFFFF
 
@@ -36,46 +40,46 @@ type entry[T any] struct {
 	next  uint32 // next in the slot list, or in the free list when free
 	prev  uint32 // previous in the slot list; 0 when first
 	gen   uint32 // bumped when the entry is freed; part of the handle
-	slot  uint16 // level*levelSlots+slot, dueSlot, or freeSlot
+	slot  uint16 // level*levelSlots+slot (subLevel for a sub-slot), dueSlot, or freeSlot
 	value T
 }
 
 // timers is the hierarchical timing wheel of one shard. It is not
 // synchronized: the shard's mutex guards it. Every operation is O(1) except
-// advance, which is O(slots visited + timers fired or cascaded); each timer
-// cascades at most numLevels-1 times over its life.
+// advance and prepare, which are O(slots visited + timers fired or moved);
+// each timer cascades at most numLevels-1 times over its life and moves into
+// the sub-level once.
 type timers[T any] struct {
 	ticks
 	now int64 // the last tick processed by advance: every timer due by it fired
 	// ref is the tick the levels are laid out against: now, or now+1 once
 	// prepare (or a cascade in advance) has laid out the next tick ahead of
-	// its boundary. Level-0 slot ref&levelMask then holds the timers due
-	// exactly at ref; they stay there until advance reaches ref.
+	// its boundary.
 	ref int64
-	// stage holds the slab indices of level-0 slot ref's list as prepare
-	// found them. Entries cancelled or reused since are harmless: stage only
-	// lets advance load the entries with independent, overlapping memory
-	// reads before it walks the list, whose dependent reads would otherwise
-	// miss the cache one after another at the tick boundary.
-	stage []uint32
+	// sub is set while ref = now+1 is prepared: every timer due at ref is in
+	// the sub-level, sub-slot j firing at subAt(j), until advance reaches
+	// ref. Otherwise level-0 slot ref&levelMask holds the timers due at ref
+	// (once a cascade has laid it out) and the sub-level is empty.
+	sub bool
 
 	chunks []*[chunkSize]entry[T] // fixed-size chunks: growth never copies
 	used   uint32                 // highest slab index ever allocated
 	free   uint32                 // head of the free list
 	n      int                    // timers in the wheel
 
-	occupied [numLevels]uint64 // bit s of level L set iff heads[L*64+s] != 0
+	occupied [subLevel + 1]uint64 // bit s of level L set iff heads[L*64+s] != 0
 	heads    [dueSlot + 1]uint32
 }
 
-// ticks converts nanoseconds to ticks.
+// ticks converts nanoseconds to ticks and sub-slots.
 type ticks struct {
 	tick  int64  // nanoseconds per tick
 	magic uint64 // floor((2^64-1)/tick), for division by multiplication
+	prec  int64  // nanoseconds per sub-slot; it divides tick
 }
 
-func newTicks(tick time.Duration) ticks {
-	return ticks{tick: int64(tick), magic: ^uint64(0) / uint64(tick)}
+func newTicks(tick, prec time.Duration) ticks {
+	return ticks{tick: int64(tick), magic: ^uint64(0) / uint64(tick), prec: int64(prec)}
 }
 
 // tickOf returns the first tick at or after when: ceil(when/tick), and 0 for
@@ -169,12 +173,21 @@ func (t *timers[T]) release(i uint32, e *entry[T]) {
 }
 
 // link puts entry i, expiring at tick, at the head of its slot's list: the
-// due list when tick has already been processed, else the slot of the
-// highest base-64 digit in which tick and ref differ (level 0 when tick is
-// ref itself); tick's digit there is greater than ref's.
+// due list when tick has already been processed; its sub-slot when tick is
+// the prepared tick; else the slot of the highest base-64 digit in which
+// tick and ref differ (level 0 when tick is ref itself); tick's digit there
+// is greater than ref's.
 func (t *timers[T]) link(i uint32, e *entry[T], tick int64) {
 	s := dueSlot
-	if tick > t.now {
+	switch {
+	case tick <= t.now:
+	case t.sub && tick == t.ref:
+		// e.when is in (base, base+tick]; sub-slot j ends at base+(j+1)*prec,
+		// at or after it.
+		j := int((e.when - (t.ref-1)*t.tick - 1) / t.prec)
+		s = subLevel*levelSlots + j
+		t.occupied[subLevel] |= 1 << j
+	default:
 		lvl := 0
 		if x := uint64(tick ^ t.ref); x != 0 {
 			lvl = (63 - bits.LeadingZeros64(x)) / levelBits
@@ -208,16 +221,13 @@ func (t *timers[T]) unlink(e *entry[T]) {
 	}
 }
 
-// next returns the next tick at which advance has work: now if timers are
-// due, else the start of the earliest occupied slot. The lowest non-empty
+// nextTick returns the start of the earliest occupied slot of the levels
+// (not counting the due list and the sub-level). The lowest non-empty
 // level always holds the earliest slot, because a level-L slot starts after
 // the current level-(L+1) digit's range (of ref) in which all lower levels
 // lie.
-func (t *timers[T]) next() (int64, bool) {
-	if t.heads[dueSlot] != 0 {
-		return t.now, true
-	}
-	for lvl, occ := range t.occupied {
+func (t *timers[T]) nextTick() (int64, bool) {
+	for lvl, occ := range t.occupied[:numLevels] {
 		if occ != 0 {
 			shift := uint(lvl * levelBits)
 			high := t.ref >> (shift + levelBits) << (shift + levelBits)
@@ -228,7 +238,7 @@ func (t *timers[T]) next() (int64, bool) {
 }
 
 // lowest returns the lowest occupied level and its lowest occupied slot
-// digit; the wheel must not be empty.
+// digit; the levels must not be empty.
 func (t *timers[T]) lowest() (lvl, d int) {
 	for t.occupied[lvl] == 0 {
 		lvl++
@@ -236,16 +246,70 @@ func (t *timers[T]) lowest() (lvl, d int) {
 	return lvl, bits.TrailingZeros64(t.occupied[lvl])
 }
 
-// advance processes every tick up to target and appends the timers whose
-// tick is at or before target to out, freeing their entries. A level-0 slot
-// holds the timers of exactly one tick, so it fires without looking at their
-// deadlines; a slot of a coarser level whose range has begun cascades toward
-// finer levels first. fired is stamped on each, origin converts deadlines
-// back to times.
-func (t *timers[T]) advance(target int64, out []Expired[T], fired, origin time.Time) []Expired[T] {
+// subAt returns when sub-slot j of the prepared tick fires, in nanoseconds
+// since the origin; the last tick below math.MaxInt64 ends there.
+func (t *timers[T]) subAt(j int) int64 {
+	start, d := (t.ref-1)*t.tick, int64(j+1)*t.prec
+	if start > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return start + d
+}
+
+// nextAt returns when the driver next has work in this shard, in
+// nanoseconds since the origin: at once when timers are due; the earliest
+// occupied sub-slot of the prepared tick; else when the earliest occupied
+// slot starts, or with sub-slots finer than a tick one tick before, so that
+// prepare lays that tick out into sub-slots before any of its timers is due.
+func (t *timers[T]) nextAt() (int64, bool) {
+	if t.heads[dueSlot] != 0 {
+		return t.now * t.tick, true
+	}
+	if occ := t.occupied[subLevel]; occ != 0 {
+		return t.subAt(bits.TrailingZeros64(occ)), true
+	}
+	n, ok := t.nextTick()
+	if !ok {
+		return 0, false
+	}
+	if t.prec < t.tick {
+		n--
+	}
+	if n > (math.MaxInt64-1)/t.tick { // past the last representable time
+		return math.MaxInt64 - 1, true
+	}
+	return n * t.tick, true
+}
+
+// advance processes every tick up to target, and the sub-slots of the
+// prepared tick up to nowNs (nanoseconds since the origin, within tick
+// target or later), and appends the timers due by then to out, freeing their
+// entries. A level-0 slot or sub-slot holds timers of one tick, so it fires
+// without looking at their deadlines; a slot of a coarser level whose range
+// has begun cascades toward finer levels first. fired is stamped on each,
+// origin converts deadlines back to times.
+func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin time.Time) []Expired[T] {
 	for {
 		out = t.fire(dueSlot, out, fired, origin)
-		n, ok := t.next()
+		if t.sub {
+			// Every timer due at ref is in the sub-level and every other
+			// one is due later: fire the sub-slots whose time has come, or
+			// all of them once ref itself is reached.
+			for occ := t.occupied[subLevel]; occ != 0; occ &= occ - 1 {
+				j := bits.TrailingZeros64(occ)
+				if target < t.ref && t.subAt(j) > nowNs {
+					break
+				}
+				t.occupied[subLevel] &^= 1 << j
+				out = t.fire(subLevel*levelSlots+j, out, fired, origin)
+			}
+			if target < t.ref {
+				return out
+			}
+			t.sub, t.now = false, t.ref
+			continue
+		}
+		n, ok := t.nextTick()
 		if !ok || n > target {
 			if target > t.now {
 				// No slot starts in (now, target], so the layout against
@@ -259,25 +323,25 @@ func (t *timers[T]) advance(target int64, out []Expired[T], fired, origin time.T
 			t.cascade(n, lvl, d)
 			continue
 		}
-		if n == t.ref && len(t.stage) > 0 {
-			out = t.warm(d, out)
-		}
 		t.occupied[0] &^= 1 << d
 		out = t.fire(d, out, fired, origin)
 		t.now, t.ref = n, n
-		t.stage = t.stage[:0]
 	}
 }
 
 // prepare does ahead of time the work advance would do at the next tick
 // boundary, now+1, without firing anything: it cascades the coarser slot
-// that starts there (so the boundary itself only hands out a level-0 list),
-// and stages that level-0 list's indices so the boundary can load them in
-// parallel. The driver calls it right after advance, a tick before the
-// boundary. A cascade only moves timers to finer levels, so preparing early
-// cannot fire early.
+// that starts there, and moves that tick's level-0 list into the sub-level,
+// by deadline, so that its timers fire within Precision of their deadlines
+// rather than at the boundary, and the boundary itself has little left to
+// do. The driver calls it right after advance, and wakes a tick before an
+// occupied slot starts so that it is called in time. A cascade only moves
+// timers to finer levels, so preparing early cannot fire early.
 func (t *timers[T]) prepare() {
-	n, ok := t.next()
+	if t.sub {
+		return
+	}
+	n, ok := t.nextTick()
 	if !ok || n != t.now+1 {
 		return
 	}
@@ -286,23 +350,17 @@ func (t *timers[T]) prepare() {
 	}
 	// Laid out against now or against n, the levels are the same when no
 	// coarser slot starts at n, and the cascade made them so when one did.
-	t.ref = n
-	t.stage = t.stage[:0]
-	for i := t.heads[n&levelMask]; i != 0; i = t.at(i).next {
-		t.stage = append(t.stage, i)
+	t.ref, t.sub = n, true
+	d := int(n & levelMask)
+	i := t.heads[d]
+	t.heads[d] = 0
+	t.occupied[0] &^= 1 << d
+	for i != 0 {
+		e := t.at(i)
+		nx := e.next
+		t.link(i, e, n)
+		i = nx
 	}
-}
-
-// warm loads the staged entries of level-0 slot d, which fires next, with
-// independent reads, and grows out for those still in it.
-func (t *timers[T]) warm(d int, out []Expired[T]) []Expired[T] {
-	k := 0
-	for _, i := range t.stage {
-		if t.at(i).slot == uint16(d) {
-			k++
-		}
-	}
-	return slices.Grow(out, k)
 }
 
 // cascade empties slot d of level lvl > 0, which starts at tick n (the
@@ -346,7 +404,7 @@ func (t *timers[T]) drain(out []Pending[T], origin time.Time) []Pending[T] {
 			i = e.next
 		}
 	}
-	t.chunks, t.used, t.free, t.n, t.stage = nil, 0, 0, 0, nil
-	t.occupied, t.heads = [numLevels]uint64{}, [dueSlot + 1]uint32{}
+	t.chunks, t.used, t.free, t.n, t.sub = nil, 0, 0, 0, false
+	t.occupied, t.heads = [subLevel + 1]uint64{}, [dueSlot + 1]uint32{}
 	return out
 }

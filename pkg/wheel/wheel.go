@@ -32,10 +32,21 @@ var (
 
 // Config configures a Wheel. The zero value is valid.
 type Config struct {
-	// Tick is the resolution; default TickDefault. A timer fires at the
-	// first tick boundary at or after its deadline, so lateness is below one
-	// tick plus the driver's wake-up latency when the consumer keeps up.
+	// Tick is the resolution of the levels; default TickDefault. A timer
+	// fires at most one tick after its deadline (plus the driver's wake-up
+	// latency) when the consumer keeps up, and within Precision once its
+	// tick is prepared.
 	Tick time.Duration
+	// Precision is the resolution within a tick. A tick ahead of each
+	// occupied tick the driver lays that tick's timers out by deadline into
+	// Tick/Precision sub-slots and hands each sub-slot out when its end
+	// passes, so a timer scheduled before its tick begins fires within
+	// Precision of its deadline, never before it (a timer scheduled into a
+	// tick already under way joins its sub-slot). It must divide Tick, with
+	// at most 64 sub-slots a tick; Precision equal to Tick fires each tick at
+	// its end. Default: the finest divisor of Tick of at least 1ms, and at
+	// least Tick/64 (1ms for a 10ms tick, Tick itself for the default tick).
+	Precision time.Duration
 	// MaxPending bounds Len: 0 means unlimited; beyond it Schedule returns
 	// ErrFull. The limit is split evenly across shards; a full shard makes
 	// Schedule try the others, so ErrFull means all are full.
@@ -101,9 +112,10 @@ type Wheel[T any] struct {
 	home     sync.Pool
 	homeNext atomic.Uint32
 
-	// nextWake is the tick the driver sleeps until (math.MaxInt64: none);
-	// math.MinInt64 while it scans the shards. A Schedule or Reset earlier
-	// than it wakes the driver through wake.
+	// nextWake is when the driver sleeps until, in nanoseconds since origin
+	// (math.MaxInt64: no timer); scanning while it scans the shards. A
+	// Schedule or Reset that needs the driver earlier, or comes during a
+	// scan, wakes it through wake.
 	nextWake atomic.Int64
 	wake     chan struct{}
 
@@ -164,6 +176,12 @@ func New[T any](cfg Config, onExpire func(batch []Expired[T])) (*Wheel[T], error
 	if cfg.Tick == 0 {
 		cfg.Tick = TickDefault
 	}
+	if cfg.Precision == 0 {
+		cfg.Precision = defaultPrecision(cfg.Tick)
+	}
+	if cfg.Precision < 0 || cfg.Precision > cfg.Tick || cfg.Tick%cfg.Precision != 0 || cfg.Tick/cfg.Precision > levelSlots {
+		return nil, fmt.Errorf("wheel: Precision %v does not divide Tick %v into 1 to %d sub-slots", cfg.Precision, cfg.Tick, levelSlots)
+	}
 	if cfg.Shards == 0 {
 		cfg.Shards = min(MaxShards, 1<<bits.Len(uint(4*runtime.GOMAXPROCS(0)-1)))
 	}
@@ -173,7 +191,7 @@ func New[T any](cfg Config, onExpire func(batch []Expired[T])) (*Wheel[T], error
 	w := &Wheel[T]{
 		clock:    cfg.Clock,
 		origin:   cfg.Clock.Now(),
-		ticks:    newTicks(cfg.Tick),
+		ticks:    newTicks(cfg.Tick, cfg.Precision),
 		shards:   make([]shard[T], cfg.Shards),
 		mask:     uint32(cfg.Shards - 1),
 		wake:     make(chan struct{}, 1),
@@ -196,10 +214,24 @@ func New[T any](cfg Config, onExpire func(batch []Expired[T])) (*Wheel[T], error
 		}
 	}
 	w.home.New = func() any { return &homeShard{w.homeNext.Add(1) - 1} }
-	w.nextWake.Store(math.MinInt64)
+	w.nextWake.Store(scanning)
 	go w.drive()
 	go w.deliver()
 	return w, nil
+}
+
+// scanning is Wheel.nextWake while the driver scans the shards.
+const scanning = math.MinInt64
+
+// defaultPrecision returns the finest divisor of tick into at most
+// levelSlots sub-slots of at least a millisecond, or tick itself.
+func defaultPrecision(tick time.Duration) time.Duration {
+	for n := min(levelSlots, tick/time.Millisecond); n > 1; n-- {
+		if tick%n == 0 {
+			return tick / n
+		}
+	}
+	return tick
 }
 
 // offset converts a deadline to nanoseconds since the wheel's origin. A
@@ -259,15 +291,17 @@ func (w *Wheel[T]) schedule(when int64, v T) (Handle, error) {
 		}
 		s.charged++
 		s.mu.Unlock()
-		w.poke(tick)
+		w.poke(when)
 		return makeHandle(si, i, gen), nil
 	}
 	return 0, ErrFull
 }
 
-// poke wakes the driver when tick is earlier than its planned wake-up.
-func (w *Wheel[T]) poke(tick int64) {
-	if tick < w.nextWake.Load() {
+// poke wakes the driver when a timer due at when (nanoseconds since the
+// origin) may need it before its planned wake-up: the driver must lay a
+// tick out a tick ahead, and fire a sub-slot at its end.
+func (w *Wheel[T]) poke(when int64) {
+	if next := w.nextWake.Load(); next == scanning || when < next || when-next < w.tick {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -308,7 +342,7 @@ func (w *Wheel[T]) Reset(h Handle, deadline time.Time) bool {
 	ok := !s.stopped && s.t.reset(i, gen, when, tick)
 	s.mu.Unlock()
 	if ok {
-		w.poke(tick)
+		w.poke(when)
 	}
 	return ok
 }

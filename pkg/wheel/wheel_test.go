@@ -123,9 +123,77 @@ func newTestWheel(t *testing.T, cfg Config) (*Wheel[int], *fakeClock, *collector
 	return w, clock, col
 }
 
+// expectFired advances clock step by step and checks after each how many
+// timers col has received, waiting for the driver when more are expected.
+func expectFired(t *testing.T, w *Wheel[int], clock *fakeClock, col *collector, total int, steps []fireStep) {
+	t.Helper()
+	start := clock.Now()
+	for _, s := range steps {
+		clock.Advance(s.advance)
+		now := clock.Now()
+		if s.want > 0 {
+			waitFor(t, "expiries", func() bool { return col.len() >= s.want })
+		}
+		if got := col.len(); got != s.want {
+			t.Fatalf("at %v: %d fired, want %d", now.Sub(start), got, s.want)
+		}
+		if got := w.Len(); got != total-s.want {
+			t.Fatalf("at %v: Len = %d, want %d", now.Sub(start), got, total-s.want)
+		}
+	}
+}
+
+// fireStep is a clock advance and the number of timers fired by then.
+type fireStep struct {
+	advance time.Duration
+	want    int
+}
+
+// checkLateness fails for a timer fired before its deadline or max or more
+// after it.
+func checkLateness(t *testing.T, col *collector, max time.Duration) {
+	t.Helper()
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for _, e := range col.got {
+		if e.Fired.Before(e.Deadline) {
+			t.Errorf("timer %d fired early: %v < %v", e.Value, e.Fired, e.Deadline)
+		}
+		if e.Fired.Sub(e.Deadline) >= max {
+			t.Errorf("timer %d fired %v late, want under %v", e.Value, e.Fired.Sub(e.Deadline), max)
+		}
+	}
+}
+
+func TestPrecisionWithinTick(t *testing.T) {
+	t.Parallel()
+	// A 10 ms tick of 1 ms sub-slots (the default Precision for it).
+	w, clock, col := newTestWheel(t, Config{Tick: 10 * time.Millisecond})
+	start := clock.Now()
+	ms := time.Millisecond
+	deadlines := []time.Duration{10*ms + 1, 12*ms + ms/2, 20*ms - 1, 20 * ms, 35 * ms}
+	for i, d := range deadlines {
+		if _, err := w.Schedule(start.Add(d), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectFired(t, w, clock, col, len(deadlines), []fireStep{
+		{10 * ms, 0}, // the driver lays out the tick (10, 20] ms
+		{ms, 1},      // 11 ms: the sub-slot (10, 11] ms
+		{ms, 1},      // 12 ms
+		{ms, 2},      // 13 ms: 12.5 ms
+		{6 * ms, 2},  // 19 ms
+		{ms, 4},      // 20 ms: 20 ms - 1 ns and 20 ms
+		{14 * ms, 4}, // 34 ms
+		{ms, 5},      // 35 ms
+	})
+	checkLateness(t, col, time.Millisecond)
+}
+
 func TestFakeClockFiresAtDeadlineNeverEarly(t *testing.T) {
 	t.Parallel()
-	w, clock, col := newTestWheel(t, Config{Tick: 10 * time.Millisecond})
+	// Precision = Tick: every tick fires whole at its end.
+	w, clock, col := newTestWheel(t, Config{Tick: 10 * time.Millisecond, Precision: 10 * time.Millisecond})
 	start := clock.Now()
 	deadlines := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 10*time.Millisecond + 1, time.Hour, 30 * 24 * time.Hour}
 	for i, d := range deadlines {
@@ -136,10 +204,7 @@ func TestFakeClockFiresAtDeadlineNeverEarly(t *testing.T) {
 	if n := w.Len(); n != len(deadlines) {
 		t.Fatalf("Len = %d, want %d", n, len(deadlines))
 	}
-	steps := []struct {
-		advance time.Duration
-		want    int
-	}{
+	expectFired(t, w, clock, col, len(deadlines), []fireStep{
 		{9 * time.Millisecond, 0},
 		{time.Millisecond, 2},     // t=10ms: the 5 ms and 10 ms timers
 		{9 * time.Millisecond, 2}, // t=19ms: 10ms+1ns waits for the tick at 20 ms
@@ -147,28 +212,8 @@ func TestFakeClockFiresAtDeadlineNeverEarly(t *testing.T) {
 		{time.Hour - 20*time.Millisecond - 1, 3},
 		{1, 4}, // exactly one hour
 		{30*24*time.Hour - time.Hour, 5},
-	}
-	for _, s := range steps {
-		clock.Advance(s.advance)
-		now := clock.Now()
-		if s.want > 0 {
-			waitFor(t, "expiries", func() bool { return col.len() >= s.want })
-		}
-		if got := col.len(); got != s.want {
-			t.Fatalf("at %v: %d fired, want %d", now.Sub(start), got, s.want)
-		}
-		if got := w.Len(); got != len(deadlines)-s.want {
-			t.Fatalf("at %v: Len = %d, want %d", now.Sub(start), got, len(deadlines)-s.want)
-		}
-	}
-	for _, e := range col.got {
-		if e.Fired.Before(e.Deadline) {
-			t.Errorf("timer %d fired early: %v < %v", e.Value, e.Fired, e.Deadline)
-		}
-		if e.Fired.Sub(e.Deadline) >= 10*time.Millisecond {
-			t.Errorf("timer %d fired %v late", e.Value, e.Fired.Sub(e.Deadline))
-		}
-	}
+	})
+	checkLateness(t, col, 10*time.Millisecond)
 }
 
 func TestCancelResetStale(t *testing.T) {
@@ -379,6 +424,10 @@ func TestConfigValidation(t *testing.T) {
 		{"negative max pending", Config{MaxPending: -1}},
 		{"shards not power of two", Config{Shards: 3}},
 		{"too many shards", Config{Shards: 2 * MaxShards}},
+		{"negative precision", Config{Precision: -1}},
+		{"precision above tick", Config{Tick: time.Millisecond, Precision: 2 * time.Millisecond}},
+		{"precision not dividing tick", Config{Tick: 10 * time.Millisecond, Precision: 3 * time.Millisecond}},
+		{"more than 64 sub-slots", Config{Tick: time.Second, Precision: time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -390,5 +439,27 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := New[int](Config{}, nil); err == nil {
 		t.Fatal("New accepted nil onExpire")
+	}
+}
+
+func TestDefaultPrecision(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		tick, want time.Duration
+	}{
+		{time.Millisecond, time.Millisecond},
+		{7, 7},
+		{10 * time.Millisecond, time.Millisecond},
+		{100 * time.Millisecond, 1562500},
+		{time.Second, 15625 * time.Microsecond},
+		{1500 * time.Microsecond, 1500 * time.Microsecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tick.String(), func(t *testing.T) {
+			t.Parallel()
+			if got := defaultPrecision(tt.tick); got != tt.want {
+				t.Fatalf("defaultPrecision(%v) = %v, want %v", tt.tick, got, tt.want)
+			}
+		})
 	}
 }

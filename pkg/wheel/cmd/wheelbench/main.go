@@ -185,35 +185,25 @@ func storm(n int) error {
 	ds := delays(n, time.Second, 3*time.Second)
 	lat := make([]time.Duration, n)
 	deadlines := make([]time.Time, n)
-	var left atomic.Int64
-	left.Store(int64(n))
-	done := make(chan struct{})
-	w, err := wheel.New(wheel.Config{Tick: 10 * time.Millisecond}, func(batch []wheel.Expired[int]) {
-		now := time.Now()
-		for _, e := range batch {
-			lat[e.Value] = now.Sub(deadlines[e.Value])
-		}
-		if left.Add(-int64(len(batch))) == 0 {
-			close(done)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	for i, d := range ds {
-		deadlines[i] = start.Add(d)
-		if _, err := w.Schedule(deadlines[i], i); err != nil {
+	// The wheel as configured by default for a 10 ms tick (1 ms sub-slots),
+	// then with Precision = Tick: each tick fired whole at its end.
+	for _, run := range []struct {
+		name string
+		cfg  wheel.Config
+	}{
+		{"wheel", wheel.Config{Tick: 10 * time.Millisecond}},
+		{"wheel-tick-only", wheel.Config{Tick: 10 * time.Millisecond, Precision: 10 * time.Millisecond}},
+	} {
+		if err := stormWheel(run.cfg, ds, deadlines, lat); err != nil {
 			return err
 		}
+		fmt.Printf("%s storm n=%d tick_ms=10 %s\n", run.name, n, latency(lat))
 	}
-	<-done
-	w.Stop()
-	fmt.Printf("wheel storm n=%d tick_ms=10 %s\n", n, latency(lat))
 
+	var left atomic.Int64
+	done := make(chan struct{})
 	left.Store(int64(n))
-	done = make(chan struct{})
-	start = time.Now()
+	start := time.Now()
 	for i, d := range ds {
 		deadlines[i] = start.Add(d)
 		time.AfterFunc(time.Until(deadlines[i]), func() {
@@ -225,6 +215,36 @@ func storm(n int) error {
 	}
 	<-done
 	fmt.Printf("go-afterfunc storm n=%d tick_ms=none %s\n", n, latency(lat))
+	return nil
+}
+
+// stormWheel schedules the timers due ds from now on a wheel of cfg and
+// records each one's lateness at onExpire in lat.
+func stormWheel(cfg wheel.Config, ds []time.Duration, deadlines []time.Time, lat []time.Duration) error {
+	var left atomic.Int64
+	left.Store(int64(len(ds)))
+	done := make(chan struct{})
+	w, err := wheel.New(cfg, func(batch []wheel.Expired[int]) {
+		now := time.Now()
+		for _, e := range batch {
+			lat[e.Value] = now.Sub(deadlines[e.Value])
+		}
+		if left.Add(-int64(len(batch))) == 0 {
+			close(done)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	start := time.Now()
+	for i, d := range ds {
+		deadlines[i] = start.Add(d)
+		if _, err := w.Schedule(deadlines[i], i); err != nil {
+			return err
+		}
+	}
+	<-done
 	return nil
 }
 
