@@ -103,7 +103,7 @@ type commandWire struct {
 	Schema        *int            `json:"schema"`
 	Kind          CommandKind     `json:"kind"`
 	Key           string          `json:"key"`
-	Version       json.Number     `json:"version"`
+	Version       json.RawMessage `json:"version"`
 	Deadline      *string         `json:"deadline"`
 	FireSubject   string          `json:"fire_subject"`
 	MaxLatenessMs int64           `json:"max_lateness_ms"`
@@ -181,7 +181,7 @@ type expiryWire struct {
 	Schema     *int            `json:"schema"`
 	Outcome    Outcome         `json:"outcome"`
 	Key        string          `json:"key"`
-	Version    json.Number     `json:"version"`
+	Version    json.RawMessage `json:"version"`
 	Deadline   string          `json:"deadline"`
 	FiredAt    string          `json:"fired_at"`
 	LatenessNs int64           `json:"lateness_ns"`
@@ -240,22 +240,25 @@ func ParseTime(field, s string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-func parseVersion(n json.Number) (int64, error) {
-	if n == "" {
+// parseVersion parses the version's raw JSON: an integer literal, not a
+// string holding one (json.Number would accept "1").
+func parseVersion(raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
 		return 0, invalid(ReasonInvalidVersion, "version", "is required")
 	}
-	v, err := strconv.ParseInt(string(n), 10, 64)
+	if raw[0] == '"' {
+		return 0, invalid(ReasonInvalidVersion, "version", "must be a JSON integer, not a string: %s", truncate(string(raw)))
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
-		return 0, invalid(ReasonInvalidVersion, "version", "must be an integer, got %s", truncate(string(n)))
+		return 0, invalid(ReasonInvalidVersion, "version", "must be an integer, got %s", truncate(string(raw)))
 	}
 	return v, nil
 }
 
-// decodeJSON unmarshals one JSON object into v; numbers are kept as
-// json.Number where the wire type asks for it.
+// decodeJSON unmarshals one JSON object into v and rejects trailing data.
 func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
 		return invalid(ReasonMalformed, "", "malformed JSON: %v", err)
 	}
