@@ -243,7 +243,7 @@ func listPendingSQL(prefix bool) string {
 // deadlines, which does not carry the key (to save its bytes): Postgres
 // turns the row comparison into the index condition deadline_ns >= $1 and
 // orders the keys of equal deadlines with an incremental sort, so a page
-// costs its rows plus the rows that tie with its last deadline. A
+// also reads the rows that share the cursor's or its last deadline. A
 // selective key prefix is planned on the primary key instead.
 func (s *Store) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
 	after := int64(math.MinInt64)
