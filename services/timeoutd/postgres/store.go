@@ -34,18 +34,27 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {
-	sub, err := fs.Sub(migrations, "migrations")
+	p, err := provider(db)
 	if err != nil {
-		return fmt.Errorf("load migrations: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
-	if err != nil {
-		return fmt.Errorf("load migrations: %w", err)
+		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
 	return nil
+}
+
+// provider returns a goose provider of the embedded migrations on db.
+func provider(db *sql.DB) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return p, nil
 }
 
 // Store implements timeoutd.Store on a pgxpool.
@@ -60,7 +69,8 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 const applySQL = `
 INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload)
-SELECT * FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::text[], $7::text[], $8::bytea[])
+SELECT v, d, NULLIF(l, 0), p, s, k, f, pl
+FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::text[], $7::text[], $8::bytea[]) AS u(v, d, l, p, s, k, f, pl)
 ON CONFLICT (key) DO UPDATE SET
 	version = EXCLUDED.version, deadline_ns = EXCLUDED.deadline_ns, max_lateness_ms = EXCLUDED.max_lateness_ms,
 	state = EXCLUDED.state, fire_subject = EXCLUDED.fire_subject, payload = EXCLUDED.payload
@@ -68,7 +78,8 @@ WHERE t.version < EXCLUDED.version
 RETURNING key, version, state, deadline_ns`
 
 // Apply implements timeoutd.Store: one INSERT … ON CONFLICT DO UPDATE …
-// WHERE version is newer, over unnest arrays, in its own transaction.
+// WHERE version is newer, over unnest arrays, in its own transaction. A
+// max_lateness_ms of 0 is stored as NULL, which takes no byte of the row.
 func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int, now time.Time) ([]timeoutd.Change, error) {
 	n := len(cmds)
 	versions, deadlines := make([]int64, n), make([]int64, n)
@@ -112,7 +123,7 @@ const fireSQL = `
 UPDATE timeouts t SET state = 2, deadline_ns = $3
 FROM unnest($1::text[], $2::int8[]) AS d(key, version)
 WHERE t.key = d.key COLLATE "C" AND t.version = d.version AND t.state = 0
-RETURNING t.key, t.version, t.part, t.max_lateness_ms, t.fire_subject, t.payload`
+RETURNING t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload`
 
 // Fire implements timeoutd.Store: the conditional update and the outbox
 // insert share one transaction.
@@ -169,10 +180,12 @@ func fireSubject(key string, stored *string) string {
 	return events.OrderCancelSubject(key)
 }
 
+const loadPendingSQL = `SELECT key, version, deadline_ns FROM timeouts
+	WHERE key > $1 AND state = 0 ORDER BY key LIMIT $2`
+
 // LoadPending implements timeoutd.Store with a keyset scan of the primary key.
 func (s *Store) LoadPending(ctx context.Context, afterKey string, limit int) ([]timeoutd.Timeout, error) {
-	rows, err := s.pool.Query(ctx, `SELECT key, version, deadline_ns FROM timeouts
-		WHERE key > $1 AND state = 0 ORDER BY key LIMIT $2`, afterKey, limit)
+	rows, err := s.pool.Query(ctx, loadPendingSQL, afterKey, limit)
 	if err != nil {
 		return nil, fmt.Errorf("load pending: %w", err)
 	}
@@ -189,17 +202,19 @@ func (s *Store) LoadPending(ctx context.Context, afterKey string, limit int) ([]
 	return out, nil
 }
 
+const deleteTombstonesSQL = `DELETE FROM timeouts WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM timeouts WHERE state <> 0 AND deadline_ns < $1 LIMIT $2))`
+
 // DeleteTombstones implements timeoutd.Store.
 func (s *Store) DeleteTombstones(ctx context.Context, before time.Time, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM timeouts WHERE ctid = ANY(ARRAY(
-		SELECT ctid FROM timeouts WHERE state <> 0 AND deadline_ns < $1 LIMIT $2))`, before.UnixNano(), limit)
+	tag, err := s.pool.Exec(ctx, deleteTombstonesSQL, before.UnixNano(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete tombstones: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-const timeoutCols = `key, version, deadline_ns, part, max_lateness_ms, fire_subject, payload`
+const timeoutCols = `key, version, deadline_ns, part, coalesce(max_lateness_ms, 0), fire_subject, payload`
 
 func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	var t timeoutd.Timeout
@@ -213,21 +228,33 @@ func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	return t, err
 }
 
-// ListPending implements timeoutd.Store on the partial (deadline, key) index.
-// A key prefix is a range on the key (the column's collation is "C" and
-// keys are ASCII below 0x7f).
+// listPendingSQL is ListPending's query: $1, $2 the cursor's deadline and
+// key, $3 the limit, $4 the key prefix if prefix. A key prefix is a range
+// on the key (the column's collation is "C" and keys are ASCII below 0x7f).
+func listPendingSQL(prefix bool) string {
+	sql := `SELECT ` + timeoutCols + ` FROM timeouts WHERE state = 0 AND (deadline_ns, key) > ($1, $2)`
+	if prefix {
+		sql += ` AND key >= $4 AND key < $4 || chr(127)`
+	}
+	return sql + ` ORDER BY deadline_ns, key LIMIT $3`
+}
+
+// ListPending implements timeoutd.Store on the partial index of pending
+// deadlines, which does not carry the key (to save its bytes): Postgres
+// turns the row comparison into the index condition deadline_ns >= $1 and
+// orders the keys of equal deadlines with an incremental sort, so a page
+// also reads the rows that share the cursor's or its last deadline. A
+// selective key prefix is planned on the primary key instead.
 func (s *Store) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
 	after := int64(math.MinInt64)
 	if !q.After.Deadline.IsZero() {
 		after = q.After.Deadline.UnixNano()
 	}
-	sql := `SELECT ` + timeoutCols + ` FROM timeouts WHERE state = 0 AND (deadline_ns, key) > ($1, $2)`
 	args := []any{after, q.After.Key, q.Limit}
 	if q.KeyPrefix != "" {
-		sql += ` AND key >= $4 AND key < $4 || chr(127)`
 		args = append(args, q.KeyPrefix)
 	}
-	rows, err := s.pool.Query(ctx, sql+` ORDER BY deadline_ns, key LIMIT $3`, args...)
+	rows, err := s.pool.Query(ctx, listPendingSQL(q.KeyPrefix != ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list pending: %w", err)
 	}
@@ -238,9 +265,11 @@ func (s *Store) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.T
 	return out, nil
 }
 
+const getPendingSQL = `SELECT ` + timeoutCols + ` FROM timeouts WHERE key = $1 AND state = 0`
+
 // GetPending implements timeoutd.Store.
 func (s *Store) GetPending(ctx context.Context, key string) (timeoutd.Timeout, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+timeoutCols+` FROM timeouts WHERE key = $1 AND state = 0`, key)
+	rows, err := s.pool.Query(ctx, getPendingSQL, key)
 	if err != nil {
 		return timeoutd.Timeout{}, fmt.Errorf("get pending: %w", err)
 	}

@@ -1,0 +1,370 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+// newPool returns a pool on a fresh, unmigrated database.
+func newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// newStore returns a Store on a fresh, migrated database.
+func newStore(t *testing.T) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := newPool(t)
+	if err := Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return NewStore(pool), pool
+}
+
+func setCmd(key string, version int64, deadline time.Time, maxLatenessMs int64) events.Command {
+	return events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: key, Version: version,
+		Deadline: deadline, FireSubject: events.OrderCancelSubject(key), MaxLatenessMs: maxLatenessMs}
+}
+
+// listAll pages through ListPending with limit and returns the keys in the
+// order the pages gave them.
+func listAll(t *testing.T, s *Store, prefix string, limit int) []string {
+	t.Helper()
+	var keys []string
+	q := timeoutd.Query{KeyPrefix: prefix, Limit: limit}
+	for {
+		page, err := s.ListPending(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range page {
+			keys = append(keys, p.Key)
+		}
+		if len(page) < limit {
+			return keys
+		}
+		last := page[len(page)-1]
+		q.After = timeoutd.Cursor{Deadline: last.Deadline, Key: last.Key}
+	}
+}
+
+// TestListPendingPagesEveryRowOnce pages through pending rows whose
+// deadlines tie in large groups, between tombstones, and checks every
+// pending row comes exactly once in (deadline, key) order.
+func TestListPendingPagesEveryRowOnce(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	base := time.Now().Add(time.Hour).UTC()
+	type row struct {
+		deadline time.Time
+		key      string
+	}
+	var cmds []events.Command
+	var want []row
+	for i := range 1000 {
+		// 13 distinct deadlines: groups of ~77 ties, larger than a page.
+		d := base.Add(time.Duration(i%13) * time.Millisecond)
+		key := fmt.Sprintf("%c-%d", "ab"[i%2], i)
+		cmds = append(cmds, setCmd(key, 1, d, 0))
+		if i%5 != 0 {
+			want = append(want, row{d, key})
+		}
+	}
+	if _, err := s.Apply(ctx, cmds, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var clears []events.Command
+	for i := 0; i < 1000; i += 5 {
+		clears = append(clears, events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: cmds[i].Key, Version: 2})
+	}
+	if _, err := s.Apply(ctx, clears, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(want, func(a, b row) int { return cmp.Or(a.deadline.Compare(b.deadline), strings.Compare(a.key, b.key)) })
+	for _, tc := range []struct {
+		name   string
+		prefix string
+		limit  int
+	}{
+		{"all, pages smaller than a tie group", "", 7},
+		{"all, pages larger than a tie group", "", 100},
+		{"key prefix", "b-", 9},
+		{"key prefix matching one key", "a-998", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var keys []string
+			for _, w := range want {
+				if strings.HasPrefix(w.key, tc.prefix) {
+					keys = append(keys, w.key)
+				}
+			}
+			if got := listAll(t, s, tc.prefix, tc.limit); !slices.Equal(got, keys) {
+				t.Fatalf("pages gave %d keys, want %d in (deadline, key) order:\ngot  %v\nwant %v", len(got), len(keys), got, keys)
+			}
+		})
+	}
+}
+
+// TestMaxLatenessRoundTrip checks a bound of 0 is stored as NULL (no byte
+// of the row) and every read gives back the bound that was set.
+func TestMaxLatenessRoundTrip(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	d := time.Now().Add(time.Hour).UTC()
+	if _, err := s.Apply(ctx, []events.Command{setCmd("none", 1, d, 0), setCmd("bounded", 1, d, 1500)}, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var nulls int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM timeouts WHERE max_lateness_ms IS NULL`).Scan(&nulls); err != nil {
+		t.Fatal(err)
+	}
+	if nulls != 1 {
+		t.Fatalf("%d rows with a NULL bound, want 1 (the one without a bound)", nulls)
+	}
+	want := map[string]time.Duration{"none": 0, "bounded": 1500 * time.Millisecond}
+	page, err := s.ListPending(ctx, timeoutd.Query{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range page {
+		if p.MaxLateness != want[p.Key] {
+			t.Errorf("ListPending %s: max lateness %v, want %v", p.Key, p.MaxLateness, want[p.Key])
+		}
+		if g, err := s.GetPending(ctx, p.Key); err != nil || g.MaxLateness != want[p.Key] {
+			t.Errorf("GetPending %s: max lateness %v (%v), want %v", p.Key, g.MaxLateness, err, want[p.Key])
+		}
+	}
+	due := []timeoutd.Due{{Key: "none", Version: 1, Deadline: d}, {Key: "bounded", Version: 1, Deadline: d}}
+	fired, err := s.Fire(ctx, due, d, func(t timeoutd.Timeout) outbox.Message {
+		return outbox.Message{Subject: t.FireSubject, MsgID: t.Key, Data: []byte("{}")}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fired) != 2 {
+		t.Fatalf("fired %d, want 2", len(fired))
+	}
+	for _, f := range fired {
+		if f.MaxLateness != want[f.Key] {
+			t.Errorf("Fire %s: max lateness %v, want %v", f.Key, f.MaxLateness, want[f.Key])
+		}
+	}
+}
+
+// explain returns the plan of sql with args, joined on one line, as a
+// prepared statement with a custom plan, or with generic a generic plan:
+// the plan pgx's statement cache may settle on after five executions.
+func explain(t *testing.T, pool *pgxpool.Pool, generic bool, sql string, args ...any) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	mode := "force_custom_plan"
+	if generic {
+		mode = "force_generic_plan"
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "RESET plan_cache_mode")
+	if _, err := conn.Exec(ctx, "PREPARE explained AS "+sql); err != nil {
+		t.Fatalf("prepare %s: %v", sql, err)
+	}
+	defer conn.Exec(ctx, "DEALLOCATE explained")
+	lits := make([]string, len(args))
+	for i, a := range args {
+		lits[i] = literal(a)
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE explained("+strings.Join(lits, ", ")+")")
+	if err != nil {
+		t.Fatalf("explain %s: %v", sql, err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plan {
+		plan[i] = strings.TrimSpace(plan[i])
+	}
+	return strings.Join(plan, " | ")
+}
+
+// literal is v as an SQL literal, for the argument types the store uses.
+func literal(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case []string:
+		lits := make([]string, len(v))
+		for i, s := range v {
+			lits[i] = literal(s)
+		}
+		return "ARRAY[" + strings.Join(lits, ", ") + "]"
+	case []int64:
+		return strings.ReplaceAll(fmt.Sprintf("ARRAY%v", v), " ", ", ")
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// TestQueriesUseIndexes checks, on a table large enough for the planner to
+// weigh a sequential scan (200k pending rows, 50k tombstones), that every
+// read of the store goes through the index meant for it, with custom and
+// with generic plans.
+func TestQueriesUseIndexes(t *testing.T) {
+	t.Parallel()
+	_, pool := newStore(t)
+	ctx := context.Background()
+	now := time.Now().UnixNano()
+	if _, err := pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, part, state, key)
+		SELECT 1, $1::int8 + i::int8 * 1000000, i % 16, CASE WHEN i % 5 = 0 THEN 1 ELSE 0 END, 'order-' || lpad(i::text, 7, '0')
+		FROM generate_series(1, 250000) i`, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE timeouts`); err != nil {
+		t.Fatal(err)
+	}
+	mid := now + 125000*1000000
+	for _, tc := range []struct {
+		name string
+		sql  string
+		args []any
+		// index is the index the custom plan uses; genericIndex the one the
+		// generic plan uses, empty when any index will do (a generic plan
+		// cannot know how selective a key prefix is).
+		index, genericIndex string
+	}{
+		{"ListPending first page", listPendingSQL(false), []any{int64(math.MinInt64), "", 100}, "timeouts_pending", "timeouts_pending"},
+		{"ListPending after a cursor", listPendingSQL(false), []any{mid, "order-0125000", 100}, "timeouts_pending", "timeouts_pending"},
+		{"ListPending wide key prefix", listPendingSQL(true), []any{int64(math.MinInt64), "", 100, "order-"}, "timeouts_pending", ""},
+		{"ListPending narrow key prefix", listPendingSQL(true), []any{int64(math.MinInt64), "", 100, "order-012345"}, "timeouts_pkey", ""},
+		{"LoadPending", loadPendingSQL, []any{"order-0125000", 5000}, "timeouts_pkey", "timeouts_pkey"},
+		{"GetPending", getPendingSQL, []any{"order-0125001"}, "timeouts_pkey", "timeouts_pkey"},
+		{"DeleteTombstones", deleteTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
+		{"Fire", fireSQL, []any{[]string{"order-0125001"}, []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, generic := range []bool{false, true} {
+				plan := explain(t, pool, generic, tc.sql, tc.args...)
+				want := tc.index
+				if generic {
+					want = tc.genericIndex
+				}
+				if strings.Contains(plan, "Seq Scan on timeouts") || !strings.Contains(plan, "Index Scan using "+want) {
+					t.Errorf("generic plan %v does not use index %q: %s", generic, want, plan)
+				}
+			}
+		})
+	}
+}
+
+// TestMigrationOnPopulatedTable applies 00002 to a table written under
+// 00001 and checks the rows read the same, the indexes and storage
+// parameters changed, and the down migration restores 00001's shape.
+func TestMigrationOnPopulatedTable(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	p, err := provider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	d := time.Now().Add(time.Hour).UTC()
+	if _, err := pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, max_lateness_ms, part, state, key)
+		VALUES (1, $1, 0, 0, 0, 'old-none'), (1, $1, 1500, 0, 0, 'old-bounded'), (1, $1, 0, 0, 1, 'old-cleared')`, d.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	shape := func() string {
+		t.Helper()
+		var def, opts, nullable string
+		if err := pool.QueryRow(ctx, `SELECT pg_get_indexdef('timeouts_pending'::regclass),
+			coalesce(array_to_string(c.reloptions, ','), ''), a.is_nullable
+			FROM pg_class c, information_schema.columns a
+			WHERE c.relname = 'timeouts' AND a.table_name = 'timeouts' AND a.column_name = 'max_lateness_ms'`).Scan(&def, &opts, &nullable); err != nil {
+			t.Fatal(err)
+		}
+		return def[strings.Index(def, "("):] + "; " + opts + "; nullable " + nullable
+	}
+	const v1 = "(deadline_ns, key) WHERE (state = 0); fillfactor=90; nullable NO"
+	const v2 = "(deadline_ns) WHERE (state = 0); ; nullable YES"
+	if got := shape(); got != v1 {
+		t.Fatalf("00001: %s, want %s", got, v1)
+	}
+	s := NewStore(pool)
+	check := func(step string) {
+		t.Helper()
+		page, err := s.ListPending(ctx, timeoutd.Query{KeyPrefix: "old-", Limit: 10})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		want := []timeoutd.Timeout{
+			{Key: "old-bounded", Version: 1, Deadline: d, MaxLateness: 1500 * time.Millisecond, FireSubject: events.OrderCancelSubject("old-bounded")},
+			{Key: "old-none", Version: 1, Deadline: d, FireSubject: events.OrderCancelSubject("old-none")},
+		}
+		if len(page) != len(want) {
+			t.Fatalf("%s: listed %+v, want %+v", step, page, want)
+		}
+		for i := range want {
+			g, w := page[i], want[i]
+			if g.Key != w.Key || g.Version != w.Version || !g.Deadline.Equal(w.Deadline) || g.MaxLateness != w.MaxLateness || g.FireSubject != w.FireSubject {
+				t.Errorf("%s: listed %+v, want %+v", step, g, w)
+			}
+		}
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if got := shape(); got != v2 {
+		t.Fatalf("00002: %s, want %s", got, v2)
+	}
+	check("after up")
+	if _, err := s.Apply(ctx, []events.Command{setCmd("new-none", 1, d.Add(time.Second), 0)}, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := shape(); got != v1 {
+		t.Fatalf("down to 00001: %s, want %s", got, v1)
+	}
+	var lateness int
+	if err := pool.QueryRow(ctx, `SELECT max_lateness_ms FROM timeouts WHERE key = 'new-none'`).Scan(&lateness); err != nil || lateness != 0 {
+		t.Fatalf("down to 00001: new-none max_lateness_ms %d (%v), want 0", lateness, err)
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	check("after down and up")
+}
