@@ -106,9 +106,9 @@ func (c *checker) advance(nowNs int64) {
 	c.nowNs = max(c.nowNs, nowNs)
 	target := c.nowNs / c.tick
 	due := target * c.tick
-	if ref := c.t.ref; c.t.sub && target < ref {
+	if st := c.t.subTick; c.t.sub && target < st {
 		// Sub-slots of prec each, counted from the prepared tick's start.
-		start := (ref - 1) * c.tick
+		start := (st - 1) * c.tick
 		due = max(due, min(addSat(start, c.tick), start+(c.nowNs-start)/c.prec*c.prec))
 		if c.nowNs == math.MaxInt64 { // sub-slot ends saturate there
 			due = math.MaxInt64
@@ -140,8 +140,11 @@ func (c *checker) advance(nowNs int64) {
 		c.tb.Fatalf("wheel holds %d timers, model %d", c.t.n, c.m.Len())
 	}
 	// As the driver does: prepare the next tick right after advancing, so
-	// later operations run against a wheel laid out a tick ahead.
+	// later operations run against a wheel laid out a tick ahead, and move
+	// part of a cascade begun ahead of its tick (0 to 3 timers, so that
+	// operations also run while one is under way).
 	c.t.prepare()
+	c.t.cascadeSome(int(c.nowNs % 4))
 	if c.t.n != c.m.Len() {
 		c.tb.Fatalf("after prepare the wheel holds %d timers, model %d", c.t.n, c.m.Len())
 	}

@@ -54,13 +54,20 @@ type timers[T any] struct {
 	now int64 // the last tick processed by advance: every timer due by it fired
 	// ref is the tick the levels are laid out against: now, or now+1 once
 	// prepare (or a cascade in advance) has laid out the next tick ahead of
-	// its boundary.
+	// its boundary, or now+2 while a cascade runs ahead (pend).
 	ref int64
-	// sub is set while ref = now+1 is prepared: every timer due at ref is in
-	// the sub-level, sub-slot j firing at subAt(j), until advance reaches
-	// ref. Otherwise level-0 slot ref&levelMask holds the timers due at ref
-	// (once a cascade has laid it out) and the sub-level is empty.
-	sub bool
+	// sub is set while subTick = now+1 is prepared: every timer due at
+	// subTick is in the sub-level, sub-slot j firing at subAt(j), until
+	// advance reaches subTick; the levels hold only later ticks. Otherwise
+	// the sub-level is empty.
+	sub     bool
+	subTick int64
+	// pend, when not 0, is a coarse slot that starts at ref = subTick+1 and
+	// is being cascaded in parts by cascadeSome while subTick's sub-slots
+	// fire: its list holds the timers not moved yet, and its occupancy bit is
+	// clear so that nextTick does not see it. advance finishes it before it
+	// looks at the levels.
+	pend int
 
 	chunks []*[chunkSize]entry[T] // fixed-size chunks: growth never copies
 	used   uint32                 // highest slab index ever allocated
@@ -181,10 +188,10 @@ func (t *timers[T]) link(i uint32, e *entry[T], tick int64) {
 	s := dueSlot
 	switch {
 	case tick <= t.now:
-	case t.sub && tick == t.ref:
+	case t.sub && tick == t.subTick:
 		// e.when is in (base, base+tick]; sub-slot j ends at base+(j+1)*prec,
 		// at or after it.
-		j := int((e.when - (t.ref-1)*t.tick - 1) / t.prec)
+		j := int((e.when - (t.subTick-1)*t.tick - 1) / t.prec)
 		s = subLevel*levelSlots + j
 		t.occupied[subLevel] |= 1 << j
 	default:
@@ -249,7 +256,7 @@ func (t *timers[T]) lowest() (lvl, d int) {
 // subAt returns when sub-slot j of the prepared tick fires, in nanoseconds
 // since the origin; the last tick below math.MaxInt64 ends there.
 func (t *timers[T]) subAt(j int) int64 {
-	start, d := (t.ref-1)*t.tick, int64(j+1)*t.prec
+	start, d := (t.subTick-1)*t.tick, int64(j+1)*t.prec
 	if start > math.MaxInt64-d {
 		return math.MaxInt64
 	}
@@ -292,21 +299,22 @@ func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin
 	for {
 		out = t.fire(dueSlot, out, fired, origin)
 		if t.sub {
-			// Every timer due at ref is in the sub-level and every other
-			// one is due later: fire the sub-slots whose time has come, or
-			// all of them once ref itself is reached.
+			// Every timer due at subTick is in the sub-level and every
+			// other one is due later: fire the sub-slots whose time has
+			// come, or all of them once subTick itself is reached.
 			for occ := t.occupied[subLevel]; occ != 0; occ &= occ - 1 {
 				j := bits.TrailingZeros64(occ)
-				if target < t.ref && t.subAt(j) > nowNs {
+				if target < t.subTick && t.subAt(j) > nowNs {
 					break
 				}
 				t.occupied[subLevel] &^= 1 << j
 				out = t.fire(subLevel*levelSlots+j, out, fired, origin)
 			}
-			if target < t.ref {
+			if target < t.subTick {
 				return out
 			}
-			t.sub, t.now = false, t.ref
+			t.sub, t.now = false, t.subTick
+			t.cascadeSome(math.MaxInt)
 			continue
 		}
 		n, ok := t.nextTick()
@@ -338,28 +346,38 @@ func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin
 // occupied slot starts so that it is called in time. A cascade only moves
 // timers to finer levels, so preparing early cannot fire early.
 func (t *timers[T]) prepare() {
-	if t.sub {
-		return
+	if !t.sub {
+		n, ok := t.nextTick()
+		if !ok || n != t.now+1 {
+			return
+		}
+		if lvl, d := t.lowest(); lvl > 0 {
+			t.cascade(n, lvl, d)
+		}
+		// Laid out against now or against n, the levels are the same when
+		// no coarser slot starts at n, and the cascade made them so when
+		// one did.
+		t.ref, t.sub, t.subTick = n, true, n
+		d := int(n & levelMask)
+		i := t.heads[d]
+		t.heads[d] = 0
+		t.occupied[0] &^= 1 << d
+		for i != 0 {
+			e := t.at(i)
+			nx := e.next
+			t.link(i, e, n)
+			i = nx
+		}
 	}
-	n, ok := t.nextTick()
-	if !ok || n != t.now+1 {
-		return
-	}
-	if lvl, d := t.lowest(); lvl > 0 {
-		t.cascade(n, lvl, d)
-	}
-	// Laid out against now or against n, the levels are the same when no
-	// coarser slot starts at n, and the cascade made them so when one did.
-	t.ref, t.sub = n, true
-	d := int(n & levelMask)
-	i := t.heads[d]
-	t.heads[d] = 0
-	t.occupied[0] &^= 1 << d
-	for i != 0 {
-		e := t.at(i)
-		nx := e.next
-		t.link(i, e, n)
-		i = nx
+	// With subTick in the sub-level, the levels hold only later ticks: a
+	// coarse slot that starts right after it can be cascaded now, in parts
+	// (cascadeSome), instead of in one piece while its first ticks are due.
+	if t.pend == 0 && t.ref == t.subTick {
+		if n, ok := t.nextTick(); ok && n == t.subTick+1 {
+			if lvl, d := t.lowest(); lvl > 0 {
+				t.begin(n, lvl, d)
+			}
+		}
 	}
 }
 
@@ -368,17 +386,40 @@ func (t *timers[T]) prepare() {
 // relinks its timers against ref n: those due at n go to level-0 slot
 // n&levelMask, the others to finer levels.
 func (t *timers[T]) cascade(n int64, lvl, d int) {
-	s := lvl*levelSlots + d
+	t.now = n - 1
+	t.begin(n, lvl, d)
+	t.cascadeSome(math.MaxInt)
+}
+
+// begin starts the cascade of slot d of level lvl > 0, which starts at tick
+// n: the levels are laid out against n from here on, and cascadeSome moves
+// the slot's timers.
+func (t *timers[T]) begin(n int64, lvl, d int) {
 	t.occupied[lvl] &^= 1 << d
-	t.now, t.ref = n-1, n
-	i := t.heads[s]
-	t.heads[s] = 0
-	for i != 0 {
+	t.ref, t.pend = n, lvl*levelSlots+d
+}
+
+// cascadeSome moves up to k timers of the slot being cascaded to finer
+// levels and reports whether it is done. A timer scheduled meanwhile is
+// linked against the new ref directly; one cancelled leaves the list.
+func (t *timers[T]) cascadeSome(k int) bool {
+	for ; k > 0 && t.pend != 0; k-- {
+		i := t.heads[t.pend]
+		if i == 0 {
+			t.pend = 0
+			break
+		}
 		e := t.at(i)
-		nx := e.next
+		t.heads[t.pend] = e.next
+		if e.next != 0 {
+			t.at(e.next).prev = 0
+		}
 		t.link(i, e, t.tickOf(e.when))
-		i = nx
 	}
+	if t.pend != 0 && t.heads[t.pend] == 0 {
+		t.pend = 0
+	}
+	return t.pend == 0
 }
 
 // fire appends the timers of slot s to out and frees their entries.
@@ -404,7 +445,7 @@ func (t *timers[T]) drain(out []Pending[T], origin time.Time) []Pending[T] {
 			i = e.next
 		}
 	}
-	t.chunks, t.used, t.free, t.n, t.sub = nil, 0, 0, 0, false
+	t.chunks, t.used, t.free, t.n, t.sub, t.pend = nil, 0, 0, 0, false, 0
 	t.occupied, t.heads = [subLevel + 1]uint64{}, [dueSlot + 1]uint32{}
 	return out
 }
