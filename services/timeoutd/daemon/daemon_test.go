@@ -16,6 +16,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+	tjs "github.com/ordertimeout/ordertimeout/services/timeoutd/jetstream"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/postgres"
 )
 
@@ -264,6 +265,63 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
 	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-1")); n != 1 {
 		t.Fatalf("%d events, want 1", n)
+	}
+}
+
+// A process that fetched a batch and died before its commit acked nothing:
+// after AckWait the whole batch is redelivered to the next process, which
+// applies the valid commands, dead-letters the invalid one between them, and
+// acks or terminates each, so none is delivered again.
+func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	cfg := tjs.ConsumerConfig{Durable: tjs.DurableDefault, BatchSize: tjs.BatchSizeDefault, AckWait: time.Second}
+	cons, err := e.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, tjs.ConsumerSettings(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := time.Now().Add(time.Hour)
+	e.publish(t, setCmd("r-1", 1, far))
+	e.publishRaw(t, "timeouts.cmd.r-bad", []byte(`{"kind":`), "bad-r")
+	e.publish(t, setCmd("r-2", 1, far))
+	e.publish(t, clearCmd("r-1", 2))
+	e.publish(t, setCmd("r-3", 1, far))
+	// The dead process: every command delivered, none acked.
+	batch, err := cons.FetchNoWait(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := 0
+	for range batch.Messages() {
+		delivered++
+	}
+	if delivered != 5 {
+		t.Fatalf("fetched %d commands, want 5", delivered)
+	}
+
+	d := e.start(t, func(c *daemon.Config) { c.Consumer.AckWait = time.Second })
+	eventually(t, 10*time.Second, "redelivered batch applied", func() bool { return d.Service().Pending() == 2 })
+	for key, want := range map[string]timeoutd.State{"r-1": timeoutd.StateCleared, "r-2": timeoutd.StatePending, "r-3": timeoutd.StatePending} {
+		if st, _ := e.state(t, key); st != int16(want) {
+			t.Errorf("%s state = %d, want %d", key, st, want)
+		}
+	}
+	if m := e.last(t, events.StreamDeadLetters, events.DeadLetterSubject("timeoutd", events.ReasonMalformed)); m == nil {
+		t.Error("the malformed command was not dead-lettered")
+	}
+	eventually(t, 5*time.Second, "command stream empty", func() bool {
+		s, _ := e.js.Stream(ctx, events.StreamCommands)
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
+	// Each was acked or terminated, so none can be delivered again.
+	eventually(t, 5*time.Second, "no command awaiting an ack", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.NumPending == 0
+	})
+	if got := d.Service().Stats().DeadLettered; got != 1 {
+		t.Errorf("dead-lettered %d, want 1", got)
 	}
 }
 
