@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -258,12 +257,8 @@ func parseVersion(raw json.RawMessage) (int64, error) {
 
 // decodeJSON unmarshals one JSON object into v and rejects trailing data.
 func decodeJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		return invalid(ReasonMalformed, "", "malformed JSON: %v", err)
-	}
-	if dec.More() {
-		return invalid(ReasonMalformed, "", "malformed JSON: trailing data after the object")
 	}
 	return nil
 }
