@@ -51,12 +51,12 @@ type Config struct {
 	// skip rows younger than it, measured from their created_at. Set it
 	// above AckTimeout where the writer hands its committed rows over with
 	// Handoff, so that a poll does not publish again rows still in flight;
-	// the poll then only picks up what a hand-off could not take or failed
-	// to publish. Default 0: claim every row.
+	// the poll then only picks up what a hand-off failed to publish or
+	// delete. Default 0: claim every row.
 	ClaimMinAge time.Duration
 	// HandoffMax bounds the handed-over messages in flight (queued,
-	// published and awaiting PubAck, or awaiting deletion); Handoff refuses
-	// a batch that would exceed it. Default 20,000.
+	// published and awaiting PubAck, or awaiting deletion); Handoff waits
+	// while a batch would exceed it. Default 20,000.
 	HandoffMax int
 	// OnPublished, if set, is called after a batch's deletion committed, with
 	// the messages and the time the last PubAck arrived. It must not block,
@@ -118,8 +118,9 @@ type Relay struct {
 	handoff  chan []Message
 	acking   chan handed
 	mu       sync.Mutex
-	held     int      // messages handed over and not yet settled
-	acked    []handed // acknowledged, awaiting deletion
+	held     int           // messages handed over and not yet settled
+	room     chan struct{} // closed (and replaced) when held decreases
+	acked    []handed      // acknowledged, awaiting deletion
 	toDelete chan struct{}
 }
 
@@ -150,6 +151,7 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Relay, e
 		handoff:   make(chan []Message, cfg.HandoffMax),
 		acking:    make(chan handed, cfg.HandoffMax),
 		toDelete:  make(chan struct{}, 1),
+		room:      make(chan struct{}),
 	}, nil
 }
 
@@ -177,19 +179,28 @@ func (r *Relay) Kick() {
 // Handoff publishes msgs, rows the caller has just committed (their IDs
 // set by InsertReturning), without reading them back: Run publishes them at
 // once, waits for their PubAcks and deletes them in batches off the publish
-// path. It never blocks; it returns false, leaving the rows to the relay's
-// polls, when HandoffMax messages are already in flight. Rows handed over
-// stay in the table until PubAcked, so a crash at any point only
-// republishes them (see ClaimMinAge).
-func (r *Relay) Handoff(msgs []Message) bool {
+// path. It waits while HandoffMax messages are in flight (backpressure:
+// under overload the rows still take the cheap path, not the poll's claim
+// ClaimMinAge later); it returns false, leaving the rows to the relay's
+// polls, only if ctx ends first. Rows handed over stay in the table until
+// PubAcked, so a crash at any point only republishes them.
+func (r *Relay) Handoff(ctx context.Context, msgs []Message) bool {
 	if len(msgs) == 0 {
 		return true
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.held+len(msgs) > r.cfg.HandoffMax {
-		return false
+	// A batch larger than HandoffMax goes alone.
+	for r.held > 0 && r.held+len(msgs) > r.cfg.HandoffMax {
+		room := r.room
+		r.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return false
+		}
+		r.mu.Lock()
 	}
+	defer r.mu.Unlock()
 	r.held += len(msgs)
 	r.handoff <- msgs // cannot block: at most HandoffMax batches are held
 	return true
@@ -462,8 +473,10 @@ func (r *Relay) deleteHandedOver(ctx context.Context) {
 // settle ends the hand-off of a batch of n messages.
 func (r *Relay) settle(n int) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.held -= n
-	r.mu.Unlock()
+	close(r.room)
+	r.room = make(chan struct{})
 }
 
 // Stats describes the backlog of an outbox table.

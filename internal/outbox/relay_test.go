@@ -311,7 +311,7 @@ func TestHandoffPublishesThenDeletes(t *testing.T) {
 	}
 	runRelay(t, relay)
 	for i := range 20 {
-		if !relay.Handoff(e.insertReturning(t, i*100, 100)) {
+		if !relay.Handoff(context.Background(), e.insertReturning(t, i*100, 100)) {
 			t.Fatal("Handoff refused 100 messages with HandoffMax at its default")
 		}
 	}
@@ -339,7 +339,7 @@ func TestHandedOverRowsSurviveACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !dead.Handoff(e.insertReturning(t, 0, 30)) {
+	if !dead.Handoff(context.Background(), e.insertReturning(t, 0, 30)) {
 		t.Fatal("Handoff refused")
 	}
 	if got := e.rows(t); got != 30 {
@@ -358,26 +358,37 @@ func TestHandedOverRowsSurviveACrash(t *testing.T) {
 	}
 }
 
-// TestFullHandoffLeavesRowsToThePoll: beyond HandoffMax a hand-off is
-// refused and the rows go out with the relay's poll once ClaimMinAge old.
-func TestFullHandoffLeavesRowsToThePoll(t *testing.T) {
+// TestFullHandoffWaits: beyond HandoffMax a hand-off waits for room; if its
+// context ends first the rows are left to the relay's poll, which takes them
+// once ClaimMinAge old.
+func TestFullHandoffWaits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{HandoffMax: 5, PollInterval: 10 * time.Millisecond, ClaimMinAge: 200 * time.Millisecond})
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{HandoffMax: 10, PollInterval: 10 * time.Millisecond, ClaimMinAge: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := e.insertReturning(t, 0, 10)
-	if relay.Handoff(msgs) {
-		t.Fatal("Handoff took 10 messages with HandoffMax 5")
+	// Run is not running yet: the first batch stays in flight.
+	if !relay.Handoff(context.Background(), e.insertReturning(t, 0, 8)) {
+		t.Fatal("Handoff refused 8 messages with HandoffMax 10")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if relay.Handoff(ctx, e.insertReturning(t, 8, 5)) {
+		t.Fatal("Handoff took 13 messages with HandoffMax 10")
 	}
 	start := time.Now()
 	runRelay(t, relay)
-	poll(t, "outbox emptied by the poll", func() bool { return e.rows(t) == 0 })
+	// Room comes back as the first batch is published: the next waits, then
+	// goes through.
+	if !relay.Handoff(context.Background(), e.insertReturning(t, 13, 7)) {
+		t.Fatal("Handoff gave up without a deadline")
+	}
+	poll(t, "outbox emptied", func() bool { return e.rows(t) == 0 })
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Fatalf("the poll claimed rows younger than ClaimMinAge (after %s)", took)
 	}
-	if got := e.streamMsgs(t); got != 10 {
-		t.Fatalf("stream holds %d messages, want 10", got)
+	if got := e.streamMsgs(t); got != 20 {
+		t.Fatalf("stream holds %d messages, want 20", got)
 	}
 }

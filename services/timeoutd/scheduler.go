@@ -97,9 +97,7 @@ func (s *Service) fire(due []Due, now time.Time) {
 	s.m.BatchSize("fire", len(due))
 	s.stats.fired.Add(fired)
 	s.stats.missed.Add(missed)
-	if !s.relay.Handoff(msgs) {
-		s.cfg.Logger.Debug("relay hand-off full; the events wait for its poll", "size", len(msgs))
-	}
+	s.relay.Handoff(s.hard, msgs) // false only when killed: the rows stay in the outbox
 }
 
 // requeue puts due back into the schedule to expire at at, skipping keys a

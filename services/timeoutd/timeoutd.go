@@ -155,9 +155,10 @@ type DeadLetterer interface {
 // Relay is the outbox relay (internal/outbox.Relay satisfies it).
 type Relay interface {
 	Run(ctx context.Context) error
-	// Handoff publishes committed outbox rows without reading them back;
-	// false means they were left to the relay's polls.
-	Handoff(msgs []outbox.Message) bool
+	// Handoff publishes committed outbox rows without reading them back,
+	// waiting while too many are in flight; false means ctx ended first
+	// and they were left to the relay's polls.
+	Handoff(ctx context.Context, msgs []outbox.Message) bool
 	Flush(ctx context.Context) (int, error)
 	Stats(ctx context.Context) (outbox.Stats, error)
 }
@@ -205,7 +206,7 @@ const (
 	// FireBatchDefault is the most timeouts fired in one transaction.
 	FireBatchDefault = 5000
 	// FireConcurrencyDefault is the most fire transactions in flight.
-	FireConcurrencyDefault = 4
+	FireConcurrencyDefault = 2
 	// IngestLanesDefault is the number of sub-batches of a command batch
 	// upserted concurrently, split by key partition.
 	IngestLanesDefault = 2

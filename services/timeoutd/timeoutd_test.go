@@ -100,8 +100,8 @@ func (d *fakeDLQ) DeadLetter(_ context.Context, dl events.DeadLetter) error {
 
 type fakeRelay struct{}
 
-func (r *fakeRelay) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (r *fakeRelay) Handoff([]outbox.Message) bool { return true }
+func (r *fakeRelay) Run(ctx context.Context) error                  { <-ctx.Done(); return nil }
+func (r *fakeRelay) Handoff(context.Context, []outbox.Message) bool { return true }
 func (r *fakeRelay) Flush(context.Context) (int, error) {
 	return 0, nil
 }
