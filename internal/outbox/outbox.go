@@ -53,17 +53,26 @@ func InsertReturning(ctx context.Context, tx Querier, table string, msgs []Messa
 	if err != nil {
 		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
 	}
-	// RETURNING's order is not specified: match the rows by msg_id (a
-	// repeated msg_id takes the ids in turn; which copy gets which id does
-	// not matter, they are the same message).
-	at := make(map[string][]int, len(msgs))
-	for i, m := range msgs {
-		at[m.MsgID] = append(at[m.MsgID], i)
-	}
+	// RETURNING's order is not specified, though an insert from unnest
+	// returns the rows in array order: take that order while the msg_ids
+	// agree, and match the rest by msg_id (a repeated msg_id takes the ids
+	// in turn; which copy of the same message gets which id is irrelevant).
+	var at map[string][]int
 	var id int64
 	var msgID string
 	n := 0
 	_, err = pgx.ForEachRow(rows, []any{&id, &msgID}, func() error {
+		if at == nil && n < len(msgs) && msgs[n].MsgID == msgID {
+			msgs[n].ID = id
+			n++
+			return nil
+		}
+		if at == nil {
+			at = make(map[string][]int, len(msgs)-n)
+			for i := n; i < len(msgs); i++ {
+				at[msgs[i].MsgID] = append(at[msgs[i].MsgID], i)
+			}
+		}
 		is := at[msgID]
 		if len(is) == 0 {
 			return fmt.Errorf("unexpected msg_id %q returned", msgID)
