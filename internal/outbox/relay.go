@@ -124,11 +124,12 @@ type Relay struct {
 	toDelete chan struct{}
 }
 
-// handed is a handed-over batch on its way: its PubAck futures, then the
-// time its last PubAck arrived.
+// handed is a handed-over batch on its way: its PubAck futures and the
+// time it was sent, then the time its last PubAck arrived.
 type handed struct {
 	batch   []Message
 	futures []jetstream.PubAckFuture
+	sentAt  time.Time
 	ackedAt time.Time
 }
 
@@ -345,7 +346,7 @@ func (r *Relay) publish(ctx context.Context, batch []Message) (time.Time, error)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return r.await(ctx, batch, futures)
+	return r.await(ctx, time.Now(), batch, futures)
 }
 
 // send publishes batch asynchronously with each message's Nats-Msg-Id.
@@ -363,10 +364,12 @@ func (r *Relay) send(batch []Message) ([]jetstream.PubAckFuture, error) {
 	return futures, nil
 }
 
-// await waits for the PubAcks of batch, at most AckTimeout, and returns the
-// time the last one arrived.
-func (r *Relay) await(ctx context.Context, batch []Message, futures []jetstream.PubAckFuture) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckTimeout)
+// await waits for the PubAcks of batch until AckTimeout after sentAt, and
+// returns the time the last one arrived. The bound runs from the send, not
+// from the wait, so that when a connection drops the batches queued behind
+// a lost one time out together rather than one AckTimeout after another.
+func (r *Relay) await(ctx context.Context, sentAt time.Time, batch []Message, futures []jetstream.PubAckFuture) (time.Time, error) {
+	ctx, cancel := context.WithDeadline(ctx, sentAt.Add(r.cfg.AckTimeout))
 	defer cancel()
 	for i, f := range futures {
 		select {
@@ -388,13 +391,14 @@ func (r *Relay) publishHandedOver(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case batch := <-r.handoff:
+			sentAt := time.Now()
 			futures, err := r.send(batch)
 			if err != nil {
 				r.cfg.Logger.Warn("outbox hand-off publish failed; the rows stay for the relay's polls", "table", r.cfg.Table, "err", err)
 				r.settle(len(batch))
 				continue
 			}
-			r.acking <- handed{batch: batch, futures: futures} // cannot block: as many slots as handoff
+			r.acking <- handed{batch: batch, futures: futures, sentAt: sentAt} // cannot block: as many slots as handoff
 		}
 	}
 }
@@ -407,7 +411,7 @@ func (r *Relay) ackHandedOver(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case h := <-r.acking:
-			at, err := r.await(ctx, h.batch, h.futures)
+			at, err := r.await(ctx, h.sentAt, h.batch, h.futures)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.cfg.Logger.Warn("outbox hand-off not acknowledged; the rows stay for the relay's polls", "table", r.cfg.Table, "err", err)

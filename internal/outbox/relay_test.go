@@ -392,3 +392,35 @@ func TestFullHandoffWaits(t *testing.T) {
 		t.Fatalf("stream holds %d messages, want 20", got)
 	}
 }
+
+// TestHandoffSettlesWhenTheBrokerIsGone: with the broker gone, handed-over
+// batches fail (at the send, or at their PubAck deadline, which runs from
+// the send so that queued batches time out together), room comes back
+// within about one AckTimeout, and every row stays in the table for the
+// polls.
+func TestHandoffSettlesWhenTheBrokerIsGone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{HandoffMax: 20, AckTimeout: 300 * time.Millisecond, ClaimMinAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, relay)
+	timeout := time.Second
+	if err := e.nats.Container.Stop(context.Background(), &timeout); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if !relay.Handoff(context.Background(), e.insertReturning(t, i, 1)) {
+			t.Fatal("Handoff refused with room")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if !relay.Handoff(ctx, e.insertReturning(t, 20, 1)) {
+		t.Fatal("no room within 3s of 20 lost batches with AckTimeout 300ms")
+	}
+	if got := e.rows(t); got != 21 {
+		t.Fatalf("%d rows in the outbox, want all 21 left for the polls", got)
+	}
+}
