@@ -111,7 +111,8 @@ type Config struct {
 	RelayClaimMinAge time.Duration
 	// DuplicateWindow is the streams' duplicate window; default
 	// streams.DuplicateWindowDefault (2m), far above the relay's worst lag
-	// (AckTimeout 5s plus a retry).
+	// (a failed hand-off is republished by a poll after RelayClaimMinAge,
+	// 10s, plus AckTimeout 5s and a retry).
 	DuplicateWindow time.Duration
 	// MemoryLimit is the soft memory limit in bytes
 	// (runtime/debug.SetMemoryLimit) that cmd/timeoutd applies, unless
