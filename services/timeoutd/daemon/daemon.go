@@ -53,7 +53,7 @@ const (
 	// leave outbox rows alone: the fire path hands its committed events
 	// to the relay in memory, and a row is normally published and deleted
 	// within milliseconds; one older than the PubAck timeout (5s) plus a
-	// margin was refused by a full hand-off or failed to publish.
+	// margin failed to be published or deleted and is the poll's to retry.
 	RelayClaimMinAgeDefault = 10 * time.Second
 	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
 	// sets: with about 95 B of live heap per pending timeout, 10M pending
