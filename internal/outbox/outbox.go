@@ -10,6 +10,9 @@ import (
 
 // Message is one outbox row: what to publish, where, under which dedupe id.
 type Message struct {
+	// ID is the row's id: set by InsertReturning and by the relay's claims,
+	// zero for a message not yet inserted.
+	ID      int64
 	Subject string
 	MsgID   string
 	Data    []byte
@@ -20,22 +23,81 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// Querier is what InsertReturning needs of a transaction; pgx.Tx satisfies
+// it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // Insert writes msgs into table within the caller's transaction, in one
 // statement whatever the number of messages. An empty msgs is a no-op.
 func Insert(ctx context.Context, tx Execer, table string, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	sql, args := insertSQL(table, msgs)
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// InsertReturning is Insert that also sets each message's ID, so that the
+// rows can be handed to [Relay.Handoff] once the transaction committed.
+func InsertReturning(ctx context.Context, tx Querier, table string, msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	sql, args := insertSQL(table, msgs)
+	rows, err := tx.Query(ctx, sql+` RETURNING id, msg_id`, args...)
+	if err != nil {
+		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
+	}
+	// RETURNING's order is not specified, though an insert from unnest
+	// returns the rows in array order: take that order while the msg_ids
+	// agree, and match the rest by msg_id (a repeated msg_id takes the ids
+	// in turn; which copy of the same message gets which id is irrelevant).
+	var at map[string][]int
+	var id int64
+	var msgID string
+	n := 0
+	_, err = pgx.ForEachRow(rows, []any{&id, &msgID}, func() error {
+		if at == nil && n < len(msgs) && msgs[n].MsgID == msgID {
+			msgs[n].ID = id
+			n++
+			return nil
+		}
+		if at == nil {
+			at = make(map[string][]int, len(msgs)-n)
+			for i := n; i < len(msgs); i++ {
+				at[msgs[i].MsgID] = append(at[msgs[i].MsgID], i)
+			}
+		}
+		is := at[msgID]
+		if len(is) == 0 {
+			return fmt.Errorf("unexpected msg_id %q returned", msgID)
+		}
+		msgs[is[0]].ID, at[msgID] = id, is[1:]
+		n++
+		return nil
+	})
+	if err == nil && n != len(msgs) {
+		err = fmt.Errorf("%d ids returned", n)
+	}
+	if err != nil {
+		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// insertSQL returns the statement and arguments inserting msgs into table.
+func insertSQL(table string, msgs []Message) (string, []any) {
 	subjects := make([]string, len(msgs))
 	ids := make([]string, len(msgs))
 	data := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		subjects[i], ids[i], data[i] = m.Subject, m.MsgID, m.Data
 	}
-	sql := `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (subject, msg_id, data)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`
-	if _, err := tx.Exec(ctx, sql, subjects, ids, data); err != nil {
-		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
-	}
-	return nil
+	return `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (subject, msg_id, data)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`, []any{subjects, ids, data}
 }

@@ -13,7 +13,11 @@ import (
 // itself. It checks every expired timer against the wall clock (never early:
 // a timer whose deadline has not passed by the wall clock, say because the
 // clock was stepped back, is rescheduled), takes the due ones out of the
-// index and fires them in transactions of at most FireBatch.
+// index and fires them in transactions of at most FireBatch, at most
+// FireConcurrency of them in flight. It returns once the last transaction
+// has started, so while the transactions run the wheel gathers the next
+// batch, and blocks while FireConcurrency are in flight, so that batch
+// grows with the backlog instead of the transactions multiplying.
 func (s *Service) onExpire(batch []wheel.Expired[uint64]) {
 	s.fireMu.Lock()
 	defer s.fireMu.Unlock()
@@ -42,14 +46,28 @@ func (s *Service) onExpire(batch []wheel.Expired[uint64]) {
 	s.sched.mu.Unlock()
 	for len(due) > 0 {
 		n := min(len(due), s.cfg.FireBatch)
-		s.fire(due[:n], now)
+		chunk := due[:n]
 		due = due[n:]
+		s.fireSlots <- struct{}{}
+		// The wall clock was checked at now; a later reading (the wait for
+		// a slot) is a truer fire time, an earlier one (a clock stepped
+		// back) is not used, so firedAt stays at or after every deadline.
+		firedAt := now
+		if t := s.cfg.Now(); t.After(now) {
+			firedAt = t
+		}
+		s.fires.Go(func() {
+			defer func() { <-s.fireSlots }()
+			s.fire(chunk, firedAt)
+		})
 	}
 }
 
 // fire marks due fired and queues their expiry events in one transaction,
-// then kicks the relay. On failure the timeouts go back into the schedule
-// to be retried after RetryDelay (unless a newer command replaced them).
+// then hands the committed events to the relay, which publishes them
+// without reading them back. On failure the timeouts go back into the
+// schedule to be retried after RetryDelay (unless a newer command replaced
+// them).
 func (s *Service) fire(due []Due, now time.Time) {
 	var fired, missed uint64
 	build := func(t Timeout) outbox.Message {
@@ -66,7 +84,7 @@ func (s *Service) fire(due []Due, now time.Time) {
 		return outbox.Message{Subject: subject, MsgID: e.MsgID(), Data: data}
 	}
 	start := time.Now()
-	_, err := s.store.Fire(s.hard, due, now, build)
+	msgs, err := s.store.Fire(s.hard, due, now, build)
 	s.cfg.Logger.Debug("fire batch", "size", len(due), "took", time.Since(start), "behind", time.Since(now))
 	if err != nil {
 		if s.hard.Err() != nil {
@@ -79,7 +97,7 @@ func (s *Service) fire(due []Due, now time.Time) {
 	s.m.BatchSize("fire", len(due))
 	s.stats.fired.Add(fired)
 	s.stats.missed.Add(missed)
-	s.relay.Kick()
+	s.relay.Handoff(s.hard, msgs) // false only when killed: the rows stay in the outbox
 }
 
 // requeue puts due back into the schedule to expire at at, skipping keys a

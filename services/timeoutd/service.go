@@ -41,11 +41,13 @@ type Service struct {
 
 	// hard is the context of every I/O; Kill cancels it, so an in-flight
 	// batch is abandoned as in a crash. Set once by Run.
-	hard     context.Context
-	kill     context.CancelFunc
-	runOnce  sync.Once
-	fireMu   sync.Mutex // held by an onExpire call in progress
-	stopping atomic.Bool
+	hard      context.Context
+	kill      context.CancelFunc
+	runOnce   sync.Once
+	fireMu    sync.Mutex     // held by an onExpire call in progress
+	fireSlots chan struct{}  // one per fire transaction in flight
+	fires     sync.WaitGroup // the fire transactions in flight
+	stopping  atomic.Bool
 }
 
 // New returns a Service; it starts the wheel's goroutines, which Run stops.
@@ -68,7 +70,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Metrics = NopMetrics{}
 	}
 	s := &Service{cfg: cfg, store: d.Store, src: d.Source, dlq: d.DeadLetters, relay: d.Relay, m: d.Metrics,
-		ready: make(chan struct{}), caughtUp: make(chan struct{})}
+		ready: make(chan struct{}), caughtUp: make(chan struct{}), fireSlots: make(chan struct{}, cfg.FireConcurrency)}
 	s.hard, s.kill = context.WithCancel(context.Background())
 	s.stats = newStats(cfg.Recent)
 	s.sched, err = newSchedule(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.onExpire)
@@ -149,8 +151,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.live.Store(false)
 	s.stopping.Store(true)
 	s.sched.stop()
-	s.fireMu.Lock() // waits for a fire transaction in progress
+	s.fireMu.Lock() // waits for an onExpire call starting fire transactions
 	s.fireMu.Unlock()
+	s.fires.Wait() // and for the transactions in flight
 	if hard.Err() != nil {
 		return nil
 	}

@@ -96,8 +96,9 @@ type Store interface {
 	// Fire, in one transaction, marks fired the rows of due still pending at
 	// that version (their tombstone time becomes firedAt), calls build for
 	// each such row and inserts the returned messages into the outbox. It
-	// returns the rows it fired. Rows that changed since are skipped.
-	Fire(ctx context.Context, due []Due, firedAt time.Time, build func(Timeout) outbox.Message) ([]Timeout, error)
+	// returns the messages, committed, with their outbox IDs set. Rows that
+	// changed since are skipped.
+	Fire(ctx context.Context, due []Due, firedAt time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error)
 	// LoadPending returns up to limit pending rows with key > afterKey, in
 	// key order (only Key, Version and Deadline are set).
 	LoadPending(ctx context.Context, afterKey string, limit int) ([]Timeout, error)
@@ -154,7 +155,10 @@ type DeadLetterer interface {
 // Relay is the outbox relay (internal/outbox.Relay satisfies it).
 type Relay interface {
 	Run(ctx context.Context) error
-	Kick()
+	// Handoff publishes committed outbox rows without reading them back,
+	// waiting while too many are in flight; false means ctx ended first
+	// and they were left to the relay's polls.
+	Handoff(ctx context.Context, msgs []outbox.Message) bool
 	Flush(ctx context.Context) (int, error)
 	Stats(ctx context.Context) (outbox.Stats, error)
 }
@@ -201,6 +205,8 @@ const (
 	MaxHorizonDefault = 400 * 24 * time.Hour
 	// FireBatchDefault is the most timeouts fired in one transaction.
 	FireBatchDefault = 5000
+	// FireConcurrencyDefault is the most fire transactions in flight.
+	FireConcurrencyDefault = 2
 	// IngestLanesDefault is the number of sub-batches of a command batch
 	// upserted concurrently, split by key partition.
 	IngestLanesDefault = 2
@@ -249,6 +255,11 @@ type Config struct {
 	// FireBatch is the most timeouts per fire transaction; default
 	// FireBatchDefault.
 	FireBatch int
+	// FireConcurrency is the most fire transactions in flight: the wheel's
+	// next batch is taken while earlier ones commit, so an expiry waits for
+	// its own transaction, not for its predecessors'. Default
+	// FireConcurrencyDefault.
+	FireConcurrency int
 	// RecoveryBatch is the page size of the recovery load; default
 	// RecoveryBatchDefault.
 	RecoveryBatch int
@@ -292,6 +303,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxPending = cmp.Or(c.MaxPending, MaxPendingDefault)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, MaxHorizonDefault)
 	c.FireBatch = cmp.Or(c.FireBatch, FireBatchDefault)
+	c.FireConcurrency = cmp.Or(c.FireConcurrency, FireConcurrencyDefault)
 	c.IngestLanes = cmp.Or(c.IngestLanes, IngestLanesDefault)
 	c.RecoveryBatch = cmp.Or(c.RecoveryBatch, RecoveryBatchDefault)
 	c.OverdueRate = cmp.Or(c.OverdueRate, OverdueRateDefault)
@@ -323,6 +335,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("timeoutd: MaxHorizon must be positive, got %v", c.MaxHorizon)
 	case c.FireBatch < 1:
 		return c, fmt.Errorf("timeoutd: FireBatch must be positive, got %d", c.FireBatch)
+	case c.FireConcurrency < 1 || c.FireConcurrency > 64:
+		return c, fmt.Errorf("timeoutd: FireConcurrency must be in [1, 64], got %d", c.FireConcurrency)
 	case c.IngestLanes < 1 || c.IngestLanes > 64:
 		return c, fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
 	case c.RecoveryBatch < 1:

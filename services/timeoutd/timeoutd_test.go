@@ -39,19 +39,20 @@ func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now t
 	return out, nil
 }
 
-func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]Timeout, error) {
+func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failFire != nil {
 		return nil, f.failFire
 	}
-	var out []Timeout
+	var out []outbox.Message
 	for _, d := range due {
 		t := f.rows[d.Key]
 		t.Key, t.Version, t.Deadline = d.Key, d.Version, d.Deadline
 		t.FireSubject = events.OrderCancelSubject(d.Key)
-		f.built = append(f.built, build(t))
-		out = append(out, t)
+		m := build(t)
+		f.built = append(f.built, m)
+		out = append(out, m)
 	}
 	f.fired = append(f.fired, due...)
 	return out, nil
@@ -97,10 +98,10 @@ func (d *fakeDLQ) DeadLetter(_ context.Context, dl events.DeadLetter) error {
 	return nil
 }
 
-type fakeRelay struct{ kicks int }
+type fakeRelay struct{}
 
-func (r *fakeRelay) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (r *fakeRelay) Kick()                         { r.kicks++ }
+func (r *fakeRelay) Run(ctx context.Context) error                  { <-ctx.Done(); return nil }
+func (r *fakeRelay) Handoff(context.Context, []outbox.Message) bool { return true }
 func (r *fakeRelay) Flush(context.Context) (int, error) {
 	return 0, nil
 }
@@ -206,7 +207,8 @@ func TestDecodeRules(t *testing.T) {
 	}
 }
 
-// expire hands the slot of key to onExpire as the wheel would.
+// expire hands the slot of key to onExpire as the wheel would, and waits
+// for the fire transactions it started.
 func expire(t *testing.T, s *Service, key string) {
 	t.Helper()
 	r, ok := refOf(s, key)
@@ -214,6 +216,7 @@ func expire(t *testing.T, s *Service, key string) {
 		t.Fatalf("%s is not scheduled", key)
 	}
 	s.onExpire([]wheel.Expired[uint64]{{Value: r}})
+	s.fires.Wait()
 }
 
 // refOf returns the current slot reference of key.
@@ -258,6 +261,7 @@ func TestStaleSlotIsSkipped(t *testing.T) {
 	// A clear lands after the wheel cut the timer: the batch is stale.
 	s.apply([]Change{{Key: "k", Version: 2, State: StateCleared}})
 	s.onExpire([]wheel.Expired[uint64]{{Value: old}})
+	s.fires.Wait()
 	if len(st.fired) != 0 {
 		t.Fatalf("a cleared timeout fired: %v", st.fired)
 	}

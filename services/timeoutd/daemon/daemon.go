@@ -49,6 +49,12 @@ const (
 	// with an expiry storm. Expiry events are one per key and version, so
 	// their order across batches does not matter.
 	RelayWorkersDefault = 4
+	// RelayClaimMinAgeDefault is the age below which the relay's polls
+	// leave outbox rows alone: the fire path hands its committed events
+	// to the relay in memory, and a row is normally published and deleted
+	// within milliseconds; one older than the PubAck timeout (5s) plus a
+	// margin failed to be published or deleted and is the poll's to retry.
+	RelayClaimMinAgeDefault = 10 * time.Second
 	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
 	// sets: with about 95 B of live heap per pending timeout, 10M pending
 	// need about 1 GB, and the limit keeps the collector from letting the
@@ -99,9 +105,14 @@ type Config struct {
 	// RelayWorkers is the number of relay batches in flight; default
 	// RelayWorkersDefault.
 	RelayWorkers int
+	// RelayClaimMinAge is the age below which the relay's polls leave
+	// outbox rows to the fire path's hand-off; default
+	// RelayClaimMinAgeDefault. It must exceed the PubAck timeout (5s).
+	RelayClaimMinAge time.Duration
 	// DuplicateWindow is the streams' duplicate window; default
 	// streams.DuplicateWindowDefault (2m), far above the relay's worst lag
-	// (AckTimeout 5s plus a retry).
+	// (a failed hand-off is republished by a poll after RelayClaimMinAge,
+	// 10s, plus AckTimeout 5s and a retry).
 	DuplicateWindow time.Duration
 	// MemoryLimit is the soft memory limit in bytes
 	// (runtime/debug.SetMemoryLimit) that cmd/timeoutd applies, unless
@@ -200,6 +211,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
 	envDuration(getenv, "TIMEOUTD_STATEMENT_TIMEOUT", &c.StatementTimeout, &errs)
 	envDuration(getenv, "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout, &errs)
+	envDuration(getenv, "TIMEOUTD_RELAY_CLAIM_MIN_AGE", &c.RelayClaimMinAge, &errs)
 	if v := getenv("TIMEOUTD_MEMORY_LIMIT"); v != "" {
 		n, err := parseBytes(v)
 		if err != nil {
@@ -214,6 +226,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envInt(getenv, "TIMEOUTD_MAX_PENDING", &c.Service.MaxPending, &errs)
 	envInt(getenv, "TIMEOUTD_PARTITIONS", &c.Service.Partitions, &errs)
 	envInt(getenv, "TIMEOUTD_FIRE_BATCH", &c.Service.FireBatch, &errs)
+	envInt(getenv, "TIMEOUTD_FIRE_CONCURRENCY", &c.Service.FireConcurrency, &errs)
 	envInt(getenv, "TIMEOUTD_OVERDUE_RATE", &c.Service.OverdueRate, &errs)
 	return c, errors.Join(errs...)
 }
@@ -227,6 +240,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, pgparams.IdleInTransactionTimeoutDefault)
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
 	c.RelayWorkers = cmp.Or(c.RelayWorkers, RelayWorkersDefault)
+	c.RelayClaimMinAge = cmp.Or(c.RelayClaimMinAge, RelayClaimMinAgeDefault)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, streams.DuplicateWindowDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -248,6 +262,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("daemon: TIMEOUTD_DB_MAX_CONNS (DBMaxConns) must be at least 2, got %d", c.DBMaxConns)
 	case c.StatementTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_STATEMENT_TIMEOUT (StatementTimeout) must be at least 1ms, got %s", c.StatementTimeout)
+	case c.RelayClaimMinAge <= outbox.AckTimeoutDefault:
+		return c, fmt.Errorf("daemon: TIMEOUTD_RELAY_CLAIM_MIN_AGE (RelayClaimMinAge) must exceed the PubAck timeout %s, got %s", outbox.AckTimeoutDefault, c.RelayClaimMinAge)
 	case c.IdleInTransactionTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}
@@ -300,7 +316,8 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}
-	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending((cfg.RelayWorkers+1)*cfg.RelayBatch))
+	// Room for every poll batch and every handed-over message in flight.
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(cfg.RelayWorkers*cfg.RelayBatch+outbox.HandoffMaxDefault))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -318,6 +335,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	var svc *timeoutd.Service
 	relay, err := outbox.NewRelay(m.pool, js, outbox.Config{
 		Table: postgres.OutboxTable, BatchSize: cfg.RelayBatch, Workers: cfg.RelayWorkers, Logger: cfg.Logger,
+		ClaimMinAge: cfg.RelayClaimMinAge,
 		OnPublished: func(b []outbox.Message, at time.Time) { svc.Published(b, at) },
 	})
 	if err != nil {

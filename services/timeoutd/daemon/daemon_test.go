@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
@@ -377,6 +378,44 @@ func TestCrashBetweenPublishAndOutboxDelete(t *testing.T) {
 	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
 	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-3")); n != 1 {
 		t.Fatalf("%d events, want 1: the republish was not deduplicated by Nats-Msg-Id", n)
+	}
+}
+
+// TestCrashAfterHandoffBeforePublish: the fire transaction commits and hands
+// the event to the relay in memory, NATS is unreachable so it is not
+// published, and the process dies: the row is fired, the event is still in
+// the outbox, and the next process publishes it once.
+func TestCrashAfterHandoffBeforePublish(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.start(t, nil)
+	deadline := time.Now().Add(2 * time.Second)
+	e.publish(t, setCmd("h-1", 1, deadline))
+	eventually(t, 5*time.Second, "pending", func() bool { return first.Service().Pending() == 1 })
+	timeout := time.Second
+	if err := e.nats.Container.Stop(context.Background(), &timeout); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "fired in Postgres with its event in the outbox", func() bool {
+		st, _ := e.state(t, "h-1")
+		return st == int16(timeoutd.StateFired) && e.outboxRows(t) == 1
+	})
+	first.Kill()
+	<-first.done
+	// The restarted container has a new port: connect again.
+	nc, err := nats.Connect(e.nats.Restart(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if e.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, nil) // recovery flushes the outbox before ready
+	e.expiry(t, events.OrderCancelSubject("h-1"), events.OutcomeFired, "h-1", 1, deadline.UTC())
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("h-1")); n != 1 {
+		t.Fatalf("%d events, want 1", n)
 	}
 }
 

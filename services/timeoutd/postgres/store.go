@@ -127,7 +127,7 @@ RETURNING t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subje
 
 // Fire implements timeoutd.Store: the conditional update and the outbox
 // insert share one transaction.
-func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []timeoutd.Timeout, err error) {
+func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []outbox.Message, err error) {
 	keys, versions := make([]string, len(due)), make([]int64, len(due))
 	deadlines := make(map[string]time.Time, len(due))
 	for i, d := range due {
@@ -147,30 +147,28 @@ func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time,
 	if err != nil {
 		return nil, fmt.Errorf("mark fired: %w", err)
 	}
-	fired, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Message, error) {
 		var t timeoutd.Timeout
 		var part int16
 		var lateness int32
 		var subject *string
-		err := r.Scan(&t.Key, &t.Version, &part, &lateness, &subject, &t.Payload)
+		if err := r.Scan(&t.Key, &t.Version, &part, &lateness, &subject, &t.Payload); err != nil {
+			return outbox.Message{}, err
+		}
 		t.Partition, t.MaxLateness, t.State = int(part), time.Duration(lateness)*time.Millisecond, timeoutd.StateFired
 		t.Deadline, t.FireSubject = deadlines[t.Key], fireSubject(t.Key, subject)
-		return t, err
+		return build(t), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mark fired: %w", err)
 	}
-	msgs := make([]outbox.Message, len(fired))
-	for i, t := range fired {
-		msgs[i] = build(t)
-	}
-	if err := outbox.Insert(ctx, tx, OutboxTable, msgs); err != nil {
+	if err := outbox.InsertReturning(ctx, tx, OutboxTable, msgs); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("commit fire: %w", err)
 	}
-	return fired, nil
+	return msgs, nil
 }
 
 func fireSubject(key string, stored *string) string {
