@@ -20,9 +20,10 @@ import (
 // Defaults of Config.
 const (
 	// DuplicateWindowDefault must exceed the outbox relay's worst lag
-	// (AckTimeout plus retries, normally milliseconds) so a republished
-	// batch is dropped by JetStream; beyond it idempotent consumers absorb
-	// the duplicate. Two minutes keeps the dedupe index small at 60k msgs/s.
+	// (normally milliseconds; a failed hand-off waits for a poll after the
+	// relay's ClaimMinAge, 10s in timeoutd, plus AckTimeout and a retry) so
+	// a republished batch is dropped by JetStream; beyond it idempotent
+	// consumers absorb the duplicate. Two minutes keeps the dedupe index small at 60k msgs/s.
 	DuplicateWindowDefault = 2 * time.Minute
 	// MaxAgeDefault is how long expiry and order events stay readable by
 	// late or new consumers.

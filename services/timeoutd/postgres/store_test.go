@@ -159,18 +159,20 @@ func TestMaxLatenessRoundTrip(t *testing.T) {
 		}
 	}
 	due := []timeoutd.Due{{Key: "none", Version: 1, Deadline: d}, {Key: "bounded", Version: 1, Deadline: d}}
-	fired, err := s.Fire(ctx, due, d, func(t timeoutd.Timeout) outbox.Message {
-		return outbox.Message{Subject: t.FireSubject, MsgID: t.Key, Data: []byte("{}")}
+	built := map[string]time.Duration{} // the bound each fired timeout was built with
+	fired, err := s.Fire(ctx, due, d, func(f timeoutd.Timeout) outbox.Message {
+		built[f.Key] = f.MaxLateness
+		return outbox.Message{Subject: f.FireSubject, MsgID: f.Key, Data: []byte("{}")}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fired) != 2 {
-		t.Fatalf("fired %d, want 2", len(fired))
+	if len(fired) != 2 || len(built) != 2 {
+		t.Fatalf("fired %d, built %d, want 2", len(fired), len(built))
 	}
-	for _, f := range fired {
-		if f.MaxLateness != want[f.Key] {
-			t.Errorf("Fire %s: max lateness %v, want %v", f.Key, f.MaxLateness, want[f.Key])
+	for key, got := range built {
+		if got != want[key] {
+			t.Errorf("Fire %s: max lateness %v, want %v", key, got, want[key])
 		}
 	}
 }
