@@ -340,7 +340,7 @@ func TestHostileInputs(t *testing.T) {
 			// reason is the expected dead-letter reason.
 			reason events.Reason
 		}{
-			{"version a word", func(k string) string { return cmd(k, "set", "one", hour, events.OrderCancelSubject(k), "") }, events.ReasonMalformed},
+			{"version a word", func(k string) string { return cmd(k, "set", "one", hour, events.OrderCancelSubject(k), "") }, events.ReasonInvalidVersion},
 			{"negative version", func(k string) string { return cmd(k, "set", -5, hour, events.OrderCancelSubject(k), "") }, events.ReasonInvalidVersion},
 			{"version beyond int64", func(k string) string {
 				return strings.Replace(cmd(k, "set", 1, hour, events.OrderCancelSubject(k), ""), `"version":1`, `"version":99999999999999999999`, 1)
