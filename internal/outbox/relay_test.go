@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,6 +61,15 @@ func newEnv(t *testing.T) env {
 // insert commits n messages t.<i> with ids m-<i>, starting at from.
 func (e env) insert(t *testing.T, from, n int) {
 	t.Helper()
+	e.commit(t, from, n, func(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
+		return outbox.Insert(ctx, tx, outbox.TableDefault, msgs)
+	})
+}
+
+// commit builds n messages t.<i> with ids m-<i>, starting at from, writes
+// them with write in one transaction, commits it and returns them.
+func (e env) commit(t *testing.T, from, n int, write func(context.Context, pgx.Tx, []outbox.Message) error) []outbox.Message {
+	t.Helper()
 	ctx := context.Background()
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {
@@ -70,12 +80,13 @@ func (e env) insert(t *testing.T, from, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.Insert(ctx, tx, outbox.TableDefault, msgs); err != nil {
+	if err := write(ctx, tx, msgs); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return msgs
 }
 
 func (e env) streamMsgs(t *testing.T) uint64 {
@@ -232,22 +243,10 @@ func TestWorkersPublishEveryRowOnce(t *testing.T) {
 // row ids.
 func (e env) insertReturning(t *testing.T, from, n int) []outbox.Message {
 	t.Helper()
+	msgs := e.commit(t, from, n, func(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
+		return outbox.InsertReturning(ctx, tx, outbox.TableDefault, msgs)
+	})
 	ctx := context.Background()
-	msgs := make([]outbox.Message, n)
-	for i := range msgs {
-		k := from + i
-		msgs[i] = outbox.Message{Subject: fmt.Sprintf("t.%d", k), MsgID: fmt.Sprintf("m-%d", k), Data: []byte(fmt.Sprint(k))}
-	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.InsertReturning(ctx, tx, outbox.TableDefault, msgs); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var sum int64
 	if err := e.pool.QueryRow(ctx, "SELECT coalesce(sum(id), 0) FROM outbox WHERE msg_id = ANY($1)", msgIDs(msgs)).Scan(&sum); err != nil {
 		t.Fatal(err)
