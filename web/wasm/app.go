@@ -51,6 +51,8 @@ type app struct {
 	rows                                       []*row
 	opHead, opStatus                           js.Value // the actions column's header, the operator status line
 	opText                                     text
+	tokenForm, tokenInput, tokenCancel         js.Value // asks for the operator token (a password field)
+	tokenWait                                  func(token string)
 	opOK                                       attr
 	footer                                     text
 	hist, lat                                  js.Value
@@ -133,6 +135,13 @@ func (ap *app) mount() {
 	ap.opHead = h(d, "th", a("scope", "col", "class", "ops"), "Actions")
 	ap.opStatus = h(d, "p", a("id", "op-status", "class", "op-status", "role", "status", "aria-live", "polite"))
 	ap.opText.el, ap.opOK = ap.opStatus, attr{el: ap.opStatus, name: "data-ok"}
+	ap.tokenInput = h(d, "input", a("id", "token-input", "type", "password", "autocomplete", "off",
+		"spellcheck", "false", "required", ""))
+	ap.tokenCancel = h(d, "button", a("id", "token-cancel", "type", "button"), "Cancel")
+	ap.tokenForm = h(d, "form", a("id", "token-form", "class", "token-form", "aria-label", "Operator token"),
+		h(d, "label", a("for", "token-input"), view.TokenPrompt), ap.tokenInput,
+		h(d, "button", a("type", "submit"), "Use token"), ap.tokenCancel)
+	ap.tokenForm.Set("hidden", true)
 	ap.form = h(d, "form", a("class", "search", "role", "search"),
 		h(d, "label", a("for", "search"), "Search by order id"), ap.search)
 	pending := h(d, "section", a("class", "card pending", "aria-labelledby", "pending-h"),
@@ -148,6 +157,7 @@ func (ap *app) mount() {
 					ap.opHead)),
 				ap.tbody)),
 		ap.opStatus,
+		ap.tokenForm,
 		h(d, "nav", a("class", "pager", "aria-label", "Pages of pending timeouts"), ap.prev, pagerEl, ap.next, ap.live))
 
 	ap.hist = s(d, "svg", a("id", "hist", "role", "img", "aria-labelledby", "hist-h",
@@ -205,6 +215,11 @@ func (ap *app) start() {
 		listen(ap.prev, "click", func(js.Value) { ap.load(ap.state.Browse.Prev()) }),
 		listen(ap.next, "click", func(js.Value) { ap.load(ap.state.Browse.Next()) }),
 		listen(ap.tbody, "click", ap.onRowClick),
+		listen(ap.tokenForm, "submit", func(ev js.Value) {
+			ev.Call("preventDefault")
+			ap.tokenGiven(ap.tokenInput.Get("value").String())
+		}),
+		listen(ap.tokenCancel, "click", func(js.Value) { ap.tokenGiven("") }),
 		listen(ap.live, "click", func(js.Value) {
 			ap.search.Set("value", "")
 			ap.state.Browse.Live()
@@ -359,11 +374,18 @@ func (ap *app) operate(act view.Action, key string) {
 		ap.opStatusSet(act.NotSent(key, err.Error()), false)
 		return
 	}
-	token := ap.operatorToken()
-	if token == "" {
-		ap.opStatusSet(act.NotSent(key, "no operator token"), false)
-		return
-	}
+	ap.withToken(act, key, func(token string) {
+		if token == "" {
+			ap.opStatusSet(act.NotSent(key, "no operator token"), false)
+			return
+		}
+		ap.send(act, key, req, token)
+	})
+}
+
+// send sends the operator action's request with the operator token and
+// shows the outcome in the status line.
+func (ap *app) send(act view.Action, key string, req view.ActionRequest, token string) {
 	headers := js.Global().Get("Object").New()
 	headers.Set("Accept", "application/json, application/problem+json")
 	headers.Set("Authorization", "Bearer "+token)
@@ -389,22 +411,38 @@ func (ap *app) operate(act view.Action, key string) {
 	}, func(js.Value) { done(0, "") })
 }
 
-// operatorToken returns the operator token kept in sessionStorage, asking
-// for it (once per tab) when there is none; "" when the operator gives none.
-func (ap *app) operatorToken() string {
-	store := ap.win.Get("sessionStorage")
-	if v := store.Call("getItem", view.TokenStorageKey); !v.IsNull() && v.String() != "" {
-		return v.String()
+// withToken calls then with the operator token kept in sessionStorage, or
+// asks for it (once per tab) in the token form, a password field, and
+// calls then with the answer ("" when the operator gives none). A later
+// action asking while the form is open takes the form over.
+func (ap *app) withToken(act view.Action, key string, then func(token string)) {
+	if v := ap.win.Get("sessionStorage").Call("getItem", view.TokenStorageKey); !v.IsNull() && v.String() != "" {
+		then(v.String())
+		return
 	}
-	ans := ap.win.Call("prompt", view.TokenPrompt)
-	if ans.IsNull() || ans.IsUndefined() {
-		return ""
+	ap.tokenWait = then
+	ap.opStatusSet(act.NeedsToken(key), false)
+	ap.tokenForm.Set("hidden", false)
+	if focus := ap.tokenInput.Get("focus"); focus.Type() == js.TypeFunction {
+		ap.tokenInput.Call("focus")
 	}
-	token := strings.TrimSpace(ans.String())
+}
+
+// tokenGiven closes the token form with the operator's answer, keeps a
+// non-empty token in sessionStorage and resumes the waiting action.
+func (ap *app) tokenGiven(answer string) {
+	ap.tokenInput.Set("value", "")
+	ap.tokenForm.Set("hidden", true)
+	then := ap.tokenWait
+	ap.tokenWait = nil
+	if then == nil {
+		return
+	}
+	token := strings.TrimSpace(answer)
 	if token != "" {
-		store.Call("setItem", view.TokenStorageKey, token)
+		ap.win.Get("sessionStorage").Call("setItem", view.TokenStorageKey, token)
 	}
-	return token
+	then(token)
 }
 
 // opStatusSet shows msg in the operator status line.

@@ -409,14 +409,16 @@ func TestOperatorActions(t *testing.T) {
 		name       string
 		key        string
 		action     view.Action
-		answers    []any
+		answers    []any  // to confirm and prompt
+		asked      bool   // the token form is expected
+		token      string // typed into it ("" cancels it)
 		wantStatus string
 		wantReq    string // the last request; empty: none was sent
 		wantToken  string // sessionStorage's token afterwards
 	}{
 		{name: "cancel not confirmed", key: "o-1", action: view.Cancel, answers: []any{false},
 			wantStatus: "Cancel o-1 not sent: not confirmed"},
-		{name: "cancel confirmed asks for the token", key: "o-1", action: view.Cancel, answers: []any{true, " op-secret "},
+		{name: "cancel confirmed asks for the token", key: "o-1", action: view.Cancel, answers: []any{true}, asked: true, token: " op-secret ",
 			wantStatus: "Order o-1 cancelled", wantReq: "POST /api/v1/orders/o-1/cancel|Bearer op-secret||", wantToken: "op-secret"},
 		{name: "extend reuses the token and shows the problem", key: "o-2", action: view.Extend, answers: []any{"2h"},
 			wantStatus: "Extend o-2 failed: timeoutd answered 409: order o-2 is paid",
@@ -426,9 +428,9 @@ func TestOperatorActions(t *testing.T) {
 		{name: "a refused token is forgotten", key: "o-2", action: view.Cancel, answers: []any{true},
 			wantStatus: "Cancel o-2 failed: the operator token was refused; it will be asked again",
 			wantReq:    "POST /api/v1/orders/o-2/cancel|Bearer op-secret||"},
-		{name: "no token given", key: "o-2", action: view.Cancel, answers: []any{true},
+		{name: "no token given", key: "o-2", action: view.Cancel, answers: []any{true}, asked: true,
 			wantStatus: "Cancel o-2 not sent: no operator token"},
-		{name: "unreachable", key: "o-1", action: view.Extend, answers: []any{"15m", "tok-2"},
+		{name: "unreachable", key: "o-1", action: view.Extend, answers: []any{"15m"}, asked: true, token: "tok-2",
 			wantStatus: "Extend o-1 failed: timeoutd is unreachable",
 			wantReq:    `POST /api/v1/orders/o-1/extend|Bearer tok-2|application/json|{"pay_within":"15m"}`, wantToken: "tok-2"},
 	}
@@ -437,6 +439,27 @@ func TestOperatorActions(t *testing.T) {
 			_, before := lastRequest()
 			answer(st.answers...)
 			button(t, st.key, st.action).Call("click")
+			form := byID(t, "token-form")
+			if shown := !form.Get("hidden").Bool(); shown != st.asked {
+				t.Fatalf("token form shown = %v, want %v", shown, st.asked)
+			}
+			if st.asked {
+				if got, want := status(), st.action.NeedsToken(st.key); got != want {
+					t.Errorf("status while asking = %q, want %q", got, want)
+				}
+				if typ := byID(t, "token-input").Call("getAttribute", "type").String(); typ != "password" {
+					t.Errorf("token field type = %q, want password", typ)
+				}
+				if st.token == "" {
+					byID(t, "token-cancel").Call("click")
+				} else {
+					byID(t, "token-input").Set("value", st.token)
+					form.Call("dispatch", "submit")
+				}
+				if !form.Get("hidden").Bool() || byID(t, "token-input").Get("value").String() != "" {
+					t.Error("the token form stayed open or kept the token")
+				}
+			}
 			eventually(t, "status "+st.wantStatus, func() bool { return status() == st.wantStatus })
 			got, after := lastRequest()
 			switch {

@@ -28,8 +28,8 @@ const (
 	// TokenStorageKey is the sessionStorage key of the operator token: it
 	// lives as long as the tab, never in localStorage or a URL.
 	TokenStorageKey = "ordertimeout.operator-token"
-	// TokenPrompt is the question asking for the operator token.
-	TokenPrompt = "Operator token (kept in this tab only):"
+	// TokenPrompt labels the password field asking for the operator token.
+	TokenPrompt = "Operator token (kept in this tab only)"
 )
 
 // OperatorEnabled reports whether the pending rows offer operator actions.
@@ -62,6 +62,12 @@ func (a Action) Question(key string) string {
 
 // Sending is the status line while a's request on key is in flight.
 func (a Action) Sending(key string) string { return a.Label() + " " + key + ": sending…" }
+
+// NeedsToken is the status line while the token form waits for the
+// operator token that a on key needs.
+func (a Action) NeedsToken(key string) string {
+	return a.Label() + " " + key + ": enter the operator token to send it"
+}
 
 // NotSent is the status line when the operator gave up before a was sent
 // (why says how).
