@@ -22,7 +22,9 @@ const dashboardAppearBound = 2 * time.Second
 // and after their deadline they leave the pending list and show in the
 // expiry feed; paging and search go through timeoutd's cursor and key
 // filter; the histogram follows; when timeoutd is killed the page shows
-// "reconnecting" and, once timeoutd is back, resyncs. The test runs on a
+// "reconnecting" and, once timeoutd is back, resyncs; the operator cancels
+// an order from the page, typing the token into its password field. The
+// test runs on a
 // stack of its own, so the lists hold only its orders, and saves a
 // screenshot (build/screenshots/dashboard-e2e.png, copied to
 // docs/dashboard.png).
@@ -137,6 +139,26 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 	t.Logf("dashboard live again with the new order %s after timeoutd's restart", time.Since(restarted).Round(time.Millisecond))
 	browsertest.Do(t, ctx, 5*time.Second, "search the new order", chromedp.SendKeys(chromedp.ID("search"), late.ID))
 	browsertest.Poll(t, ctx, 3*time.Second, "the new order", rowOf("pending-rows", late.ID)+" !== null")
+
+	// The operator cancels it from the page: the confirmation (answered
+	// here, it is the browser's own dialog), then the token, asked once in
+	// a password field, then the request through timeoutd to the orders
+	// API; the order leaves the pending list and is cancelled.
+	browsertest.Eval[bool](t, ctx, `window.confirm = () => true; sessionStorage.clear(); true`)
+	browsertest.Do(t, ctx, 5*time.Second, "click Cancel", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#pending-rows tr[data-key='%s'] button[data-action="cancel"]`, late.ID))))
+	browsertest.Poll(t, ctx, 3*time.Second, "the token form", `!document.getElementById("token-form").hidden && document.getElementById("token-input").type === "password"`)
+	browsertest.Do(t, ctx, 5*time.Second, "type the operator token",
+		chromedp.SendKeys(chromedp.ID("token-input"), operatorToken),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	browsertest.Poll(t, ctx, 5*time.Second, "the cancel's outcome",
+		`document.getElementById("op-status").textContent === "Order `+late.ID+` cancelled" && document.getElementById("token-form").hidden`)
+	browsertest.Poll(t, ctx, 8*time.Second, late.ID+" to leave the pending list", rowOf("pending-rows", late.ID)+" === null")
+	if got, err := cl.Get(t.Context(), late.ID); err != nil || got.Status != "cancelled" {
+		t.Errorf("order %s after the dashboard's cancel: %+v, %v; want cancelled", late.ID, got, err)
+	}
+	if stored := browsertest.Eval[string](t, ctx, `sessionStorage.getItem("ordertimeout.operator-token") ?? ""`); stored != operatorToken {
+		t.Errorf("sessionStorage token %q, want the one typed", stored)
+	}
 }
 
 // rowOf is a JS expression of the row of order id in the table body tbody.
