@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"path/filepath"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type timeoutdWorkload struct {
 	cancelSample int
 	cancelConc   int
 	steps        map[string]bool
+	uuidKeys     bool
 }
 
 // stepsFlag is the set of -steps.
@@ -65,6 +67,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.DurationVar(&w.stormGrace, "storm-grace", 2*time.Minute, "a storm gives up on events still missing this long after its last deadline")
 	fs.DurationVar(&w.readyTimeout, "ready-timeout", timeoutdbench.ReadyTimeoutDefault, "how long timeoutd may take from exec to /readyz (recovery)")
 	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
+	fs.BoolVar(&w.uuidKeys, "uuid-keys", false, "36-character time-ordered UUIDv7 keys, like the orders service's ids, instead of short <prefix>-<i> keys")
 	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:10ms/50ms",
 		"River storm runs, comma-separated mode:FetchCooldown/FetchPollInterval; mode available (due jobs fetched directly) or scheduled (River's job scheduler)")
 	fs.IntVar(&w.riverWorkers, "river-workers", riverbench.WorkersDefault, "River storm MaxWorkers")
@@ -73,16 +76,35 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	return w
 }
 
-// spread returns n keys "<prefix>-<i>" and deadlines uniformly spread over
-// span from start.
-func spread(prefix string, n int, start time.Time, span time.Duration) ([]string, []time.Time) {
+// spread returns n keys and deadlines uniformly spread over span from
+// start: keys "<prefix>-<i>", or with uuid time-ordered UUIDv7 strings
+// unique to (prefix, i).
+func spread(prefix string, n int, start time.Time, span time.Duration, uuid bool) ([]string, []time.Time) {
 	keys := make([]string, n)
 	deadlines := make([]time.Time, n)
 	for i := range n {
-		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+		if uuid {
+			keys[i] = uuidKey(prefix, i, start)
+		} else {
+			keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+		}
 		deadlines[i] = start.Add(time.Duration(int64(span) * int64(i) / int64(n))).UTC()
 	}
 	return keys, deadlines
+}
+
+// uuidKey returns a UUIDv7 whose timestamp advances a millisecond every 50
+// keys from base (order ids created at 50k/s) and whose random bits hold a
+// hash of prefix and i itself, so keys are unique to (prefix, i).
+func uuidKey(prefix string, i int, base time.Time) string {
+	h := fnv.New64a()
+	h.Write([]byte(prefix))
+	sum := h.Sum64()
+	ms := uint64(base.UnixMilli()) + uint64(i/50)
+	randA := sum & 0xfff
+	randB := (sum>>12)&0x3fffffff<<32 | uint64(uint32(i)) // 62 bits
+	return fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16&0xffffffff, ms&0xffff, randA,
+		0x8000|randB>>48&0x3fff, randB&0xffffffffffff)
 }
 
 func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Report) error {
@@ -95,7 +117,7 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	run := time.Now().Unix()
 	// Far-future deadlines: nothing fires while ingest, bytes and recovery
 	// are measured.
-	keys, deadlines := spread(fmt.Sprintf("k%d", run), w.n, time.Now().Add(2*time.Hour), time.Hour)
+	keys, deadlines := spread(fmt.Sprintf("k%d", run), w.n, time.Now().Add(2*time.Hour), time.Hour, w.uuidKeys)
 	// A peer that fails is reported and the next one still runs.
 	var errs []error
 	for _, peer := range strings.Split(w.peers, ",") {
@@ -116,7 +138,7 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 }
 
 func (w *timeoutdWorkload) stormKeys(peer string) ([]string, []time.Time) {
-	return spread(fmt.Sprintf("s%d%s", time.Now().Unix(), peer), w.stormN, time.Now().Add(w.stormLead), w.stormSpan)
+	return spread(fmt.Sprintf("s%d%s", time.Now().Unix(), peer), w.stormN, time.Now().Add(w.stormLead), w.stormSpan, w.uuidKeys)
 }
 
 func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness.Report, in *infra, keys []string, deadlines []time.Time) error {

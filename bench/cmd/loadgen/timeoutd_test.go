@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -14,15 +15,17 @@ func TestSpread(t *testing.T) {
 		name string
 		n    int
 		span time.Duration
+		uuid bool
 	}{
-		{"one", 1, 10 * time.Second},
-		{"storm", 200_000, 10 * time.Second},
-		{"uneven", 7, time.Second},
+		{"one", 1, 10 * time.Second, false},
+		{"storm", 200_000, 10 * time.Second, false},
+		{"uneven", 7, time.Second, false},
+		{"uuid storm", 200_000, 10 * time.Second, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			keys, deadlines := spread("s1", tt.n, start, tt.span)
+			keys, deadlines := spread("s1", tt.n, start, tt.span, tt.uuid)
 			if len(keys) != tt.n || len(deadlines) != tt.n {
 				t.Fatalf("got %d keys, %d deadlines, want %d", len(keys), len(deadlines), tt.n)
 			}
@@ -33,6 +36,12 @@ func TestSpread(t *testing.T) {
 			for i := range tt.n {
 				if !events.ValidKey(keys[i]) || seen[keys[i]] {
 					t.Fatalf("key %q invalid or repeated", keys[i])
+				}
+				if tt.uuid && (len(keys[i]) != 36 || keys[i][14] != '7' || !strings.ContainsRune("89ab", rune(keys[i][19]))) {
+					t.Fatalf("key %q is not a UUIDv7", keys[i])
+				}
+				if tt.uuid && i > 0 && keys[i] < keys[i-1] && keys[i][:13] == keys[i-1][:13] {
+					t.Fatalf("key %q sorts before its predecessor %q in the same millisecond", keys[i], keys[i-1])
 				}
 				seen[keys[i]] = true
 				if i > 0 && deadlines[i].Before(deadlines[i-1]) {
