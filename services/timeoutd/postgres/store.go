@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,7 +82,11 @@ RETURNING key, version, state, deadline_ns`
 // Apply implements timeoutd.Store: one INSERT … ON CONFLICT DO UPDATE …
 // WHERE version is newer, over unnest arrays, in its own transaction. A
 // max_lateness_ms of 0 is stored as NULL, which takes no byte of the row.
+// The rows go in key order, so the upsert locks them in the order Fire
+// does and the two never deadlock.
 func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int, now time.Time) ([]timeoutd.Change, error) {
+	cmds = slices.Clone(cmds)
+	slices.SortFunc(cmds, func(a, b events.Command) int { return strings.Compare(a.Key, b.Key) })
 	n := len(cmds)
 	versions, deadlines := make([]int64, n), make([]int64, n)
 	lateness, parts, states := make([]int32, n), make([]int16, n), make([]int16, n)
@@ -119,10 +125,19 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 	return changes, nil
 }
 
+// fireSQL locks the due rows still pending at their version in key order
+// (the order Apply's upsert takes them in, so the two cannot deadlock),
+// then marks them fired.
 const fireSQL = `
+WITH locked AS (
+	SELECT t.key FROM timeouts t
+	JOIN unnest($1::text[], $2::int8[]) AS d(key, version) ON t.key = d.key COLLATE "C" AND t.version = d.version
+	WHERE t.state = 0
+	ORDER BY t.key
+	FOR UPDATE OF t)
 UPDATE timeouts t SET state = 2, deadline_ns = $3
-FROM unnest($1::text[], $2::int8[]) AS d(key, version)
-WHERE t.key = d.key COLLATE "C" AND t.version = d.version AND t.state = 0
+FROM locked
+WHERE t.key = locked.key AND t.state = 0
 RETURNING t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload`
 
 // Fire implements timeoutd.Store: the conditional update and the outbox

@@ -370,3 +370,55 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	}
 	check("after down and up")
 }
+
+// TestFireAndApplyDoNotDeadlock: a fire transaction and an ingest upsert
+// over the same keys, given in opposite orders, run at once round after
+// round: both lock rows in key order, so neither fails with a deadlock (a
+// deadlock costs deadlock_timeout, 1 s, and a retry; under load that piled
+// up into minutes of lag in a long soak).
+func TestFireAndApplyDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	const n = 300
+	deadline := time.Now().Add(time.Hour)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("dl-%03d", i)
+	}
+	set := func(version int64, order []string) []events.Command {
+		cmds := make([]events.Command, len(order))
+		for i, k := range order {
+			cmds[i] = setCmd(k, version, deadline, 0)
+		}
+		return cmds
+	}
+	reversed := slices.Clone(keys)
+	slices.Reverse(reversed)
+	build := func(f timeoutd.Timeout) outbox.Message {
+		return outbox.Message{Subject: f.FireSubject, MsgID: fmt.Sprintf("%s:%d", f.Key, f.Version), Data: []byte("{}")}
+	}
+	for round := int64(1); round <= 15; round++ {
+		if _, err := s.Apply(ctx, set(2*round-1, keys), 1, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		due := make([]timeoutd.Due, n)
+		for i, k := range keys {
+			due[i] = timeoutd.Due{Key: k, Version: 2*round - 1, Deadline: deadline}
+		}
+		errs := make(chan error, 2)
+		go func() {
+			_, err := s.Fire(ctx, due, deadline, build)
+			errs <- err
+		}()
+		go func() {
+			_, err := s.Apply(ctx, set(2*round, reversed), 1, time.Now())
+			errs <- err
+		}()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}
