@@ -16,6 +16,10 @@ type Message struct {
 	Subject string
 	MsgID   string
 	Data    []byte
+	// Tag is the writer's own value, carried with a handed-over message to
+	// OnPublished (say, the decoded form of Data) and never stored: nil in
+	// the messages the relay claims from the table itself.
+	Tag any
 }
 
 // Execer is what Insert needs of a transaction; pgx.Tx satisfies it.

@@ -81,7 +81,8 @@ func (s *Service) fire(due []Due, now time.Time) {
 			fired++
 		}
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
-		return outbox.Message{Subject: subject, MsgID: e.MsgID(), Data: data}
+		e.Payload = nil            // Published keeps the event without it
+		return outbox.Message{Subject: subject, MsgID: e.MsgID(), Data: data, Tag: &e}
 	}
 	start := time.Now()
 	msgs, err := s.store.Fire(s.hard, due, now, build)

@@ -176,22 +176,26 @@ func (s *Service) Recent(n int) []events.Expiry {
 
 // Published is the relay's OnPublished callback: it observes the lateness of
 // each expiry event at its PubAck (ackedAt minus deadline) and records the
-// batch's last events as recent expiries. Messages that are not expiry
-// events are ignored.
+// batch's last events as recent expiries. It reads a handed-over event from
+// its Tag and decodes only those the relay claimed from the table. Messages
+// that are not expiry events are ignored.
 func (s *Service) Published(batch []outbox.Message, ackedAt time.Time) {
 	s.cfg.Logger.Debug("outbox batch published", "size", len(batch))
 	st := s.stats
 	keep := max(0, len(batch)-len(st.recent))
 	recent := make([]events.Expiry, 0, len(batch)-keep)
 	for i, m := range batch {
-		var e events.Expiry
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			continue
+		e, ok := m.Tag.(*events.Expiry)
+		if !ok {
+			e = new(events.Expiry)
+			if err := json.Unmarshal(m.Data, e); err != nil {
+				continue
+			}
+			e.Payload = nil
 		}
 		s.m.FireLateness(ackedAt.Sub(e.Deadline))
 		if i >= keep {
-			e.Payload = nil
-			recent = append(recent, e)
+			recent = append(recent, *e)
 		}
 	}
 	st.mu.Lock()
