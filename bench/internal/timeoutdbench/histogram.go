@@ -1,0 +1,97 @@
+package timeoutdbench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// pubAckMetric is timeoutd's histogram of an expiry event's PubAck time
+// minus its deadline: the lateness the storm target is stated for.
+const pubAckMetric = "timeoutd_fire_lateness_seconds"
+
+// histogram is a Prometheus histogram read from the text exposition:
+// cumulative counts by upper bound (seconds), and the total.
+type histogram struct {
+	le         map[string]float64 // the le label as printed → cumulative count
+	sum, count float64
+}
+
+// parseHistogram reads the histogram name from a text exposition.
+func parseHistogram(r io.Reader, name string) (histogram, error) {
+	h := histogram{le: map[string]float64{}}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			continue
+		}
+		i := strings.LastIndexByte(rest, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(rest[i+1:], 64)
+		if err != nil {
+			return h, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		switch series := rest[:i]; {
+		case strings.HasPrefix(series, `_bucket{le="`):
+			h.le[strings.TrimSuffix(strings.TrimPrefix(series, `_bucket{le="`), `"}`)] = v
+		case series == "_sum":
+			h.sum = v
+		case series == "_count":
+			h.count = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return h, err
+	}
+	if len(h.le) == 0 {
+		return h, fmt.Errorf("no histogram %s", name)
+	}
+	return h, nil
+}
+
+// since returns the observations made after earlier.
+func (h histogram) since(earlier histogram) histogram {
+	d := histogram{le: map[string]float64{}, sum: h.sum - earlier.sum, count: h.count - earlier.count}
+	for le, v := range h.le {
+		d.le[le] = v - earlier.le[le]
+	}
+	return d
+}
+
+// share returns the fraction of observations at or below the bucket bound
+// le (as printed, e.g. "0.02"), or an error if there is no such bucket.
+func (h histogram) share(le string) (float64, error) {
+	v, ok := h.le[le]
+	if !ok {
+		return 0, fmt.Errorf("no bucket le=%q", le)
+	}
+	if h.count == 0 {
+		return 0, nil
+	}
+	return v / h.count, nil
+}
+
+// pubAckHistogram reads timeoutd's PubAck lateness histogram from /metrics.
+func (b *Bench) pubAckHistogram(ctx context.Context) (histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/metrics", nil)
+	if err != nil {
+		return histogram{}, err
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return histogram{}, fmt.Errorf("get metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return histogram{}, fmt.Errorf("get metrics: status %d", resp.StatusCode)
+	}
+	return parseHistogram(resp.Body, pubAckMetric)
+}
