@@ -10,8 +10,8 @@ import (
 
 // Message is one outbox row: what to publish, where, under which dedupe id.
 type Message struct {
-	// ID is the row's id: set by InsertReturning and by the relay's claims,
-	// zero for a message not yet inserted.
+	// ID is the row's id: set by QueueInsertReturning and by the relay's
+	// claims, zero for a message not yet inserted.
 	ID      int64
 	Subject string
 	MsgID   string
@@ -27,12 +27,6 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Querier is what InsertReturning needs of a transaction; pgx.Tx satisfies
-// it.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // Insert writes msgs into table within the caller's transaction, in one
 // statement whatever the number of messages. An empty msgs is a no-op.
 func Insert(ctx context.Context, tx Execer, table string, msgs []Message) error {
@@ -46,26 +40,31 @@ func Insert(ctx context.Context, tx Execer, table string, msgs []Message) error 
 	return nil
 }
 
-// InsertReturning is Insert that also sets each message's ID, so that the
-// rows can be handed to [Relay.Handoff] once the transaction committed.
-func InsertReturning(ctx context.Context, tx Querier, table string, msgs []Message) error {
+// QueueInsertReturning queues on b the statement of Insert that also sets
+// each message's ID, so that the rows can be handed to [Relay.Handoff] once
+// the transaction committed. The caller pipelines its transaction in b (say
+// BEGIN, its own statements, this insert and COMMIT in one round trip); the
+// IDs are set when the batch's results are read, and a failure to set them
+// is this query's error. An empty msgs queues nothing.
+func QueueInsertReturning(b *pgx.Batch, table string, msgs []Message) {
 	if len(msgs) == 0 {
-		return nil
+		return
 	}
 	sql, args := insertSQL(table, msgs)
-	rows, err := tx.Query(ctx, sql+` RETURNING id, msg_id`, args...)
-	if err != nil {
-		return fmt.Errorf("insert %d outbox messages: %w", len(msgs), err)
-	}
-	// RETURNING's order is not specified, though an insert from unnest
-	// returns the rows in array order: take that order while the msg_ids
-	// agree, and match the rest by msg_id (a repeated msg_id takes the ids
-	// in turn; which copy of the same message gets which id is irrelevant).
+	b.Queue(sql+` RETURNING id, msg_id`, args...).Query(func(rows pgx.Rows) error { return setIDs(rows, msgs) })
+}
+
+// setIDs reads the inserted rows' (id, msg_id) into msgs and closes rows.
+// RETURNING's order is not specified, though an insert from unnest returns
+// the rows in array order: take that order while the msg_ids agree, and
+// match the rest by msg_id (a repeated msg_id takes the ids in turn; which
+// copy of the same message gets which id is irrelevant).
+func setIDs(rows pgx.Rows, msgs []Message) error {
 	var at map[string][]int
 	var id int64
 	var msgID string
 	n := 0
-	_, err = pgx.ForEachRow(rows, []any{&id, &msgID}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &msgID}, func() error {
 		if at == nil && n < len(msgs) && msgs[n].MsgID == msgID {
 			msgs[n].ID = id
 			n++

@@ -178,7 +178,7 @@ func (r *Relay) Kick() {
 }
 
 // Handoff publishes msgs, rows the caller has just committed (their IDs
-// set by InsertReturning), without reading them back: Run publishes them at
+// set by QueueInsertReturning), without reading them back: Run publishes them at
 // once, waits for their PubAcks and deletes them in batches off the publish
 // path. It waits while HandoffMax messages are in flight (backpressure:
 // under overload the rows still take the cheap path, not the poll's claim
@@ -432,7 +432,9 @@ func (r *Relay) ackHandedOver(ctx context.Context) {
 }
 
 // deleteHandedOver deletes the acknowledged rows, all that accumulated
-// during the previous deletion in one statement, until ctx ends. The
+// during the previous deletion in one statement, until ctx ends. A failed
+// batch leaves its connection inside the transaction, which the pool then
+// closes (and so rolls back). The
 // deletion does not wait for the WAL flush (see batchSettingsSQL): a lost
 // one only republishes.
 func (r *Relay) deleteHandedOver(ctx context.Context) {
@@ -452,13 +454,13 @@ func (r *Relay) deleteHandedOver(ctx context.Context) {
 				ids = append(ids, m.ID)
 			}
 		}
-		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, batchSettingsSQL); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, r.deleteSQL, ids)
-			return err
-		})
+		// One round trip: the transaction pipelined as a batch.
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(batchSettingsSQL)
+		b.Queue(r.deleteSQL, ids)
+		b.Queue("COMMIT")
+		err := r.pool.SendBatch(ctx, b).Close()
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("delete published outbox rows failed; the relay's polls republish them", "table", r.cfg.Table, "err", err)

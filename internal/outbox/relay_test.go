@@ -244,7 +244,9 @@ func TestWorkersPublishEveryRowOnce(t *testing.T) {
 func (e env) insertReturning(t *testing.T, from, n int) []outbox.Message {
 	t.Helper()
 	msgs := e.commit(t, from, n, func(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
-		return outbox.InsertReturning(ctx, tx, outbox.TableDefault, msgs)
+		b := &pgx.Batch{}
+		outbox.QueueInsertReturning(b, outbox.TableDefault, msgs)
+		return tx.SendBatch(ctx, b).Close()
 	})
 	ctx := context.Background()
 	var sum int64
@@ -256,7 +258,7 @@ func (e env) insertReturning(t *testing.T, from, n int) []outbox.Message {
 		want += m.ID
 	}
 	if want == 0 || sum != want {
-		t.Fatalf("InsertReturning ids sum to %d, the rows' to %d", want, sum)
+		t.Fatalf("QueueInsertReturning ids sum to %d, the rows' to %d", want, sum)
 	}
 	return msgs
 }

@@ -422,3 +422,61 @@ func TestFireAndApplyDoNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// TestFireIsAtomic: Fire pipelines its transaction; when the outbox insert
+// fails (a subject Postgres refuses), no row is marked fired and no event
+// queued (the pool closes the connection left in the failed transaction),
+// and the next Fire commits both, with the outbox ids set.
+func TestFireIsAtomic(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	d := time.Now().Add(time.Hour).UTC()
+	keys := []string{"atom-1", "atom-2", "atom-3"}
+	var cmds []events.Command
+	var due []timeoutd.Due
+	for _, k := range keys {
+		cmds = append(cmds, setCmd(k, 1, d, 0))
+		due = append(due, timeoutd.Due{Key: k, Version: 1, Deadline: d})
+	}
+	if _, err := s.Apply(ctx, cmds, 16, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tests := []struct {
+		name    string
+		subject func(timeoutd.Timeout) string
+		wantErr bool
+		pending int
+	}{
+		{"insert fails: rolled back", func(timeoutd.Timeout) string { return "bad\x00subject" }, true, 3},
+		{"insert succeeds: committed", func(f timeoutd.Timeout) string { return f.FireSubject }, false, 0},
+	}
+	for _, tc := range tests { // sequential: the second fires what the first left
+		msgs, err := s.Fire(ctx, due, d, func(f timeoutd.Timeout) outbox.Message {
+			return outbox.Message{Subject: tc.subject(f), MsgID: f.Key, Data: []byte("{}")}
+		})
+		if (err != nil) != tc.wantErr {
+			t.Fatalf("%s: Fire error = %v, want error %v", tc.name, err, tc.wantErr)
+		}
+		if got := count(`SELECT count(*) FROM timeouts WHERE key LIKE 'atom-%' AND state = 0`); got != tc.pending {
+			t.Fatalf("%s: %d rows pending, want %d", tc.name, got, tc.pending)
+		}
+		if got := count(`SELECT count(*) FROM outbox WHERE msg_id LIKE 'atom-%'`); got != 3-tc.pending {
+			t.Fatalf("%s: %d events queued, want %d", tc.name, got, 3-tc.pending)
+		}
+		for _, m := range msgs {
+			var key string
+			if err := pool.QueryRow(ctx, `SELECT msg_id FROM outbox WHERE id = $1`, m.ID).Scan(&key); err != nil || key != m.MsgID {
+				t.Fatalf("%s: message %s has id %d, whose row is %q (%v)", tc.name, m.MsgID, m.ID, key, err)
+			}
+		}
+	}
+}
