@@ -425,3 +425,47 @@ func TestHandoffSettlesWhenTheBrokerIsGone(t *testing.T) {
 		t.Fatalf("%d rows in the outbox, want all 21 left for the polls", got)
 	}
 }
+
+// TestHandoffAckTimeoutRunsFromTheSend: when PubAcks stop coming (here a
+// core subscriber takes the messages and never replies), the batches in
+// flight time out AckTimeout after their own send, together, not one
+// AckTimeout after another as the acker reaches each in turn; so room for a
+// new hand-off comes back about one AckTimeout after the sends, not five.
+func TestHandoffAckTimeoutRunsFromTheSend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	sub, err := e.js.Conn().Subscribe("silent.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	const ackTimeout, batches = 400 * time.Millisecond, 5
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{AckTimeout: ackTimeout, HandoffMax: batches, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, relay)
+	start := time.Now()
+	for i := range batches {
+		m := outbox.Message{ID: int64(i + 1), Subject: fmt.Sprintf("silent.%d", i), MsgID: fmt.Sprintf("s-%d", i), Data: []byte("x")}
+		if !relay.Handoff(ctx, []outbox.Message{m}) {
+			t.Fatal("Handoff refused")
+		}
+	}
+	// A batch of HandoffMax messages waits until every batch in flight
+	// settled.
+	all := make([]outbox.Message, batches)
+	for i := range all {
+		all[i] = outbox.Message{ID: int64(100 + i), Subject: "t.all", MsgID: fmt.Sprintf("all-%d", i), Data: []byte("x")}
+	}
+	if !relay.Handoff(ctx, all) {
+		t.Fatal("Handoff refused")
+	}
+	switch waited := time.Since(start); {
+	case waited < ackTimeout:
+		t.Fatalf("room after %v, before AckTimeout (%v): the silent batches did not wait for their PubAcks", waited, ackTimeout)
+	case waited > 3*ackTimeout:
+		t.Fatalf("room after %v: the silent batches timed out one after another, not together about %v after their sends", waited, ackTimeout)
+	}
+}
