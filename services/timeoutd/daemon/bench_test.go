@@ -168,7 +168,7 @@ func BenchmarkRecovery1M(b *testing.B) {
 	ctx := context.Background()
 	now := time.Now()
 	if _, err := e.pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, part, state, key)
-		SELECT 1, $1::bigint + i::bigint * 1000000, i % 16, 0, 'ord-' || lpad(i::text, 10, '0') FROM generate_series(1, $2) i`,
+		SELECT 1, $1::bigint + i::bigint * 1000000, i % 16, 0, timeout_key('ord-' || lpad(i::text, 10, '0')) FROM generate_series(1, $2) i`,
 		now.Add(time.Hour).UnixNano(), n); err != nil {
 		b.Fatal(err)
 	}

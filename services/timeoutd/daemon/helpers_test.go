@@ -224,7 +224,7 @@ func (e *env) expiry(t testing.TB, subject string, want events.Outcome, key stri
 // state returns the stored state and version of key (-1 when absent).
 func (e *env) state(t testing.TB, key string) (state int16, version int64) {
 	t.Helper()
-	err := e.pool.QueryRow(context.Background(), `SELECT state, version FROM timeouts WHERE key = $1`, key).Scan(&state, &version)
+	err := e.pool.QueryRow(context.Background(), `SELECT state, version FROM timeouts WHERE key = timeout_key($1)`, key).Scan(&state, &version)
 	if err != nil {
 		return -1, 0
 	}

@@ -2,7 +2,8 @@
 // SQL statement of the service (the timeouts table and its outbox) on a
 // pgxpool, and [Migrate], which applies the embedded goose migrations.
 //
-// A pending timeout costs about 64 bytes of heap plus two index entries
-// (the primary key and the partial (deadline, key) index); the fire subject
-// is stored only when it differs from orders.cancel.<key>.
+// A pending timeout costs a 64-byte heap tuple plus two index entries (the
+// primary key and the partial index of pending deadlines); a UUID key is
+// stored in 17 bytes (key.go), the fire subject only when it differs from
+// orders.cancel.<key>.
 package postgres

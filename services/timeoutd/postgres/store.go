@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"embed"
@@ -9,7 +10,6 @@ import (
 	"io/fs"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,7 +72,7 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 const applySQL = `
 INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload)
 SELECT v, d, NULLIF(l, 0), p, s, k, f, pl
-FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::text[], $7::text[], $8::bytea[]) AS u(v, d, l, p, s, k, f, pl)
+FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::bytea[], $7::text[], $8::bytea[]) AS u(v, d, l, p, s, k, f, pl)
 ON CONFLICT (key) DO UPDATE SET
 	version = EXCLUDED.version, deadline_ns = EXCLUDED.deadline_ns, max_lateness_ms = EXCLUDED.max_lateness_ms,
 	state = EXCLUDED.state, fire_subject = EXCLUDED.fire_subject, payload = EXCLUDED.payload
@@ -82,17 +82,22 @@ RETURNING key, version, state, deadline_ns`
 // Apply implements timeoutd.Store: one INSERT … ON CONFLICT DO UPDATE …
 // WHERE version is newer, over unnest arrays, in its own transaction. A
 // max_lateness_ms of 0 is stored as NULL, which takes no byte of the row.
-// The rows go in key order, so the upsert locks them in the order Fire
-// does and the two never deadlock.
+// The rows go in the order of their stored keys (key.go), so the upsert
+// locks them in the order Fire does and the two never deadlock.
 func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int, now time.Time) ([]timeoutd.Change, error) {
-	cmds = slices.Clone(cmds)
-	slices.SortFunc(cmds, func(a, b events.Command) int { return strings.Compare(a.Key, b.Key) })
 	n := len(cmds)
+	order := make([]int, n)
+	stored := make([][]byte, n)
+	for i, c := range cmds {
+		order[i], stored[i] = i, encodeKey(c.Key)
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(stored[a], stored[b]) })
 	versions, deadlines := make([]int64, n), make([]int64, n)
 	lateness, parts, states := make([]int32, n), make([]int16, n), make([]int16, n)
-	keys, subjects, payloads := make([]string, n), make([]*string, n), make([][]byte, n)
-	for i, c := range cmds {
-		versions[i], keys[i] = c.Version, c.Key
+	keys, subjects, payloads := make([][]byte, n), make([]*string, n), make([][]byte, n)
+	for i, j := range order {
+		c := cmds[j]
+		versions[i], keys[i] = c.Version, stored[j]
 		parts[i] = int16(timeoutd.PartitionOf(c.Key, partitions))
 		if c.Kind == events.KindClear {
 			states[i], deadlines[i] = int16(timeoutd.StateCleared), now.UnixNano()
@@ -115,7 +120,7 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 		var c timeoutd.Change
 		var state int16
 		var deadline int64
-		err := r.Scan(&c.Key, &c.Version, &state, &deadline)
+		err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline)
 		c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
 		return c, err
 	})
@@ -131,7 +136,7 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 const fireSQL = `
 WITH locked AS (
 	SELECT t.key FROM timeouts t
-	JOIN unnest($1::text[], $2::int8[]) AS d(key, version) ON t.key = d.key COLLATE "C" AND t.version = d.version
+	JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
 	WHERE t.state = 0
 	ORDER BY t.key
 	FOR UPDATE OF t)
@@ -150,10 +155,10 @@ RETURNING t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subje
 // the outbox, which the relay's polls publish, and the error makes the
 // caller retry timeouts that are no longer pending, which does nothing.
 func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []outbox.Message, err error) {
-	keys, versions := make([]string, len(due)), make([]int64, len(due))
+	keys, versions := make([][]byte, len(due)), make([]int64, len(due))
 	deadlines := make(map[string]time.Time, len(due))
 	for i, d := range due {
-		keys[i], versions[i] = d.Key, d.Version
+		keys[i], versions[i] = encodeKey(d.Key), d.Version
 		deadlines[d.Key] = d.Deadline
 	}
 	conn, err := s.pool.Acquire(ctx)
@@ -173,7 +178,7 @@ func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time,
 			var part int16
 			var lateness int32
 			var subject *string
-			if err := r.Scan(&t.Key, &t.Version, &part, &lateness, &subject, &t.Payload); err != nil {
+			if err := r.Scan((*keyDest)(&t.Key), &t.Version, &part, &lateness, &subject, &t.Payload); err != nil {
 				return outbox.Message{}, err
 			}
 			t.Partition, t.MaxLateness, t.State = int(part), time.Duration(lateness)*time.Millisecond, timeoutd.StateFired
@@ -206,14 +211,14 @@ const loadPendingSQL = `SELECT key, version, deadline_ns FROM timeouts
 
 // LoadPending implements timeoutd.Store with a keyset scan of the primary key.
 func (s *Store) LoadPending(ctx context.Context, afterKey string, limit int) ([]timeoutd.Timeout, error) {
-	rows, err := s.pool.Query(ctx, loadPendingSQL, afterKey, limit)
+	rows, err := s.pool.Query(ctx, loadPendingSQL, encodeKey(afterKey), limit)
 	if err != nil {
 		return nil, fmt.Errorf("load pending: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 		var t timeoutd.Timeout
 		var deadline int64
-		err := r.Scan(&t.Key, &t.Version, &deadline)
+		err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline)
 		t.Deadline = time.Unix(0, deadline).UTC()
 		return t, err
 	})
@@ -243,19 +248,23 @@ func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	var part int16
 	var lateness int32
 	var subject *string
-	err := r.Scan(&t.Key, &t.Version, &deadline, &part, &lateness, &subject, &t.Payload)
+	err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline, &part, &lateness, &subject, &t.Payload)
 	t.Deadline, t.Partition, t.MaxLateness = time.Unix(0, deadline).UTC(), int(part), time.Duration(lateness)*time.Millisecond
 	t.FireSubject = fireSubject(t.Key, subject)
 	return t, err
 }
 
 // listPendingSQL is ListPending's query: $1, $2 the cursor's deadline and
-// key, $3 the limit, $4 the key prefix if prefix. A key prefix is a range
-// on the key (the column's collation is "C" and keys are ASCII below 0x7f).
-func listPendingSQL(prefix bool) string {
+// stored key, $3 the limit; with a key prefix, [$4, $5) the range of the
+// stored keys that start with it and, with uuids, [$6, $7) the range of the
+// UUID keys that do (prefixRanges).
+func listPendingSQL(prefix, uuids bool) string {
 	sql := `SELECT ` + timeoutCols + ` FROM timeouts WHERE state = 0 AND (deadline_ns, key) > ($1, $2)`
-	if prefix {
-		sql += ` AND key >= $4 AND key < $4 || chr(127)`
+	switch {
+	case uuids:
+		sql += ` AND (key >= $4 AND key < $5 OR key >= $6 AND key < $7)`
+	case prefix:
+		sql += ` AND key >= $4 AND key < $5`
 	}
 	return sql + ` ORDER BY deadline_ns, key LIMIT $3`
 }
@@ -265,17 +274,24 @@ func listPendingSQL(prefix bool) string {
 // turns the row comparison into the index condition deadline_ns >= $1 and
 // orders the keys of equal deadlines with an incremental sort, so a page
 // also reads the rows that share the cursor's or its last deadline. A
-// selective key prefix is planned on the primary key instead.
+// selective key prefix is planned on the primary key instead. Keys of
+// equal deadlines come in the order of their stored form: UUIDs first.
 func (s *Store) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
 	after := int64(math.MinInt64)
 	if !q.After.Deadline.IsZero() {
 		after = q.After.Deadline.UnixNano()
 	}
-	args := []any{after, q.After.Key, q.Limit}
+	args := []any{after, encodeKey(q.After.Key), q.Limit}
+	var uuids bool
 	if q.KeyPrefix != "" {
-		args = append(args, q.KeyPrefix)
+		var plain, uuid [2][]byte
+		plain, uuid, uuids = prefixRanges(q.KeyPrefix)
+		args = append(args, plain[0], plain[1])
+		if uuids {
+			args = append(args, uuid[0], uuid[1])
+		}
 	}
-	rows, err := s.pool.Query(ctx, listPendingSQL(q.KeyPrefix != ""), args...)
+	rows, err := s.pool.Query(ctx, listPendingSQL(q.KeyPrefix != "", uuids), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list pending: %w", err)
 	}
@@ -290,7 +306,7 @@ const getPendingSQL = `SELECT ` + timeoutCols + ` FROM timeouts WHERE key = $1 A
 
 // GetPending implements timeoutd.Store.
 func (s *Store) GetPending(ctx context.Context, key string) (timeoutd.Timeout, error) {
-	rows, err := s.pool.Query(ctx, getPendingSQL, key)
+	rows, err := s.pool.Query(ctx, getPendingSQL, encodeKey(key))
 	if err != nil {
 		return timeoutd.Timeout{}, fmt.Errorf("get pending: %w", err)
 	}

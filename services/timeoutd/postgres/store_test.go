@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"slices"
@@ -88,6 +90,9 @@ func TestListPendingPagesEveryRowOnce(t *testing.T) {
 		// 13 distinct deadlines: groups of ~77 ties, larger than a page.
 		d := base.Add(time.Duration(i%13) * time.Millisecond)
 		key := fmt.Sprintf("%c-%d", "ab"[i%2], i)
+		if i%3 == 0 { // UUIDs, stored in 17 bytes, among the other keys
+			key = fmt.Sprintf("019a%04x-0000-7000-8000-%012x", i%7, i)
+		}
 		cmds = append(cmds, setCmd(key, 1, d, 0))
 		if i%5 != 0 {
 			want = append(want, row{d, key})
@@ -103,7 +108,10 @@ func TestListPendingPagesEveryRowOnce(t *testing.T) {
 	if _, err := s.Apply(ctx, clears, 16, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(want, func(a, b row) int { return cmp.Or(a.deadline.Compare(b.deadline), strings.Compare(a.key, b.key)) })
+	// Keys of equal deadlines come in the order of their stored form.
+	slices.SortFunc(want, func(a, b row) int {
+		return cmp.Or(a.deadline.Compare(b.deadline), bytes.Compare(encodeKey(a.key), encodeKey(b.key)))
+	})
 	for _, tc := range []struct {
 		name   string
 		prefix string
@@ -113,6 +121,11 @@ func TestListPendingPagesEveryRowOnce(t *testing.T) {
 		{"all, pages larger than a tie group", "", 100},
 		{"key prefix", "b-", 9},
 		{"key prefix matching one key", "a-998", 3},
+		{"UUID prefix, even digits", "019a0003", 4},
+		{"UUID prefix, odd digits", "019a000", 11},
+		{"UUID prefix to a dash", "019a0001-0000-", 5},
+		{"whole UUID", fmt.Sprintf("019a%04x-0000-7000-8000-%012x", 999%7, 999), 2},
+		{"one-digit UUID prefix", "0", 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var keys []string
@@ -221,12 +234,12 @@ func explain(t *testing.T, pool *pgxpool.Pool, generic bool, sql string, args ..
 // literal is v as an SQL literal, for the argument types the store uses.
 func literal(v any) string {
 	switch v := v.(type) {
-	case string:
-		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
-	case []string:
+	case []byte:
+		return `'\x` + hex.EncodeToString(v) + `'::bytea`
+	case [][]byte:
 		lits := make([]string, len(v))
-		for i, s := range v {
-			lits[i] = literal(s)
+		for i, b := range v {
+			lits[i] = literal(b)
 		}
 		return "ARRAY[" + strings.Join(lits, ", ") + "]"
 	case []int64:
@@ -246,7 +259,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UnixNano()
 	if _, err := pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, part, state, key)
-		SELECT 1, $1::int8 + i::int8 * 1000000, i % 16, CASE WHEN i % 5 = 0 THEN 1 ELSE 0 END, 'order-' || lpad(i::text, 7, '0')
+		SELECT 1, $1::int8 + i::int8 * 1000000, i % 16, CASE WHEN i % 5 = 0 THEN 1 ELSE 0 END,
+			timeout_key('order-' || lpad(i::text, 7, '0'))
 		FROM generate_series(1, 250000) i`, now); err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +268,14 @@ func TestQueriesUseIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	mid := now + 125000*1000000
+	ranges := func(prefix string) []any {
+		plain, uuids, ok := prefixRanges(prefix)
+		args := []any{int64(math.MinInt64), []byte{}, 100, plain[0], plain[1]}
+		if ok {
+			args = append(args, uuids[0], uuids[1])
+		}
+		return args
+	}
 	for _, tc := range []struct {
 		name string
 		sql  string
@@ -263,14 +285,15 @@ func TestQueriesUseIndexes(t *testing.T) {
 		// cannot know how selective a key prefix is).
 		index, genericIndex string
 	}{
-		{"ListPending first page", listPendingSQL(false), []any{int64(math.MinInt64), "", 100}, "timeouts_pending", "timeouts_pending"},
-		{"ListPending after a cursor", listPendingSQL(false), []any{mid, "order-0125000", 100}, "timeouts_pending", "timeouts_pending"},
-		{"ListPending wide key prefix", listPendingSQL(true), []any{int64(math.MinInt64), "", 100, "order-"}, "timeouts_pending", ""},
-		{"ListPending narrow key prefix", listPendingSQL(true), []any{int64(math.MinInt64), "", 100, "order-012345"}, "timeouts_pkey", ""},
-		{"LoadPending", loadPendingSQL, []any{"order-0125000", 5000}, "timeouts_pkey", "timeouts_pkey"},
-		{"GetPending", getPendingSQL, []any{"order-0125001"}, "timeouts_pkey", "timeouts_pkey"},
+		{"ListPending first page", listPendingSQL(false, false), []any{int64(math.MinInt64), []byte{}, 100}, "timeouts_pending", "timeouts_pending"},
+		{"ListPending after a cursor", listPendingSQL(false, false), []any{mid, encodeKey("order-0125000"), 100}, "timeouts_pending", "timeouts_pending"},
+		{"ListPending wide key prefix", listPendingSQL(true, false), ranges("order-"), "timeouts_pending", ""},
+		{"ListPending narrow key prefix", listPendingSQL(true, false), ranges("order-012345"), "timeouts_pkey", ""},
+		{"ListPending UUID key prefix", listPendingSQL(true, true), ranges("0190"), "timeouts_pkey", ""},
+		{"LoadPending", loadPendingSQL, []any{encodeKey("order-0125000"), 5000}, "timeouts_pkey", "timeouts_pkey"},
+		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey"},
 		{"DeleteTombstones", deleteTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
-		{"Fire", fireSQL, []any{[]string{"order-0125001"}, []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
+		{"Fire", fireSQL, []any{encodeKeys([]string{"order-0125001"}), []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, generic := range []bool{false, true} {
@@ -279,7 +302,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 				if generic {
 					want = tc.genericIndex
 				}
-				if strings.Contains(plan, "Seq Scan on timeouts") || !strings.Contains(plan, "Index Scan using "+want) {
+				uses := strings.Contains(plan, "Index Scan using "+want) || strings.Contains(plan, "Bitmap Index Scan on "+want)
+				if strings.Contains(plan, "Seq Scan on timeouts") || !uses {
 					t.Errorf("generic plan %v does not use index %q: %s", generic, want, plan)
 				}
 			}
@@ -287,9 +311,10 @@ func TestQueriesUseIndexes(t *testing.T) {
 	}
 }
 
-// TestMigrationOnPopulatedTable applies 00002 to a table written under
-// 00001 and checks the rows read the same, the indexes and storage
-// parameters changed, and the down migration restores 00001's shape.
+// TestMigrationOnPopulatedTable applies 00002 and 00003 to a table written
+// under 00001 and checks the rows read the same, the indexes and storage
+// parameters changed, a UUID key shrank to 17 bytes, and the down
+// migrations restore 00001's shape and keys.
 func TestMigrationOnPopulatedTable(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -304,9 +329,20 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := time.Now().Add(time.Hour).UTC()
+	const uuidKey = "019abcde-f012-7345-8678-9abcdef01234"
 	if _, err := pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, max_lateness_ms, part, state, key)
-		VALUES (1, $1, 0, 0, 0, 'old-none'), (1, $1, 1500, 0, 0, 'old-bounded'), (1, $1, 0, 0, 1, 'old-cleared')`, d.UnixNano()); err != nil {
+		VALUES (1, $1, 0, 0, 0, 'old-none'), (1, $1, 1500, 0, 0, 'old-bounded'), (1, $1, 0, 0, 1, 'old-cleared'),
+		(1, $1, 0, 0, 0, $2)`, d.UnixNano(), uuidKey); err != nil {
 		t.Fatal(err)
+	}
+	// keySize is the stored size of the UUID key: 36 as text, 17 as bytea.
+	keySize := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT octet_length(key) FROM timeouts WHERE version = 1 AND part = 0 AND octet_length(key) IN (17, 36)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 	shape := func() string {
 		t.Helper()
@@ -352,6 +388,9 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 		t.Fatalf("00002: %s, want %s", got, v2)
 	}
 	check("after up")
+	if g, err := s.GetPending(ctx, uuidKey); err != nil || g.Key != uuidKey || keySize() != 17 {
+		t.Fatalf("after up: UUID key read as %q (%v), stored in %d bytes; want it in 17", g.Key, err, keySize())
+	}
 	if _, err := s.Apply(ctx, []events.Command{setCmd("new-none", 1, d.Add(time.Second), 0)}, 16, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -360,6 +399,10 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	}
 	if got := shape(); got != v1 {
 		t.Fatalf("down to 00001: %s, want %s", got, v1)
+	}
+	var back string
+	if err := pool.QueryRow(ctx, `SELECT key FROM timeouts WHERE octet_length(key) = 36`).Scan(&back); err != nil || back != uuidKey {
+		t.Fatalf("down to 00001: UUID key %q (%v), want %q", back, err, uuidKey)
 	}
 	var lateness int
 	if err := pool.QueryRow(ctx, `SELECT max_lateness_ms FROM timeouts WHERE key = 'new-none'`).Scan(&lateness); err != nil || lateness != 0 {
