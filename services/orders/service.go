@@ -31,13 +31,32 @@ type Store interface {
 	// Update locks order id, calls fn with it and, when fn succeeds, writes
 	// the Change it returns. It returns fn's error unchanged.
 	Update(ctx context.Context, id string, fn func(Order) (Change, error)) (Order, error)
-	// Expire applies Order.Expire(version, deadline, now) to order id,
-	// writing the cancelled event; applied is false (and nothing is
-	// written) for a stale or settled order. It returns ErrNotFound when no
-	// such order exists, and Order.Expire's errors unchanged.
-	Expire(ctx context.Context, id string, version int64, deadline, now time.Time) (o Order, applied bool, err error)
+	// ExpireAll applies Order.Expire(e.Version, e.Deadline, now) to the
+	// order of each e in exps, in turn, in one transaction, writing the
+	// cancelled events; result i tells what became of exps[i] (an order
+	// named twice sees the first's outcome). A result's Err is ErrNotFound
+	// when no such order exists, or Order.Expire's error unchanged; it does
+	// not stop the others. A returned error means nothing was written.
+	ExpireAll(ctx context.Context, exps []Expiry, now time.Time) ([]ExpireResult, error)
 	// CountByStatus returns how many orders are in each status.
 	CountByStatus(ctx context.Context) (map[Status]int64, error)
+}
+
+// Expiry is a cancel event to apply: order ID, at Version, whose payment
+// deadline Deadline passed.
+type Expiry struct {
+	ID       string
+	Version  int64
+	Deadline time.Time
+}
+
+// ExpireResult is what applying one Expiry did: Applied when it cancelled
+// the order (then Order is the cancelled order), false for a stale or
+// duplicate event (Order as found), or Err (see Store.ExpireAll).
+type ExpireResult struct {
+	Order   Order
+	Applied bool
+	Err     error
 }
 
 // IdempotencyKey is the Idempotency-Key of a create request and the hash of
@@ -180,12 +199,13 @@ func (s *Service) Extend(ctx context.Context, id string, d Deadline) (Order, err
 	return s.update(ctx, id, func(o Order) (Change, error) { return o.Extend(d, s.now(), s.limits) })
 }
 
-// Expire applies a cancel event about version and deadline: order id is
-// cancelled for a payment timeout if it is still pending_payment at version
-// and its pay_by passed. applied is false for a stale or duplicate event;
-// see Order.Expire for the errors.
-func (s *Service) Expire(ctx context.Context, id string, version int64, deadline time.Time) (o Order, applied bool, err error) {
-	return s.store.Expire(ctx, id, version, deadline, s.now())
+// ExpireAll applies cancel events in one transaction: each order is
+// cancelled for a payment timeout if it is still pending_payment at the
+// event's version and its pay_by passed. Result i is about exps[i]:
+// Applied is false for a stale or duplicate event; see Order.Expire and
+// Store.ExpireAll for the errors.
+func (s *Service) ExpireAll(ctx context.Context, exps []Expiry) ([]ExpireResult, error) {
+	return s.store.ExpireAll(ctx, exps, s.now())
 }
 
 func (s *Service) update(ctx context.Context, id string, fn func(Order) (Change, error)) (Order, error) {

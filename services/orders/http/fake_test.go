@@ -96,20 +96,24 @@ func (f *fakeStore) Update(_ context.Context, id string, fn func(orders.Order) (
 	return ch.Order, nil
 }
 
-func (f *fakeStore) Expire(_ context.Context, id string, version int64, deadline, now time.Time) (orders.Order, bool, error) {
+func (f *fakeStore) ExpireAll(_ context.Context, exps []orders.Expiry, now time.Time) ([]orders.ExpireResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	o, ok := f.orders[id]
-	if !ok {
-		return orders.Order{}, false, orders.ErrNotFound
+	results := make([]orders.ExpireResult, len(exps))
+	for i, e := range exps {
+		o, ok := f.orders[e.ID]
+		if !ok {
+			results[i].Err = orders.ErrNotFound
+			continue
+		}
+		ch, applied, err := o.Expire(e.Version, e.Deadline, now)
+		results[i] = orders.ExpireResult{Order: o, Applied: applied, Err: err}
+		if applied {
+			f.orders[e.ID], results[i].Order = ch.Order, ch.Order
+			f.changes = append(f.changes, ch)
+		}
 	}
-	ch, ok, err := o.Expire(version, deadline, now)
-	if err != nil || !ok {
-		return o, false, err
-	}
-	f.orders[id] = ch.Order
-	f.changes = append(f.changes, ch)
-	return ch.Order, true, nil
+	return results, nil
 }
 
 func (f *fakeStore) CountByStatus(context.Context) (map[orders.Status]int64, error) {

@@ -21,7 +21,8 @@ import (
 // Defaults of Config.
 const (
 	DurableDefault       = "orders-cancel"
-	ConcurrencyDefault   = 16
+	ConcurrencyDefault   = 4
+	BatchMaxDefault      = 128
 	AckWaitDefault       = 30 * time.Second
 	MaxAckPendingDefault = 4096
 	RetryDelayDefault    = time.Second
@@ -33,14 +34,16 @@ const earlyMargin = 50 * time.Millisecond
 // ServiceName is the service token of the dead-letter subjects.
 const ServiceName = "orders"
 
-// Expirer applies a cancel event; *orders.Service implements it.
+// Expirer applies cancel events; *orders.Service implements it.
 type Expirer interface {
-	// Expire cancels order id for a payment timeout if it is still pending
-	// at version and its pay_by (deadline) passed; applied is false for a
-	// stale or duplicate event. Errors: orders.ErrNotFound for an unknown
-	// order, orders.ErrDeadlineMismatch for an event about another
-	// deadline, *orders.EarlyError for an event before pay_by.
-	Expire(ctx context.Context, id string, version int64, deadline time.Time) (o orders.Order, applied bool, err error)
+	// ExpireAll cancels, in one transaction, each order for a payment
+	// timeout if it is still pending at the event's version and its pay_by
+	// (deadline) passed. Result i is about exps[i]: Applied is false for a
+	// stale or duplicate event; its Err is orders.ErrNotFound for an
+	// unknown order, orders.ErrDeadlineMismatch for an event about another
+	// deadline, *orders.EarlyError for an event before pay_by. An error
+	// means none was applied (retry them all).
+	ExpireAll(ctx context.Context, exps []orders.Expiry) ([]orders.ExpireResult, error)
 }
 
 // Config configures a Consumer.
@@ -48,8 +51,14 @@ type Config struct {
 	// Durable is the consumer name on TIMEOUT_EXPIRIES; default
 	// "orders-cancel".
 	Durable string
-	// Concurrency is how many events are applied at once; default 16.
+	// Concurrency is how many batches of events are applied at once;
+	// default 4.
 	Concurrency int
+	// BatchMax bounds a batch: a worker takes the events already received,
+	// up to BatchMax, and applies them in one transaction, so batches are
+	// of one event when events trickle in and grow with a backlog; default
+	// 128.
+	BatchMax int
 	// AckWait is how long an unacked event waits before redelivery;
 	// default 30s. Applying one event is bounded by AckWait/2.
 	AckWait time.Duration
@@ -91,6 +100,7 @@ type Consumer struct {
 func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Config) (*Consumer, error) {
 	cfg.Durable = cmp.Or(cfg.Durable, DurableDefault)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, ConcurrencyDefault)
+	cfg.BatchMax = cmp.Or(cfg.BatchMax, BatchMaxDefault)
 	cfg.AckWait = cmp.Or(cfg.AckWait, AckWaitDefault)
 	cfg.MaxAckPending = cmp.Or(cfg.MaxAckPending, MaxAckPendingDefault)
 	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, RetryDelayDefault)
@@ -101,10 +111,10 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 		cfg.Logger = slog.Default()
 	}
 	switch {
-	case cfg.Concurrency < 1:
-		return nil, fmt.Errorf("jetstream: Concurrency must be positive, got %d", cfg.Concurrency)
-	case cfg.MaxAckPending < cfg.Concurrency:
-		return nil, fmt.Errorf("jetstream: MaxAckPending (%d) must be at least Concurrency (%d)", cfg.MaxAckPending, cfg.Concurrency)
+	case cfg.Concurrency < 1 || cfg.BatchMax < 1:
+		return nil, fmt.Errorf("jetstream: Concurrency and BatchMax must be positive, got %d and %d", cfg.Concurrency, cfg.BatchMax)
+	case cfg.MaxAckPending < cfg.Concurrency*cfg.BatchMax:
+		return nil, fmt.Errorf("jetstream: MaxAckPending (%d) must be at least Concurrency × BatchMax (%d)", cfg.MaxAckPending, cfg.Concurrency*cfg.BatchMax)
 	case cfg.AckWait <= 0 || cfg.RetryDelay < 0:
 		return nil, errors.New("jetstream: AckWait must be positive and RetryDelay not negative")
 	}
@@ -140,13 +150,29 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 // restarts, a deleted consumer) are logged and the consumer is re-created
 // and pulled again after RetryDelay; Run does not give up while ctx lives.
 func (c *Consumer) Run(ctx context.Context) error {
-	work := make(chan jetstream.Msg)
+	// Received events wait here while the workers are busy, so the next
+	// batch is what arrived during the last transaction.
+	work := make(chan jetstream.Msg, c.cfg.Concurrency*c.cfg.BatchMax)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
+			batch := make([]jetstream.Msg, 0, c.cfg.BatchMax)
 			for m := range work {
+				batch = append(batch[:0], m)
+			fill:
+				for len(batch) < c.cfg.BatchMax {
+					select {
+					case m, ok := <-work:
+						if !ok {
+							break fill
+						}
+						batch = append(batch, m)
+					default:
+						break fill
+					}
+				}
 				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait/2)
-				c.handle(hctx, m)
+				c.handle(hctx, batch)
 				cancel()
 			}
 		})
@@ -179,7 +205,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // closes it when ctx ends) or fails with an error other than a missed
 // heartbeat.
 func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
+	it, err := c.cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency * c.cfg.BatchMax))
 	if err != nil {
 		return err
 	}
@@ -201,22 +227,51 @@ func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
 	}
 }
 
-// handle applies one event and acks, naks or terminates it.
-func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
-	log := c.cfg.Logger.With("subject", m.Subject())
-	e, err := decode(m.Subject(), m.Data())
-	if err != nil {
-		c.deadLetter(ctx, m, err, log)
+// handle applies a batch of events in one transaction and acks, naks or
+// terminates each. Undecodable events are dead-lettered alone; if the
+// transaction fails, every event of it is retried.
+func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
+	valid := make([]jetstream.Msg, 0, len(batch))
+	exps := make([]orders.Expiry, 0, len(batch))
+	lateness := make([]int64, 0, len(batch))
+	for _, m := range batch {
+		e, err := decode(m.Subject(), m.Data())
+		if err != nil {
+			c.deadLetter(ctx, m, err, c.cfg.Logger.With("subject", m.Subject()))
+			continue
+		}
+		valid = append(valid, m)
+		exps = append(exps, orders.Expiry{ID: e.Key, Version: e.Version, Deadline: e.Deadline})
+		lateness = append(lateness, e.LatenessNs)
+	}
+	if len(exps) == 0 {
 		return
 	}
-	log = log.With("order_id", e.Key, "version", e.Version)
-	_, applied, err := c.expirer.Expire(ctx, e.Key, e.Version, e.Deadline)
+	results, err := c.expirer.ExpireAll(ctx, exps)
+	if err != nil {
+		c.cfg.Logger.Error("apply cancel events; will retry", "events", len(exps), "err", err)
+		c.results.WithLabelValues(ResultRetried).Add(float64(len(exps)))
+		for _, m := range valid {
+			if err := m.NakWithDelay(c.cfg.RetryDelay); err != nil {
+				c.cfg.Logger.Warn("nak cancel event", "subject", m.Subject(), "err", err)
+			}
+		}
+		return
+	}
+	for i, r := range results {
+		c.settleResult(ctx, valid[i], exps[i], lateness[i], r)
+	}
+}
+
+// settleResult acks, naks or terminates m by the result r of applying e.
+func (c *Consumer) settleResult(ctx context.Context, m jetstream.Msg, e orders.Expiry, lateness int64, r orders.ExpireResult) {
+	log := c.cfg.Logger.With("subject", m.Subject(), "order_id", e.ID, "version", e.Version)
 	var early *orders.EarlyError
 	switch {
-	case errors.Is(err, orders.ErrDeadlineMismatch):
+	case errors.Is(r.Err, orders.ErrDeadlineMismatch):
 		// Forged or corrupt: the current version with another deadline.
-		c.deadLetter(ctx, m, &events.Error{Reason: events.ReasonInvalidDeadline, Field: "deadline", Detail: err.Error()}, log)
-	case errors.As(err, &early):
+		c.deadLetter(ctx, m, &events.Error{Reason: events.ReasonInvalidDeadline, Field: "deadline", Detail: r.Err.Error()}, log)
+	case errors.As(r.Err, &early):
 		// Before pay_by by this clock: never cancel early; retry then.
 		delay := max(early.PayBy.Sub(c.cfg.Now()), 0) + earlyMargin
 		log.Warn("cancel event before the order's pay_by; redelivering at pay_by", "pay_by", early.PayBy, "delay", delay)
@@ -224,19 +279,20 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		if err := m.NakWithDelay(delay); err != nil {
 			log.Warn("nak early cancel event", "err", err)
 		}
-	case errors.Is(err, orders.ErrNotFound):
+	case errors.Is(r.Err, orders.ErrNotFound):
 		// Not ours (another producer under orders.cancel.) or a lost order:
 		// nothing to cancel, and redelivering cannot change that.
 		log.Warn("cancel event for an unknown order")
 		c.settle(m, ResultUnknownOrder, log)
-	case err != nil:
-		log.Error("apply cancel event; will retry", "err", err)
+	case r.Err != nil:
+		// Not an error ExpireAll returns per event; retry rather than drop.
+		log.Error("apply cancel event; will retry", "err", r.Err)
 		c.results.WithLabelValues(ResultRetried).Inc()
 		if err := m.NakWithDelay(c.cfg.RetryDelay); err != nil {
 			log.Warn("nak cancel event", "err", err)
 		}
-	case applied:
-		log.Info("order cancelled: payment timeout", "lateness_ns", e.LatenessNs)
+	case r.Applied:
+		log.Info("order cancelled: payment timeout", "lateness_ns", lateness)
 		c.settle(m, ResultApplied, log)
 	default:
 		log.Debug("cancel event is stale or a duplicate; ignored")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,33 +23,43 @@ import (
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
-// flakyExpirer fails the first call of each order with a transient error,
-// then records the versions it applied.
+// flakyExpirer fails a batch with a transient error when it holds an
+// order's first call, then records the versions it applied; batches records
+// the size of each batch it was given.
 type flakyExpirer struct {
 	mu      sync.Mutex
 	calls   map[string]int
 	applied map[string][]int64
+	batches []int
 }
 
-func (f *flakyExpirer) Expire(_ context.Context, id string, version int64, deadline time.Time) (orders.Order, bool, error) {
+func (f *flakyExpirer) ExpireAll(_ context.Context, exps []orders.Expiry) ([]orders.ExpireResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls[id]++
-	if f.calls[id] == 1 {
-		return orders.Order{}, false, errors.New("postgres: connection refused")
+	f.batches = append(f.batches, len(exps))
+	first := false
+	for _, e := range exps {
+		f.calls[e.ID]++
+		first = first || f.calls[e.ID] == 1
 	}
-	switch id {
-	case "unknown":
-		return orders.Order{}, false, orders.ErrNotFound
-	case "forged":
-		return orders.Order{}, false, orders.ErrDeadlineMismatch
-	case "early":
-		if f.calls[id] == 2 {
-			return orders.Order{}, false, &orders.EarlyError{PayBy: time.Now().Add(200 * time.Millisecond)}
+	if first {
+		return nil, errors.New("postgres: connection refused")
+	}
+	results := make([]orders.ExpireResult, len(exps))
+	for i, e := range exps {
+		switch {
+		case e.ID == "unknown":
+			results[i].Err = orders.ErrNotFound
+		case e.ID == "forged":
+			results[i].Err = orders.ErrDeadlineMismatch
+		case e.ID == "early" && f.calls[e.ID] == 2:
+			results[i].Err = &orders.EarlyError{PayBy: time.Now().Add(200 * time.Millisecond)}
+		default:
+			f.applied[e.ID] = append(f.applied[e.ID], e.Version)
+			results[i] = orders.ExpireResult{Order: orders.Order{ID: e.ID}, Applied: true}
 		}
 	}
-	f.applied[id] = append(f.applied[id], version)
-	return orders.Order{ID: id}, true, nil
+	return results, nil
 }
 
 func (f *flakyExpirer) snapshot() (map[string]int, map[string][]int64) {
@@ -81,7 +93,8 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := &flakyExpirer{calls: map[string]int{}, applied: map[string][]int64{}}
-	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Concurrency: 2, RetryDelay: 50 * time.Millisecond,
+	// One event per batch: each event's calls are counted alone.
+	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Concurrency: 2, BatchMax: 1, RetryDelay: 50 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -177,4 +190,68 @@ func poll(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestConsumerAppliesABacklogInBatches: events already waiting when the
+// consumer starts are applied in batches of up to BatchMax, each event
+// once, and every one is acked.
+func TestConsumerAppliesABacklogInBatches(t *testing.T) {
+	t.Parallel()
+	ns := testinfra.NATS(t)
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	const n, batchMax = 300, 64
+	// Every order already had its first call: no transient failure.
+	exp := &flakyExpirer{calls: map[string]int{}, applied: map[string][]int64{}}
+	d := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for i := range n {
+		key := fmt.Sprintf("batch-%d", i)
+		exp.calls[key] = 1
+		data, _ := json.Marshal(events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: key, Version: 1, Deadline: d, FiredAt: d})
+		if _, err := js.Publish(ctx, events.OrderCancelSubject(key), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Durable: "batches", Concurrency: 1, BatchMax: batchMax,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(ctx) }()
+	poll(t, func() bool {
+		_, applied := exp.snapshot()
+		return len(applied) == n
+	})
+	_, applied := exp.snapshot()
+	for key, versions := range applied {
+		if len(versions) != 1 {
+			t.Fatalf("%s applied %d times", key, len(versions))
+		}
+	}
+	exp.mu.Lock()
+	batches := slices.Clone(exp.batches)
+	exp.mu.Unlock()
+	if slices.Max(batches) < 2 || slices.Max(batches) > batchMax {
+		t.Fatalf("batch sizes %v: want some above 1, none above %d", batches, batchMax)
+	}
+	cons, err := js.Consumer(ctx, events.StreamExpiries, "batches")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -166,39 +167,100 @@ func (s *Store) List(ctx context.Context, f orders.ListFilter) (orders.Page, err
 	return p, nil
 }
 
-// errNoop makes Expire's transition roll back without an error.
-var errNoop = errors.New("postgres: no-op")
-
 // Update implements orders.Store.
 func (s *Store) Update(ctx context.Context, id string, fn func(orders.Order) (orders.Change, error)) (orders.Order, error) {
-	_, after, err := s.update(ctx, id, fn)
-	return after, err
+	return s.update(ctx, id, fn)
 }
 
-// Expire implements orders.Store: the transition of orders.Order.Expire,
-// written with the condition status = 'pending_payment' AND version = $v.
-func (s *Store) Expire(ctx context.Context, id string, version int64, deadline, now time.Time) (orders.Order, bool, error) {
-	before, after, err := s.update(ctx, id, func(o orders.Order) (orders.Change, error) {
-		ch, ok, err := o.Expire(version, deadline, now)
-		if err != nil {
-			return orders.Change{}, err
-		}
-		if !ok {
-			return orders.Change{}, errNoop
-		}
-		return ch, nil
-	})
-	if errors.Is(err, errNoop) {
-		return before, false, nil
+// expireSQL writes the cancellations of ExpireAll: $1 the ids, $2 the
+// versions they were read at, $3 their new versions, $4 the update times;
+// status and reason are those of every payment timeout. The condition
+// repeats the domain check against the locked rows.
+const expireSQL = `UPDATE orders o SET status = 'cancelled', cancel_reason = 'payment_timeout', version = u.next, updated_at = u.at
+FROM unnest($1::text[], $2::int8[], $3::int8[], $4::timestamptz[]) AS u(id, version, next, at)
+WHERE o.id = u.id AND o.status = 'pending_payment' AND o.version = u.version`
+
+// ExpireAll implements orders.Store in four statements whatever the number
+// of events: lock the orders (in id order, as every other writer of several
+// rows would have to, so two batches cannot deadlock), apply
+// orders.Order.Expire to each in Go, write the cancellations with one
+// UPDATE and their events with one outbox insert.
+func (s *Store) ExpireAll(ctx context.Context, exps []orders.Expiry, now time.Time) ([]orders.ExpireResult, error) {
+	ids := make([]string, 0, len(exps))
+	for _, e := range exps {
+		ids = append(ids, e.ID)
 	}
-	return after, err == nil, err
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	results := make([]orders.ExpireResult, len(exps))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		if err != nil {
+			return fmt.Errorf("lock orders: %w", err)
+		}
+		locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
+		if err != nil {
+			return fmt.Errorf("lock orders: %w", err)
+		}
+		current := make(map[string]orders.Order, len(locked))
+		read := make(map[string]int64, len(locked)) // the version each was locked at
+		for _, o := range locked {
+			current[o.ID], read[o.ID] = o, o.Version
+		}
+		var msgs []outbox.Message
+		for i, e := range exps {
+			o, ok := current[e.ID]
+			if !ok {
+				results[i].Err = orders.ErrNotFound
+				continue
+			}
+			ch, applied, err := o.Expire(e.Version, e.Deadline, now)
+			results[i] = orders.ExpireResult{Order: o, Applied: applied, Err: err}
+			if !applied {
+				continue
+			}
+			m, err := messages(ch)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m...)
+			current[e.ID], results[i].Order = ch.Order, ch.Order
+		}
+		var up struct {
+			ids           []string
+			versions, nxt []int64
+			at            []time.Time
+		}
+		for _, id := range ids {
+			if o, ok := current[id]; ok && o.Version != read[id] {
+				up.ids, up.versions = append(up.ids, id), append(up.versions, read[id])
+				up.nxt, up.at = append(up.nxt, o.Version), append(up.at, o.UpdatedAt)
+			}
+		}
+		if len(up.ids) == 0 {
+			return nil
+		}
+		tag, err := tx.Exec(ctx, expireSQL, up.ids, up.versions, up.nxt, up.at)
+		if err != nil {
+			return fmt.Errorf("cancel orders: %w", err)
+		}
+		if n := tag.RowsAffected(); n != int64(len(up.ids)) {
+			return fmt.Errorf("cancel orders: %d of %d locked rows changed", n, len(up.ids))
+		}
+		return outbox.Insert(ctx, tx, OutboxTable, msgs)
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	s.onCommit()
+	return results, nil
 }
 
 // update locks the row, applies fn and writes its change with the outbox
-// rows; it returns the order before and after.
-func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (orders.Change, error)) (before, after orders.Order, err error) {
+// rows; it returns the order after.
+func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (orders.Change, error)) (after orders.Order, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		before, err = scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 FOR UPDATE`, id))
+		before, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return orders.ErrNotFound
 		}
@@ -229,10 +291,10 @@ func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (or
 		return outbox.Insert(ctx, tx, OutboxTable, msgs)
 	})
 	if err != nil {
-		return before, orders.Order{}, storeError(err)
+		return orders.Order{}, storeError(err)
 	}
 	s.onCommit()
-	return before, after, nil
+	return after, nil
 }
 
 // CountByStatus implements orders.Store. It scans the status index.

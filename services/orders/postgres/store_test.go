@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,6 +144,92 @@ func TestChangesWriteTheirOutboxRows(t *testing.T) {
 	}
 }
 
+// expireOne applies one cancel event with svc.ExpireAll and returns its
+// result (the transaction's error if it failed).
+func expireOne(ctx context.Context, svc *orders.Service, id string, version int64, deadline time.Time) (orders.Order, bool, error) {
+	r, err := svc.ExpireAll(ctx, []orders.Expiry{{ID: id, Version: version, Deadline: deadline}})
+	if err != nil {
+		return orders.Order{}, false, err
+	}
+	return r[0].Order, r[0].Applied, r[0].Err
+}
+
+// TestExpireAllAppliesEachEventOfABatch: one transaction, events with every
+// outcome, an order named twice and an unknown one; each result is the
+// outcome the event would have alone, and only the applied ones wrote an
+// order change and an event.
+func TestExpireAllAppliesEachEventOfABatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	due, twice, stale, early, forged := e.create(t, "b1"), e.create(t, "b2"), e.create(t, "b3"), e.create(t, "b4"), e.create(t, "b5")
+	ext, err := e.svc.Extend(ctx, early.ID, orders.Deadline{PayWithin: "3h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exps := []orders.Expiry{
+		{ID: twice.ID, Version: twice.Version, Deadline: twice.PayBy},
+		{ID: "missing", Version: 1, Deadline: due.PayBy},
+		{ID: due.ID, Version: due.Version, Deadline: due.PayBy},
+		{ID: stale.ID, Version: stale.Version - 1, Deadline: stale.PayBy},
+		{ID: early.ID, Version: ext.Version, Deadline: ext.PayBy},
+		{ID: twice.ID, Version: twice.Version, Deadline: twice.PayBy},
+		{ID: forged.ID, Version: forged.Version, Deadline: forged.PayBy.Add(time.Hour)},
+	}
+	results, err := e.late.ExpireAll(ctx, exps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var earlyErr *orders.EarlyError
+	tests := []struct {
+		name    string
+		applied bool
+		err     func(error) bool
+	}{
+		{"first of an order named twice", true, nil},
+		{"unknown order", false, func(err error) bool { return errors.Is(err, orders.ErrNotFound) }},
+		{"due", true, nil},
+		{"stale version", false, nil},
+		{"before pay_by (the late clock is two hours ahead, the deadline three)", false, func(err error) bool { return errors.As(err, &earlyErr) }},
+		{"second of an order named twice: a duplicate", false, nil},
+		{"another deadline", false, func(err error) bool { return errors.Is(err, orders.ErrDeadlineMismatch) }},
+	}
+	if len(results) != len(tests) {
+		t.Fatalf("%d results for %d events", len(results), len(tests))
+	}
+	for i, tc := range tests {
+		r := results[i]
+		if r.Applied != tc.applied || (tc.err == nil) != (r.Err == nil) || tc.err != nil && !tc.err(r.Err) {
+			t.Errorf("%s: applied=%v err=%v", tc.name, r.Applied, r.Err)
+		}
+		if r.Applied && (r.Order.Status != orders.StatusCancelled || r.Order.Version != exps[i].Version+1) {
+			t.Errorf("%s: order %+v", tc.name, r.Order)
+		}
+	}
+	for _, c := range []struct {
+		o      orders.Order
+		status orders.Status
+		events int // orders.cancelled events in the outbox
+	}{
+		{due, orders.StatusCancelled, 1}, {twice, orders.StatusCancelled, 1},
+		{stale, orders.StatusPendingPayment, 0}, {early, orders.StatusPendingPayment, 0}, {forged, orders.StatusPendingPayment, 0},
+	} {
+		got, err := e.svc.Get(ctx, c.o.ID)
+		if err != nil || got.Status != c.status {
+			t.Errorf("order %s: %+v (%v), want %s", c.o.ID, got, err, c.status)
+		}
+		n := 0
+		for _, r := range e.outbox(t, c.o.ID) {
+			if strings.HasPrefix(r, "orders.cancelled.") {
+				n++
+			}
+		}
+		if n != c.events {
+			t.Errorf("order %s: %d cancelled events in the outbox, want %d", c.o.ID, n, c.events)
+		}
+	}
+}
+
 func TestExpireAppliesOnlyTheCurrentVersionOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -168,7 +255,7 @@ func TestExpireAppliesOnlyTheCurrentVersionOnce(t *testing.T) {
 		{"stale after cancel", e.late, 1, o.PayBy, false, false},
 	}
 	for _, s := range steps {
-		got, applied, err := s.svc.Expire(ctx, o.ID, s.version, s.deadline)
+		got, applied, err := expireOne(ctx, s.svc, o.ID, s.version, s.deadline)
 		if (err != nil) != s.wantErr || applied != s.wantApplied {
 			t.Fatalf("%s: applied=%v err=%v, want applied=%v, error %v", s.name, applied, err, s.wantApplied, s.wantErr)
 		}
@@ -176,7 +263,7 @@ func TestExpireAppliesOnlyTheCurrentVersionOnce(t *testing.T) {
 			t.Fatalf("%s: order %+v", s.name, got)
 		}
 	}
-	if _, _, err := e.late.Expire(ctx, "missing", 1, o.PayBy); !errors.Is(err, orders.ErrNotFound) {
+	if _, _, err := expireOne(ctx, e.late, "missing", 1, o.PayBy); !errors.Is(err, orders.ErrNotFound) {
 		t.Fatalf("expire of a missing order: %v", err)
 	}
 	cancelled := 0
@@ -207,7 +294,7 @@ func TestPayRacesDeadline(t *testing.T) {
 		var payErr, expErr error
 		var applied bool
 		wg.Go(func() { <-start; paid, payErr = e.svc.Pay(ctx, o.ID) })
-		wg.Go(func() { <-start; _, applied, expErr = e.late.Expire(ctx, o.ID, o.Version, o.PayBy) })
+		wg.Go(func() { <-start; _, applied, expErr = expireOne(ctx, e.late, o.ID, o.Version, o.PayBy) })
 		close(start)
 		wg.Wait()
 		if expErr != nil {
