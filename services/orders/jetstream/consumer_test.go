@@ -76,10 +76,11 @@ func (f *flakyExpirer) snapshot() (map[string]int, map[string][]int64) {
 	return calls, applied
 }
 
-func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
-	t.Parallel()
-	ns := testinfra.NATS(t)
-	nc, err := nats.Connect(ns.URL)
+// newJetStream returns a JetStream client of a NATS server of t's own,
+// with the platform's streams.
+func newJetStream(t *testing.T) natsjs.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(testinfra.NATS(t).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +89,16 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+	if err := streams.Ensure(context.Background(), js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	js := newJetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
 	exp := &flakyExpirer{calls: map[string]int{}, applied: map[string][]int64{}}
 	// One event per batch: each event's calls are counted alone.
 	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Concurrency: 2, BatchMax: 1, RetryDelay: 50 * time.Millisecond,
@@ -197,21 +204,9 @@ func poll(t *testing.T, cond func() bool) {
 // once, and every one is acked.
 func TestConsumerAppliesABacklogInBatches(t *testing.T) {
 	t.Parallel()
-	ns := testinfra.NATS(t)
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	const n, batchMax = 300, 64
 	// Every order already had its first call: no transient failure.
 	exp := &flakyExpirer{calls: map[string]int{}, applied: map[string][]int64{}}
