@@ -173,10 +173,10 @@ func (s *Store) Update(ctx context.Context, id string, fn func(orders.Order) (or
 }
 
 // expireSQL writes the cancellations of ExpireAll: $1 the ids, $2 the
-// versions they were read at, $3 their new versions, $4 the update times;
-// status and reason are those of every payment timeout. The condition
+// versions they were read at, $3 their new versions, $4 the update times,
+// $5 and $6 the status and reason of a payment timeout. The condition
 // repeats the domain check against the locked rows.
-const expireSQL = `UPDATE orders o SET status = 'cancelled', cancel_reason = 'payment_timeout', version = u.next, updated_at = u.at
+const expireSQL = `UPDATE orders o SET status = $5, cancel_reason = $6, version = u.next, updated_at = u.at
 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::timestamptz[]) AS u(id, version, next, at)
 WHERE o.id = u.id AND o.status = 'pending_payment' AND o.version = u.version`
 
@@ -240,7 +240,8 @@ func (s *Store) ExpireAll(ctx context.Context, exps []orders.Expiry, now time.Ti
 		if len(up.ids) == 0 {
 			return nil
 		}
-		tag, err := tx.Exec(ctx, expireSQL, up.ids, up.versions, up.nxt, up.at)
+		tag, err := tx.Exec(ctx, expireSQL, up.ids, up.versions, up.nxt, up.at,
+			string(orders.StatusCancelled), string(orders.CancelPaymentTimeout))
 		if err != nil {
 			return fmt.Errorf("cancel orders: %w", err)
 		}

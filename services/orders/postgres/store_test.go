@@ -215,7 +215,7 @@ func TestExpireAllAppliesEachEventOfABatch(t *testing.T) {
 		{stale, orders.StatusPendingPayment, 0}, {early, orders.StatusPendingPayment, 0}, {forged, orders.StatusPendingPayment, 0},
 	} {
 		got, err := e.svc.Get(ctx, c.o.ID)
-		if err != nil || got.Status != c.status {
+		if err != nil || got.Status != c.status || c.events == 1 && got.CancelReason != orders.CancelPaymentTimeout {
 			t.Errorf("order %s: %+v (%v), want %s", c.o.ID, got, err, c.status)
 		}
 		n := 0
