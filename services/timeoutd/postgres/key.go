@@ -34,15 +34,6 @@ func encodeKey(key string) []byte {
 	return []byte(key)
 }
 
-// encodeKeys returns the stored forms of keys.
-func encodeKeys(keys []string) [][]byte {
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		out[i] = encodeKey(k)
-	}
-	return out
-}
-
 // decodeKey returns the key whose stored form is b.
 func decodeKey(b []byte) string {
 	if len(b) != 17 || b[0] != uuidTag {

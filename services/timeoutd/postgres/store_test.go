@@ -293,7 +293,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"LoadPending", loadPendingSQL, []any{encodeKey("order-0125000"), 5000}, "timeouts_pkey", "timeouts_pkey"},
 		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey"},
 		{"DeleteTombstones", deleteTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
-		{"Fire", fireSQL, []any{encodeKeys([]string{"order-0125001"}), []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
+		{"Fire", fireSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, generic := range []bool{false, true} {
