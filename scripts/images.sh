@@ -10,6 +10,9 @@
 # Each image is labelled with a hash of its inputs and rebuilt only when they
 # change; an image already current is never rebuilt, whichever way it was made.
 # ORDERTIMEOUT_OFFLINE=1 skips the registry check (a 4-second curl).
+# ORDERTIMEOUT_IMAGE_TAG=T tags the NATS and service images :T instead (for a
+# second checkout whose tests must not use the first one's images; point the
+# tests at them with ORDERTIMEOUT_{NATS,ORDERS,TIMEOUTD}_IMAGE).
 # Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd]...  (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,7 +75,7 @@ build_postgres() {
 }
 
 build_nats() {
-  local img=ordertimeout/nats:latest ctx=$BUILD/nats hash version ctr
+  local img=ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/nats hash version ctr
   hash=$( (grep nats-server go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go) | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
   rm -rf "$ctx" && mkdir -p "$ctx/data"
@@ -92,7 +95,7 @@ build_nats() {
 
 # build_service NAME: the service's binary and its assets, in scratch.
 build_service() {
-  local name=$1 img=ordertimeout/$1:dev ctx=$BUILD/$1 hash
+  local name=$1 img=ordertimeout/$1:${ORDERTIMEOUT_IMAGE_TAG:-dev} ctx=$BUILD/$1 hash
   [ -d "./services/$name/cmd/$name" ] || die "services/$name/cmd/$name does not exist yet: cannot build $img"
   rm -rf "$ctx" && mkdir -p "$ctx/assets"
   gobuild "$ctx/$name" "./services/$name/cmd/$name"
