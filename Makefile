@@ -61,8 +61,9 @@ chromium: ## make sure Chromium is installed for the browser tests (apt-get on D
 	@scripts/ensure-chromium.sh
 
 .PHONY: test
-test: images chromium wasm test-wasm ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz
+test: images chromium wasm test-wasm ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
 	$(GO) test $(TEST_FLAGS) ./...
+	cd bench && $(GO) test $(TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) scripts/fuzz.sh
 
 .PHONY: test-e2e
@@ -72,6 +73,7 @@ test-e2e: images chromium ## only the end-to-end suite against the built contain
 .PHONY: test-short
 test-short: ## unit tests only, no containers
 	$(GO) test -short -count=1 ./...
+	cd bench && $(GO) test -short -count=1 ./...
 
 .PHONY: run-timeoutd
 run-timeoutd: ## run timeoutd from source (needs TIMEOUTD_DATABASE_URL and TIMEOUTD_NATS_URL; see services/timeoutd/README.md)
