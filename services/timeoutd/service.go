@@ -152,6 +152,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.stopping.Store(true)
 	s.sched.stop()
 	s.fireMu.Lock() // waits for an onExpire call starting fire transactions
+	//lint:ignore SA2001 a barrier: taking the lock is the point.
 	s.fireMu.Unlock()
 	s.fires.Wait() // and for the transactions in flight
 	if hard.Err() != nil {
