@@ -261,8 +261,13 @@ func TestNATSPermissionMatrix(t *testing.T) {
 			})
 		} else {
 			add(u, "update stream "+events.StreamExpiries, false, api("STREAM.UPDATE.%s", events.StreamExpiries), func(ctx context.Context, c *permClient) error {
-				_, err := c.js.UpdateStream(ctx, streams.Specs(streams.Config{})[1])
-				return err
+				for _, sc := range streams.Specs(streams.Config{}) {
+					if sc.Name == events.StreamExpiries {
+						_, err := c.js.UpdateStream(ctx, sc)
+						return err
+					}
+				}
+				return errors.New("no spec of " + events.StreamExpiries)
 			})
 		}
 		// The services' consumers: only the owner reads and acks, nobody
