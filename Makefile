@@ -89,7 +89,7 @@ test-short: ## unit tests only, no containers
 	cd bench && $(GO) test -short -count=1 ./...
 
 .PHONY: run-timeoutd
-run-timeoutd: ## run timeoutd from source (needs TIMEOUTD_DATABASE_URL and TIMEOUTD_NATS_URL; see services/timeoutd/README.md)
+run-timeoutd: ## run timeoutd from source (needs TIMEOUTD_DATABASE_URL, TIMEOUTD_NATS_URL and the streams: NATS_URL=… go run ./deploy/streams; see services/timeoutd/README.md)
 	$(GO) run ./services/timeoutd/cmd/timeoutd
 
 .PHONY: bench-timeoutd-go

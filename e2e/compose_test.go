@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -20,11 +21,12 @@ func TestComposeStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
 	}
-	if err := requireImages(t.Context(), "ordertimeout/postgres:15", "ordertimeout/nats:latest", ordersImage, timeoutdImage); err != nil {
+	if err := requireImages(t.Context(), "ordertimeout/postgres:15", testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{
 		fmt.Sprintf("COMPOSE_PROJECT=ot-e2e-%d", os.Getpid()),
+		"NATS_IMAGE=" + testinfra.NATSImage, // it also runs the streams bootstrap
 		"ORDERS_API_TOKENS=" + apiToken,
 		"ORDERS_IMAGE=" + ordersImage,
 		"TIMEOUTD_IMAGE=" + timeoutdImage,

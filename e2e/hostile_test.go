@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,11 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
-	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
@@ -745,143 +740,4 @@ func expectNoTokensLogged(t *testing.T, s *stack) {
 			t.Errorf("%s's log is empty: the grep proves nothing", name)
 		}
 	}
-}
-
-// TestComposeNATSPermissions starts NATS with the compose stack's
-// configuration (deploy/compose/nats.conf) and checks its authentication and
-// per-service permissions: no connection without the right password; orders
-// may publish timeout commands and order events but neither cancel events
-// nor expiries; timeoutd the reverse; observer only reads through
-// consumers and dead-letters under its own name; the JetStream API keeps working for all (streams.Ensure,
-// PubAcks, pull consumers). TestComposeStack proves the services run with it.
-func TestComposeNATSPermissions(t *testing.T) {
-	t.Parallel()
-	if testing.Short() {
-		t.Skip("needs Docker and the NATS image; run without -short (make test)")
-	}
-	conf, err := os.ReadFile("../deploy/compose/nats.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	passwords := map[string]string{"orders": "o-pw-1", "timeoutd": "t-pw-2", "observer": "ob-pw-3"}
-	ctx := t.Context()
-	ctr, err := testcontainers.Run(ctx, testinfra.NATSImage,
-		testcontainers.WithExposedPorts("4222/tcp"),
-		testcontainers.WithEnv(map[string]string{
-			"NATS_ORDERS_PASSWORD": passwords["orders"], "NATS_TIMEOUTD_PASSWORD": passwords["timeoutd"], "NATS_OBSERVER_PASSWORD": passwords["observer"],
-		}),
-		testcontainers.WithFiles(testcontainers.ContainerFile{Reader: bytes.NewReader(conf), ContainerFilePath: "/etc/nats/compose.conf", FileMode: 0o644}),
-		testcontainers.WithCmdArgs("-c", "/etc/nats/compose.conf"),
-		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:8222/healthz?js-enabled-only=true"}).
-			WithPollInterval(100*time.Millisecond).WithStartupTimeout(30*time.Second)),
-	)
-	testcontainers.CleanupContainer(t, ctr)
-	if err != nil {
-		t.Fatalf("start nats with the compose configuration: %v", err)
-	}
-	endpoint, err := ctr.PortEndpoint(ctx, "4222/tcp", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := func(user, password string) string {
-		if user == "" {
-			return "nats://" + endpoint
-		}
-		return fmt.Sprintf("nats://%s:%s@%s", user, password, endpoint)
-	}
-	connect := func(t *testing.T, user string) jetstream.JetStream {
-		t.Helper()
-		nc, err := nats.Connect(url(user, passwords[user]), nats.Name("e2e-"+user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-		if err != nil {
-			t.Fatalf("connect as %s: %v", user, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-
-	for _, tc := range []struct{ name, user, password string }{
-		{"anonymous", "", ""},
-		{"wrong password", "orders", "guess"},
-		{"unknown user", "admin", "admin"},
-	} {
-		if nc, err := nats.Connect(url(tc.user, tc.password)); err == nil {
-			nc.Close()
-			t.Errorf("%s: connected, want an authorization error", tc.name)
-		}
-	}
-	// Both services create the streams at start.
-	for _, user := range []string{"orders", "timeoutd"} {
-		if err := streams.Ensure(ctx, connect(t, user), streams.Config{}); err != nil {
-			t.Fatalf("streams.Ensure as %s: %v", user, err)
-		}
-	}
-
-	// Every case publishes on a subject of its own.
-	run := time.Now().UnixNano()
-	created := events.OrderEventSubject(events.OrderCreated, fmt.Sprintf("perm-%d-created", run))
-	tests := []struct {
-		user, subject, stream string
-		allowed               bool
-	}{
-		{"orders", events.CommandSubject(fmt.Sprintf("perm-%d-1", run)), events.StreamCommands, true},
-		{"orders", created, events.StreamOrderEvents, true},
-		{"orders", events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-2", run)), events.StreamOrderEvents, true},
-		{"orders", events.DeadLetterSubject("orders", events.ReasonMalformed), events.StreamDeadLetters, true},
-		{"orders", events.OrderCancelSubject(fmt.Sprintf("perm-%d-3", run)), events.StreamExpiries, false},
-		{"orders", events.MissedSubject(fmt.Sprintf("perm-%d-4", run)), events.StreamExpiries, false},
-		{"orders", events.DeadLetterSubject("timeoutd", events.ReasonInvalidKey), events.StreamDeadLetters, false},
-		{"timeoutd", events.OrderCancelSubject(fmt.Sprintf("perm-%d-5", run)), events.StreamExpiries, true},
-		{"timeoutd", events.MissedSubject(fmt.Sprintf("perm-%d-6", run)), events.StreamExpiries, true},
-		{"timeoutd", events.DeadLetterSubject("timeoutd", events.ReasonMalformed), events.StreamDeadLetters, true},
-		{"timeoutd", events.CommandSubject(fmt.Sprintf("perm-%d-7", run)), events.StreamCommands, false},
-		{"timeoutd", events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-8", run)), events.StreamOrderEvents, false},
-		{"timeoutd", events.OrderEventSubject(events.OrderPaid, fmt.Sprintf("perm-%d-9", run)), events.StreamOrderEvents, false},
-		{"timeoutd", events.DeadLetterSubject("orders", events.ReasonInvalidKey), events.StreamDeadLetters, false},
-		{"observer", events.OrderCancelSubject(fmt.Sprintf("perm-%d-10", run)), events.StreamExpiries, false},
-		{"observer", events.CommandSubject(fmt.Sprintf("perm-%d-11", run)), events.StreamCommands, false},
-		{"observer", events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-12", run)), events.StreamOrderEvents, false},
-		{"observer", events.DeadLetterSubject("inventory", events.ReasonMalformed), events.StreamDeadLetters, true},
-		{"observer", events.DeadLetterSubject("orders", events.ReasonInvalidVersion), events.StreamDeadLetters, false},
-	}
-	t.Run("publish", func(t *testing.T) {
-		for _, tc := range tests {
-			verb := map[bool]string{true: "may", false: "may not"}[tc.allowed]
-			t.Run(fmt.Sprintf("%s %s publish %s", tc.user, verb, tc.subject), func(t *testing.T) {
-				t.Parallel()
-				js := connect(t, tc.user)
-				pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				defer cancel()
-				_, err := js.Publish(pctx, tc.subject, []byte(`{}`), jetstream.WithMsgID("perm:"+tc.user+":"+tc.subject))
-				if tc.allowed != (err == nil) {
-					t.Fatalf("publish: %v, want allowed=%v", err, tc.allowed)
-				}
-				if n := storedOn(t, connect(t, "orders"), tc.stream, tc.subject); tc.allowed != (n == 1) {
-					t.Fatalf("%d messages stored on %s, want allowed=%v", n, tc.subject, tc.allowed)
-				}
-			})
-		}
-	})
-	t.Run("observer reads through a durable consumer, as examples/consumer does", func(t *testing.T) {
-		js := connect(t, "observer")
-		cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamOrderEvents, jetstream.ConsumerConfig{
-			Durable: "inventory", FilterSubject: created, AckPolicy: jetstream.AckExplicitPolicy,
-		})
-		if err != nil {
-			t.Fatalf("durable consumer as observer: %v", err)
-		}
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("read as observer: %v", err)
-		}
-		if m.Subject() != created {
-			t.Fatalf("observer read %s", m.Subject())
-		}
-		if err := m.DoubleAck(ctx); err != nil {
-			t.Fatalf("ack as observer: %v", err)
-		}
-	})
 }

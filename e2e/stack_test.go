@@ -159,6 +159,11 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		return s, err
 	}
 	s.NATSURL = "nats://" + s.hostPort(svcNATS)
+	// The services no longer create streams: the bootstrap step does, as in
+	// compose.
+	if err := runStreamsBootstrap(ctx, s.network, "nats://"+svcNATS+":4222"); err != nil {
+		return s, err
+	}
 
 	pg := "postgres://postgres:postgres@" + svcPostgres + ":5432/"
 	orders := map[string]string{
@@ -200,6 +205,33 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s.OrdersURL = "http://" + s.hostPort(svcOrders)
 	s.TimeoutdURL = "http://" + s.hostPort(svcTimeoutd)
 	return s, nil
+}
+
+// runStreamsBootstrap runs the streams bootstrap of the NATS image
+// (/streams, deploy/streams) on nw against natsURL, as compose's "streams"
+// service does before the services start, and returns an error with its log
+// unless it exited 0.
+func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string) error {
+	ctr, err := testcontainers.Run(ctx, testinfra.NATSImage,
+		tcnetwork.WithNetwork([]string{"streams"}, nw),
+		testcontainers.WithEntrypoint("/streams"),
+		testcontainers.WithEnv(map[string]string{"NATS_URL": natsURL, "STREAMS_TIMEOUT": "30s"}),
+		testcontainers.WithWaitStrategy(wait.ForExit().WithPollInterval(100*time.Millisecond).WithExitTimeout(60*time.Second)),
+	)
+	if ctr != nil {
+		defer func() { _ = ctr.Terminate(context.Background()) }()
+	}
+	if err != nil {
+		return fmt.Errorf("run the streams bootstrap (%s /streams): %w", testinfra.NATSImage, err)
+	}
+	st, err := ctr.State(ctx)
+	if err != nil {
+		return fmt.Errorf("streams bootstrap state: %w", err)
+	}
+	if st.ExitCode != 0 {
+		return fmt.Errorf("streams bootstrap exited %d:\n%s", st.ExitCode, testinfra.Logs(ctr))
+	}
+	return nil
 }
 
 // readyz waits until the service's /readyz answers 2xx.

@@ -76,7 +76,7 @@ build_postgres() {
 
 build_nats() {
   local img=ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/nats hash version ctr
-  hash=$( (grep nats-server go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go) | sha256sum | cut -c1-12)
+  hash=$( (grep -E 'nats-server|nats.go' go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go deploy/streams/*.go internal/streams/*.go pkg/events/*.go) | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
   rm -rf "$ctx" && mkdir -p "$ctx/data"
   version=$(awk '$1=="github.com/nats-io/nats-server/v2" {sub(/^v/, "", $2); print $2}' go.mod)
@@ -89,6 +89,7 @@ build_nats() {
     gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
   fi
   gobuild "$ctx/healthcheck" ./deploy/healthcheck
+  gobuild "$ctx/streams" ./deploy/streams
   cp deploy/images/nats/Dockerfile deploy/images/nats/nats.conf "$ctx/"
   dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
 }

@@ -16,8 +16,10 @@
 //     decode is dead-lettered (events.NewDeadLetter on dlq.<service>.<reason>)
 //     and terminated, never retried forever and never silently dropped.
 //
-// Run it with NATS_URL (default nats://127.0.0.1:4222) and CONSUMER_NAME
-// (default "inventory"): go run ./examples/consumer
+// Run it with NATS_URL (default nats://127.0.0.1:4222), CONSUMER_NAME
+// (default "inventory") and NATS_INBOX_PREFIX (default _INBOX_observer, the
+// only inbox the compose stack's observer user may subscribe to: JetStream
+// replies and deliveries come there): go run ./examples/consumer
 package main
 
 import (
@@ -51,7 +53,8 @@ func main() {
 
 func run(ctx context.Context) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	nc, err := nats.Connect(cmp.Or(os.Getenv("NATS_URL"), nats.DefaultURL), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(cmp.Or(os.Getenv("NATS_URL"), nats.DefaultURL), nats.MaxReconnects(-1),
+		nats.CustomInboxPrefix(cmp.Or(os.Getenv("NATS_INBOX_PREFIX"), "_INBOX_observer")))
 	if err != nil {
 		return fmt.Errorf("connect nats: %w", err)
 	}

@@ -1,7 +1,8 @@
 // Package streams declares the JetStream streams of the platform with
-// explicit settings and creates or updates them idempotently. Both services
-// call Ensure at start with the same Config, so whichever starts first
-// creates the streams and the other finds them as declared.
+// explicit settings. Ensure creates or updates them idempotently; only the
+// one-shot bootstrap step (deploy/streams, NATS user bootstrap) calls it,
+// before the services start. The services hold no right to create, update,
+// delete or purge a stream: at start they call Verify, which only reads.
 package streams
 
 import (
@@ -17,6 +18,17 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
+// Inbox prefixes (nats.CustomInboxPrefix) of the platform's NATS users.
+// Each user may subscribe only below its own (deploy/compose/nats.conf), so
+// no client reads the JetStream deliveries, PubAcks or API replies sent to
+// another.
+const (
+	InboxBootstrap = "_INBOX_bootstrap"
+	InboxOrders    = "_INBOX_orders"
+	InboxTimeoutd  = "_INBOX_timeoutd"
+	InboxObserver  = "_INBOX_observer"
+)
+
 // Defaults of Config.
 const (
 	// DuplicateWindowDefault must exceed the outbox relay's worst lag
@@ -30,7 +42,8 @@ const (
 	MaxAgeDefault = 72 * time.Hour
 	// DeadLetterMaxAgeDefault keeps dead letters for inspection and replay.
 	DeadLetterMaxAgeDefault = 14 * 24 * time.Hour
-	// ReplicasDefault is 1: the single-node stack of deploy/compose.
+	// ReplicasDefault is 1: the single-node stack of deploy/compose; a
+	// cluster sets Config.Replicas (STREAMS_REPLICAS of deploy/streams) to 3.
 	ReplicasDefault = 1
 )
 
@@ -112,6 +125,29 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// Verify checks, reading only, that every stream of Specs(cfg) named in
+// names exists and captures every subject of its spec: the services call it
+// at start instead of Ensure. The error names the stream and the missing
+// subject and says to run the bootstrap step.
+func Verify(ctx context.Context, js jetstream.JetStream, cfg Config, names ...string) error {
+	for _, sc := range Specs(cfg) {
+		if !slices.Contains(names, sc.Name) {
+			continue
+		}
+		s, err := js.Stream(ctx, sc.Name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w (run the streams bootstrap, deploy/streams, first)", sc.Name, err)
+		}
+		have := s.CachedInfo().Config.Subjects
+		for _, subj := range sc.Subjects {
+			if !slices.Contains(have, subj) {
+				return fmt.Errorf("stream %s does not capture %s (has %v): run the streams bootstrap, deploy/streams, with the same fire subject prefixes", sc.Name, subj, have)
+			}
 		}
 	}
 	return nil

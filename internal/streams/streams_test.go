@@ -2,7 +2,9 @@ package streams_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +81,41 @@ func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
 	}
 	if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Duplicates != streams.DuplicateWindowDefault {
 		t.Fatalf("command stream config = %+v, want a work queue with the default duplicate window", info.Config)
+	}
+}
+
+// TestVerifyOnlyReadsAndNamesWhatIsMissing checks the services' start-up
+// check: before the bootstrap step it fails naming the missing stream and
+// creates nothing; after it, it passes; a fire subject prefix the bootstrap
+// did not declare is named.
+func TestVerifyOnlyReadsAndNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(testinfra.NATS(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Verify(ctx, js, streams.Config{}, events.StreamExpiries); err == nil || !strings.Contains(err.Error(), events.StreamExpiries) {
+		t.Fatalf("Verify before the bootstrap: %v, want an error naming %s", err, events.StreamExpiries)
+	}
+	if _, err := js.Stream(ctx, events.StreamExpiries); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("after Verify, stream lookup: %v, want not found (Verify must not create)", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	all := []string{events.StreamCommands, events.StreamExpiries, events.StreamOrderEvents, events.StreamDeadLetters}
+	if err := streams.Verify(ctx, js, streams.Config{}, all...); err != nil {
+		t.Fatalf("Verify after the bootstrap: %v", err)
+	}
+	err = streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: []string{"carts.expire."}}, events.StreamExpiries)
+	if err == nil || !strings.Contains(err.Error(), "carts.expire.>") {
+		t.Fatalf("Verify with an undeclared fire prefix: %v, want an error naming carts.expire.>", err)
 	}
 }

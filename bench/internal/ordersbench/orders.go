@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -67,6 +68,10 @@ func Orders(ctx context.Context, cfg Config, rep *harness.Report) (float64, erro
 	cfg = cfg.withDefaults()
 	if cfg.Bin == "" || cfg.DatabaseURL == "" || cfg.NATSURL == "" {
 		return 0, errors.New("ordersbench: Bin, DatabaseURL and NATSURL are required")
+	}
+	// The streams bootstrap: orders only verifies the streams at start.
+	if err := ensureStreams(ctx, cfg.NATSURL); err != nil {
+		return 0, err
 	}
 	svc, err := harness.StartService(ctx, cfg.Bin, func(addr string) []string {
 		return []string{
@@ -154,6 +159,21 @@ func Orders(ctx context.Context, cfg Config, rep *harness.Report) (float64, erro
 	}
 	rep.Line("result", kv...)
 	return rate, relayDrain(ctx, cfg.NATSURL, created.Load(), rep)
+}
+
+// ensureStreams creates the platform's streams on the NATS server at url,
+// as the bootstrap step (deploy/streams) does before the services start.
+func ensureStreams(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("connect nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return streams.Ensure(ctx, js, streams.Config{})
 }
 
 // relayDrain waits up to a minute for the command stream to hold one

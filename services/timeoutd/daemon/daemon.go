@@ -109,11 +109,6 @@ type Config struct {
 	// outbox rows to the fire path's hand-off; default
 	// RelayClaimMinAgeDefault. It must exceed the PubAck timeout (5s).
 	RelayClaimMinAge time.Duration
-	// DuplicateWindow is the streams' duplicate window; default
-	// streams.DuplicateWindowDefault (2m), far above the relay's worst lag
-	// (a failed hand-off is republished by a poll after RelayClaimMinAge,
-	// 10s, plus AckTimeout 5s and a retry).
-	DuplicateWindow time.Duration
 	// MemoryLimit is the soft memory limit in bytes
 	// (runtime/debug.SetMemoryLimit) that cmd/timeoutd applies, unless
 	// GOMEMLIMIT is set; 0 means MemoryLimitDefault, negative none. It is
@@ -203,7 +198,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	envDuration(getenv, "TIMEOUTD_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, &errs)
 	envDuration(getenv, "TIMEOUTD_SHUTDOWN_DELAY", &c.ShutdownDelay, &errs)
-	envDuration(getenv, "TIMEOUTD_DUPLICATE_WINDOW", &c.DuplicateWindow, &errs)
 	envDuration(getenv, "TIMEOUTD_TICK", &c.Service.Tick, &errs)
 	envDuration(getenv, "TIMEOUTD_TOMBSTONE_TTL", &c.Service.TombstoneTTL, &errs)
 	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
@@ -241,7 +235,6 @@ func (c Config) withDefaults() (Config, error) {
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
 	c.RelayWorkers = cmp.Or(c.RelayWorkers, RelayWorkersDefault)
 	c.RelayClaimMinAge = cmp.Or(c.RelayClaimMinAge, RelayClaimMinAgeDefault)
-	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, streams.DuplicateWindowDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -277,7 +270,7 @@ func httpURL(s string) bool {
 }
 
 // Main is the daemon as the binary runs it: Postgres (migrated), NATS
-// (streams ensured, durable consumer), the outbox relay, the service and the
+// (streams verified, durable consumer), the outbox relay, the service and the
 // HTTP server. End-to-end tests and benchmarks run it in-process the same
 // way: New, then Run in a goroutine, then wait for Ready.
 type Main struct {
@@ -291,8 +284,9 @@ type Main struct {
 	once sync.Once
 }
 
-// New connects to Postgres and NATS, applies the migrations, ensures the
-// streams and the consumer, and listens on HTTPAddr. Nothing is consumed or
+// New connects to Postgres and NATS, applies the migrations, verifies the
+// streams (created beforehand by the bootstrap step, deploy/streams),
+// ensures the consumer, and listens on HTTPAddr. Nothing is consumed or
 // fired before Run.
 func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	cfg, err = cfg.withDefaults()
@@ -311,7 +305,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err := postgres.Migrate(ctx, m.pool); err != nil {
 		return nil, err
 	}
-	m.nc, err = nats.Connect(cfg.NATSURL, nats.Name("timeoutd"), nats.MaxReconnects(-1),
+	m.nc, err = nats.Connect(cfg.NATSURL, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false))
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
@@ -321,8 +315,10 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: cfg.DuplicateWindow,
-		FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes}); err != nil {
+	// The streams bootstrap (deploy/streams) creates the streams; timeoutd
+	// may only read them, and checks they capture its fire subjects.
+	if err := streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes},
+		events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters); err != nil {
 		return nil, err
 	}
 	src, err := tjs.NewConsumer(ctx, js, cfg.Consumer)

@@ -90,6 +90,11 @@ func (e *env) start(t testing.TB, mutate func(*daemon.Config)) *started {
 		mutate(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// The bootstrap step: the streams with this daemon's fire subjects.
+	if err := streams.Ensure(ctx, e.js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes}); err != nil {
+		cancel()
+		t.Fatalf("streams bootstrap: %v", err)
+	}
 	m, err := daemon.New(ctx, cfg)
 	if err != nil {
 		cancel()

@@ -29,6 +29,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 	ordershttp "github.com/ordertimeout/ordertimeout/services/orders/http"
 	"github.com/ordertimeout/ordertimeout/services/orders/jetstream"
@@ -73,7 +74,8 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("orders"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("orders"), nats.CustomInboxPrefix(streams.InboxOrders),
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return fmt.Errorf("connect nats: %w", err)
 	}
@@ -82,7 +84,11 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := retry(ctx, func(ctx context.Context) error { return streams.Ensure(ctx, js, streams.Config{}) }); err != nil {
+	// The streams bootstrap (deploy/streams) creates the streams; orders may
+	// only read them.
+	if err := retry(ctx, func(ctx context.Context) error {
+		return streams.Verify(ctx, js, streams.Config{}, events.StreamCommands, events.StreamOrderEvents, events.StreamExpiries, events.StreamDeadLetters)
+	}); err != nil {
 		return err
 	}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
@@ -43,6 +44,19 @@ func start(t *testing.T) *app {
 		"ORDERS_API_TOKENS":   "other," + token,
 		"ORDERS_LOG_LEVEL":    "error",
 	}
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	a := &app{base: "http://" + env["ORDERS_HTTP_ADDR"]}
+	if a.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	// The bootstrap step, which orders no longer does itself.
+	if err := streams.Ensure(t.Context(), a.js, streams.Config{}); err != nil {
+		t.Fatalf("streams bootstrap: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return env[k] }) }()
@@ -57,7 +71,6 @@ func start(t *testing.T) *app {
 			t.Error("run did not return after shutdown")
 		}
 	})
-	a := &app{base: "http://" + env["ORDERS_HTTP_ADDR"]}
 	waitFor(t, "readyz", func() (bool, error) {
 		select {
 		case err := <-done:
@@ -71,14 +84,6 @@ func start(t *testing.T) *app {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if a.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
 	return a
 }
 
