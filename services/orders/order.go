@@ -192,10 +192,15 @@ func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, 
 }
 
 // Pay marks a pending order paid at now: a clear command and a paid event.
-// Whether now is past PayBy does not matter (see the package doc).
-func (o Order) Pay(now time.Time) (Change, error) {
+// The deadline is the rule: once now is past PayBy plus grace (not negative),
+// the payment is refused with ErrDeadlinePassed even though the order is
+// still pending (its cancel event has not arrived yet; see the package doc).
+func (o Order) Pay(now time.Time, grace time.Duration) (Change, error) {
 	if o.Status != StatusPendingPayment {
 		return Change{}, conflict("pay", o.Status)
+	}
+	if now.After(o.PayBy.Add(grace)) {
+		return Change{}, deadlinePassed(o.PayBy, grace)
 	}
 	o = o.next(now)
 	o.Status = StatusPaid

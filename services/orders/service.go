@@ -95,6 +95,7 @@ type Page struct {
 type Service struct {
 	store  Store
 	limits Limits
+	grace  time.Duration
 	now    func() time.Time
 	log    *slog.Logger
 }
@@ -104,6 +105,11 @@ type ServiceConfig struct {
 	// Limits bounds payment deadlines; zero fields take PayWithinMinDefault
 	// and PayWithinMaxDefault.
 	Limits Limits
+	// PaymentGrace is how long after an order's pay_by a payment is still
+	// accepted (while the order is pending); default 0, must not be
+	// negative. The deadline is decided by Now, the same clock that checks
+	// a cancel event is not early (Order.Expire).
+	PaymentGrace time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger; default slog.Default().
@@ -119,7 +125,10 @@ func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 	if lim.PayWithinMin <= 0 || lim.PayWithinMax < lim.PayWithinMin {
 		return nil, fmt.Errorf("orders: Limits: need 0 < PayWithinMin <= PayWithinMax, got %s and %s", lim.PayWithinMin, lim.PayWithinMax)
 	}
-	s := &Service{store: store, limits: lim, now: cfg.Now, log: cfg.Logger}
+	if cfg.PaymentGrace < 0 {
+		return nil, fmt.Errorf("orders: PaymentGrace must not be negative, got %s", cfg.PaymentGrace)
+	}
+	s := &Service{store: store, limits: lim, grace: cfg.PaymentGrace, now: cfg.Now, log: cfg.Logger}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -184,9 +193,11 @@ func (s *Service) List(ctx context.Context, f ListFilter) (Page, error) {
 	return s.store.List(ctx, f)
 }
 
-// Pay marks order id paid.
+// Pay marks order id paid, or refuses with ErrDeadlinePassed once its pay_by
+// plus PaymentGrace has passed by the service's clock, read with the row
+// locked.
 func (s *Service) Pay(ctx context.Context, id string) (Order, error) {
-	return s.update(ctx, id, func(o Order) (Change, error) { return o.Pay(s.now()) })
+	return s.update(ctx, id, func(o Order) (Change, error) { return o.Pay(s.now(), s.grace) })
 }
 
 // Cancel cancels order id at the customer's request.

@@ -455,3 +455,35 @@ func TestUnavailableDatabaseIs503WithRetryAfter(t *testing.T) {
 		t.Fatalf("the cause leaked to the client: %s", rec.Body)
 	}
 }
+
+// TestPayAfterTheDeadlineIsRefused: a payment once pay_by has passed (the
+// default grace is zero) answers 409 /problems/payment_deadline_passed
+// naming the deadline, although the order is still pending (its cancel event
+// has not arrived), and changes nothing.
+func TestPayAfterTheDeadlineIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	o := e.create(t)
+	o.PayBy = now.Add(-300 * time.Millisecond)
+	e.store.mu.Lock()
+	e.store.orders[o.ID] = o
+	changes := len(e.store.changes)
+	e.store.mu.Unlock()
+	rec := e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", "", true)
+	if rec.Code != http.StatusConflict {
+		t.Fatalf("pay after pay_by = %d %s, want 409", rec.Code, rec.Body)
+	}
+	checkProblem(t, rec, "", string(orders.StatusPendingPayment))
+	p := decode[struct {
+		problemBody
+		PayBy time.Time `json:"pay_by"`
+	}](t, rec)
+	if p.Type != "/problems/payment_deadline_passed" || !p.PayBy.Equal(o.PayBy) || !strings.Contains(p.Detail, o.PayBy.Format(time.RFC3339Nano)) {
+		t.Fatalf("problem = %s, want payment_deadline_passed naming %s", rec.Body, o.PayBy)
+	}
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	if got := e.store.orders[o.ID]; got.Status != orders.StatusPendingPayment || len(e.store.changes) != changes {
+		t.Fatalf("the refused payment changed the order: %+v", got)
+	}
+}

@@ -96,7 +96,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	store := postgres.NewStore(pool, relay.Kick)
-	svc, err := orders.NewService(store, orders.ServiceConfig{Limits: cfg.Limits, Logger: log})
+	svc, err := orders.NewService(store, orders.ServiceConfig{Limits: cfg.Limits, PaymentGrace: cfg.PaymentGrace, Logger: log})
 	if err != nil {
 		return err
 	}
