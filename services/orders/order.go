@@ -257,6 +257,24 @@ func (o Order) Expire(version int64, deadline, now time.Time) (Change, bool, err
 	return Change{Order: o, Event: o.event(events.OrderCancelled)}, true, nil
 }
 
+// Reconcile cancels a pending order whose pay_by passed more than margin
+// before now, for a payment timeout, without its cancel event (lost outside
+// the platform, or its timeout replaced by a forged later version): the same
+// change and cancelled event as Expire, plus a clear command at the new
+// version, so a timeoutd that still holds the timeout drops it instead of
+// firing for a cancelled order. Any other order is a no-op (applied false).
+func (o Order) Reconcile(now time.Time, margin time.Duration) (Change, bool) {
+	if o.Status != StatusPendingPayment || !now.After(o.PayBy.Add(margin)) {
+		return Change{}, false
+	}
+	ch, applied, err := o.Expire(o.Version, o.PayBy, now)
+	if err != nil || !applied {
+		return Change{}, false
+	}
+	ch.Command = ch.Order.clearCommand()
+	return ch, true
+}
+
 // DeadlineTolerance is how far a cancel event's deadline may be from the
 // order's pay_by and still be about it (timestamps may lose precision on the
 // way through timeoutd).

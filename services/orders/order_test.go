@@ -202,3 +202,42 @@ func TestExpire(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcile: only a pending order overdue by more than the margin is
+// cancelled, with the event of a timeout cancellation and a clear command.
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	pending := newOrder(t)
+	payBy, margin := pending.PayBy, 30*time.Second
+	paid, _ := pending.Pay(now, 0)
+	tests := []struct {
+		name    string
+		o       orders.Order
+		at      time.Time
+		applied bool
+	}{
+		{"overdue by more than the margin", pending, payBy.Add(margin + time.Nanosecond), true},
+		{"overdue by the margin exactly", pending, payBy.Add(margin), false},
+		{"overdue by less than the margin", pending, payBy.Add(time.Second), false},
+		{"before pay_by", pending, payBy.Add(-time.Second), false},
+		{"paid", paid.Order, payBy.Add(time.Hour), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ch, applied := tt.o.Reconcile(tt.at, margin)
+			if applied != tt.applied {
+				t.Fatalf("applied = %v, want %v", applied, tt.applied)
+			}
+			if !applied {
+				return
+			}
+			o := ch.Order
+			if o.Status != orders.StatusCancelled || o.CancelReason != orders.CancelPaymentTimeout || o.Version != tt.o.Version+1 ||
+				ch.Event == nil || ch.Event.Type != events.OrderCancelled || ch.Event.CancelReason != events.CancelPaymentTimeout ||
+				ch.Command == nil || ch.Command.Kind != events.KindClear || ch.Command.Version != o.Version || ch.Command.Validate() != nil {
+				t.Fatalf("change = %+v, command %+v, event %+v", o, ch.Command, ch.Event)
+			}
+		})
+	}
+}
