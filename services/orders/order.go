@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -152,8 +152,8 @@ func ceilMicro(t time.Time) time.Time {
 // status pending_payment, version 1, a set command and a created event.
 func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, error) {
 	var fe []FieldError
-	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen || !storable(req.CustomerID) {
-		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes of UTF-8 text without NUL", MaxTextLen)})
+	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen || !identifier(req.CustomerID) {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes of %s", MaxTextLen, identifierText)})
 	}
 	if !validCurrency(req.Currency) {
 		fe = append(fe, FieldError{"currency", "must be an ISO 4217 code of three upper-case letters, such as EUR"})
@@ -168,8 +168,8 @@ func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, 
 		}
 		p := fmt.Sprintf("items[%d].", i)
 		switch {
-		case it.SKU == "" || len(it.SKU) > MaxTextLen || !storable(it.SKU):
-			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes of UTF-8 text without NUL", MaxTextLen)})
+		case it.SKU == "" || len(it.SKU) > MaxTextLen || !identifier(it.SKU):
+			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes of %s", MaxTextLen, identifierText)})
 		case it.Quantity < 1 || it.Quantity > MaxQuantity:
 			fe = append(fe, FieldError{p + "quantity", fmt.Sprintf("must be between 1 and %d", MaxQuantity)})
 		case it.UnitPriceMinor < 0:
@@ -318,8 +318,30 @@ func (o Order) event(t events.OrderEventType) *events.OrderEvent {
 		AmountMinor: o.AmountMinor, Currency: o.Currency, PayBy: o.PayBy, At: o.UpdatedAt}
 }
 
-// storable reports whether Postgres text can hold s: valid UTF-8 without NUL.
-func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+// identifierText says what identifier accepts, for the errors.
+const identifierText = "UTF-8 text without control characters, bidirectional controls or U+FFFD"
+
+// identifier reports whether s may be an identifier (customer id, SKU,
+// Idempotency-Key): valid UTF-8 (so Postgres can store it, and nothing was
+// silently replaced) without C0 or C1 control characters (NUL, escape
+// sequences, line breaks that forge log lines), without the bidirectional
+// controls that make a dashboard or a log show another text than stored
+// (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069), and without
+// U+FFFD, which is what a JSON decoder puts in place of invalid UTF-8 or a
+// lone surrogate escape.
+func identifier(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case unicode.IsControl(r), r == utf8.RuneError, r == '\u061c', r == '\u200e', r == '\u200f',
+			r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
+			return false
+		}
+	}
+	return true
+}
 
 func validCurrency(c string) bool {
 	if len(c) != 3 {

@@ -143,8 +143,8 @@ func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 func (s *Service) Create(ctx context.Context, req CreateRequest, idemKey string) (o Order, replayed bool, err error) {
 	var key *IdempotencyKey
 	if idemKey != "" {
-		if len(idemKey) > MaxIdempotencyKeyLen || !storable(idemKey) {
-			return Order{}, false, Invalid("Idempotency-Key", "must be at most %d bytes of UTF-8 text without NUL", MaxIdempotencyKeyLen)
+		if len(idemKey) > MaxIdempotencyKeyLen || !identifier(idemKey) {
+			return Order{}, false, Invalid("Idempotency-Key", "must be at most %d bytes of %s", MaxIdempotencyKeyLen, identifierText)
 		}
 		// The canonical body: the decoded request re-encoded, so whitespace
 		// and field order do not make a retry look different.
@@ -184,8 +184,8 @@ func (s *Service) List(ctx context.Context, f ListFilter) (Page, error) {
 	if f.Limit < 1 || f.Limit > ListLimitMax {
 		fe = append(fe, FieldError{"limit", fmt.Sprintf("must be between 1 and %d", ListLimitMax)})
 	}
-	if len(f.CustomerID) > MaxTextLen || !storable(f.CustomerID) {
-		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be at most %d bytes of UTF-8 text without NUL", MaxTextLen)})
+	if len(f.CustomerID) > MaxTextLen || !identifier(f.CustomerID) {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be at most %d bytes of %s", MaxTextLen, identifierText)})
 	}
 	if err := validationError(fe); err != nil {
 		return Page{}, err
