@@ -244,3 +244,36 @@ func TestReconcileQueryUsesThePendingIndex(t *testing.T) {
 	}
 	t.Logf("plan:\n%s", text)
 }
+
+// TestReconcilerRunSweepsUntilCancelled: Run sweeps at once and then every
+// Interval, and returns nil when its context ends.
+func TestReconcilerRunSweepsUntilCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r, reg := newReconciler(t, e, postgres.ReconcilerConfig{Interval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for i, want := range []float64{1, 2} {
+		o := e.create(t, fmt.Sprint("run-", i))
+		deadline := time.Now().Add(10 * time.Second)
+		for reconciledTotal(t, reg) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("order %d: orders_reconciled_total = %v, want %v", i, reconciledTotal(t, reg), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got, err := e.svc.Get(context.Background(), o.ID); err != nil || got.Status != orders.StatusCancelled {
+			t.Fatalf("order %d: %+v (%v)", i, got, err)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
