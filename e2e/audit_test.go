@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,9 @@ type dbOrder struct {
 	ID, Status, CancelReason string
 	Version                  int64
 	PayBy, UpdatedAt         time.Time
+	// Reconciled says the orders reconciler cancelled it (reconciled_at is
+	// set) because its cancel event had not come a margin after pay_by.
+	Reconciled bool
 }
 
 // seenExpiry is a cancel event stored in TIMEOUT_EXPIRIES.
@@ -67,13 +71,13 @@ func queryOrders(ctx context.Context, url string) (map[string]dbOrder, error) {
 		return nil, fmt.Errorf("connect orders db: %w", err)
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT id, status, coalesce(cancel_reason, ''), version, pay_by, updated_at FROM orders`)
+	rows, err := conn.Query(ctx, `SELECT id, status, coalesce(cancel_reason, ''), version, pay_by, updated_at, reconciled_at IS NOT NULL FROM orders`)
 	if err != nil {
 		return nil, fmt.Errorf("read orders: %w", err)
 	}
 	out := map[string]dbOrder{}
 	var o dbOrder
-	_, err = pgx.ForEachRow(rows, []any{&o.ID, &o.Status, &o.CancelReason, &o.Version, &o.PayBy, &o.UpdatedAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&o.ID, &o.Status, &o.CancelReason, &o.Version, &o.PayBy, &o.UpdatedAt, &o.Reconciled}, func() error {
 		out[o.ID] = o
 		return nil
 	})
@@ -250,6 +254,7 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 	var (
 		r                                                 auditResult
 		lost, early, paidCancelled, wrongState, missing   []string
+		reconciled                                        []string
 		paid, byTimeout, byCustomer, pending              int
 		cancelEvents, expiryMsgs, dupExpiries, dupCancels int
 		paidFired, missed                                 int
@@ -331,6 +336,13 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 		if o.CancelReason != events.CancelPaymentTimeout {
 			continue
 		}
+		if o.Reconciled {
+			// Cancelled by the orders reconciler: no cancel event came
+			// within its margin (timeoutd lost or never got the deadline).
+			note(&reconciled, "order %s: cancelled by the reconciler at %s, deadline %s; %d cancel events, %d orders.cancelled events",
+				id, o.UpdatedAt.Format(time.RFC3339Nano), o.PayBy.Format(time.RFC3339Nano), len(exps), len(cans))
+			continue
+		}
 		if first == nil || len(cans) == 0 {
 			note(&missing, "order %s: cancelled by timeout, but %d cancel events with its deadline and %d orders.cancelled events stored", id, len(exps), len(cans))
 			continue
@@ -365,8 +377,8 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 		fmt.Sprintf("final states: %d paid, %d cancelled by timeout, %d cancelled by customer, %d still pending", paid, byTimeout, byCustomer, pending),
 		fmt.Sprintf("cancel events seen: %d distinct (key, version) in %d messages (%d missed outcome); %d for orders that were paid (stale, ignored)", cancelEvents, expiryMsgs, missed, paidFired),
 		fmt.Sprintf("duplicates absorbed: %d cancel events and %d orders.cancelled events stored twice (beyond JetStream's dedupe window)", dupExpiries, dupCancels),
-		fmt.Sprintf("LOST: %d   EARLY: %d   PAID-BUT-CANCELLED: %d   never paid but not cancelled by timeout: %d   events missing: %d",
-			len(lost), len(early), len(paidCancelled), len(wrongState), len(missing)),
+		fmt.Sprintf("LOST: %d   EARLY: %d   PAID-BUT-CANCELLED: %d   RECONCILED: %d   never paid but not cancelled by timeout: %d   events missing: %d",
+			len(lost), len(early), len(paidCancelled), len(reconciled), len(wrongState), len(missing)),
 		"lateness, cancel event stored in JetStream minus deadline: "+summary(published).String(),
 		"lateness, timeoutd's fired_at minus deadline: "+summary(fired).String(),
 		"lateness, order cancelled in the database minus deadline: "+summary(applied).String(),
@@ -376,7 +388,8 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 	for _, v := range []struct {
 		what string
 		list []string
-	}{{"lost", lost}, {"early", early}, {"paid but cancelled", paidCancelled}, {"never paid, not cancelled by timeout", wrongState}, {"events missing", missing}} {
+	}{{"lost", lost}, {"early", early}, {"paid but cancelled", paidCancelled}, {"never paid, not cancelled by timeout", wrongState}, {"events missing", missing},
+		{"reconciled (the deadline held only through the orders reconciler: a cancel event did not come within its margin)", reconciled}} {
 		for _, l := range v.list {
 			if l != "" {
 				r.Violations = append(r.Violations, v.what+": "+l)
@@ -413,4 +426,47 @@ func countMissing(acked map[string]soakOrder, db map[string]dbOrder) int {
 		}
 	}
 	return n
+}
+
+// TestAuditReportsReconciledOrders: the auditor counts the orders the
+// orders reconciler cancelled (reconciled_at set) apart from those
+// timeoutd's cancel event cancelled, and fails the soak on any: when nothing
+// is broken, every deadline is kept by timeoutd.
+func TestAuditReportsReconciledOrders(t *testing.T) {
+	t.Parallel()
+	payBy := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	cancelled := func(id string, reconciled bool) dbOrder {
+		return dbOrder{ID: id, Status: events.StatusCancelled, CancelReason: events.CancelPaymentTimeout, Version: 2,
+			PayBy: payBy, UpdatedAt: payBy.Add(31 * time.Second), Reconciled: reconciled}
+	}
+	ev := seenEvents{
+		Expiries: map[string][]seenExpiry{"fired": {{Version: 1, Outcome: events.OutcomeFired, Deadline: payBy,
+			FiredAt: payBy.Add(time.Millisecond), Stored: payBy.Add(2 * time.Millisecond)}}},
+		Cancelled: map[string][]seenCancelled{
+			"fired":      {{Version: 2, Reason: events.CancelPaymentTimeout, At: payBy.Add(31 * time.Second), Stored: payBy.Add(31 * time.Second), PayBy: payBy}},
+			"reconciled": {{Version: 2, Reason: events.CancelPaymentTimeout, At: payBy.Add(31 * time.Second), Stored: payBy.Add(31 * time.Second), PayBy: payBy}},
+		},
+	}
+	tests := []struct {
+		name string
+		db   map[string]dbOrder
+		want string
+		fail bool
+	}{
+		{"nothing broken", map[string]dbOrder{"fired": cancelled("fired", false)}, "RECONCILED: 0 ", false},
+		{"one reconciled", map[string]dbOrder{"fired": cancelled("fired", false), "reconciled": cancelled("reconciled", true)}, "RECONCILED: 1 ", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := audit(tt.db, ev, map[string]soakOrder{})
+			if !slices.ContainsFunc(res.Lines, func(l string) bool { return strings.Contains(l, tt.want) }) {
+				t.Errorf("report lacks %q:\n%s", tt.want, strings.Join(res.Lines, "\n"))
+			}
+			failed := slices.ContainsFunc(res.Violations, func(v string) bool { return strings.HasPrefix(v, "reconciled") })
+			if failed != tt.fail || (!tt.fail && len(res.Violations) > 0) {
+				t.Errorf("violations = %q, want a reconciled one: %v", res.Violations, tt.fail)
+			}
+		})
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,11 +35,16 @@ func stats(t *testing.T, s *stack) api.Stats {
 // Scenario 4: timeoutd is killed with SIGKILL while 10,000 deadlines are
 // pending and restarted: every unpaid order is still cancelled exactly once,
 // none early, none of the paid ones. Every deadline is pending at the kill;
-// the outage lasts at least 2 s and, when creation was fast, until the first
-// deadlines have passed (they fire late, at recovery); payments happen while
-// timeoutd is down and after.
+// the outage lasts at least 2 s and until the first inOutage deadlines after
+// the kill have passed, whatever the machine's speed, so unpaid orders are
+// always due while timeoutd is down and fire late, at recovery (asserted);
+// payments happen while timeoutd is down and after.
 func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	const n = 10_000
+	// inOutage is how many deadlines must pass while timeoutd is down: with
+	// half the orders paid, some unpaid order is among them but with
+	// probability 2^-200.
+	const inOutage = 200
 	s := startStack(t, stackOptions{})
 	c := watch(t, s.NATSURL)
 	cl := s.orders()
@@ -46,9 +53,17 @@ func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	// before them, but held back until timeoutd is killed, so all 10,000
 	// deadlines are pending then.
 	payGate := make(chan struct{})
+	var mu sync.Mutex
+	var deadlines []time.Time // of every order asked for
 	lo := load{
 		N: n, Workers: 32,
-		Deadline: func(now time.Time) ordersapi.Deadline { return payBy(now.Add(12*time.Second + rand.N(12*time.Second))) },
+		Deadline: func(now time.Time) ordersapi.Deadline {
+			d := now.Add(12*time.Second + rand.N(12*time.Second))
+			mu.Lock()
+			deadlines = append(deadlines, d)
+			mu.Unlock()
+			return payBy(d)
+		},
 		PayShare: 0.5,
 		PayAt:    payBetween(6*time.Second, time.Second),
 		PayGate:  payGate,
@@ -57,12 +72,13 @@ func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	go func() { done <- lo.run(t, cl) }()
 
 	// Kill timeoutd once every order is created and its deadline durably
-	// pending: the orders' creation and timeoutd's ingest run concurrently.
+	// ingested: the orders' creation and timeoutd's ingest run concurrently.
+	// (On a slow machine, the first deadlines may fire before the kill.)
 	var killedPending atomic.Int64
-	waitFor(t, 2*time.Minute, "10,000 pending deadlines in timeoutd", func() bool {
+	waitFor(t, 2*time.Minute, "10,000 deadlines ingested by timeoutd", func() bool {
 		st := stats(t, s)
 		killedPending.Store(st.Pending)
-		return st.Pending+int64(st.Totals.Cleared) >= n
+		return st.Pending+int64(st.Totals.Cleared+st.Totals.Fired) >= n
 	})
 	created := time.Since(t0)
 	s.Kill(t, svcTimeoutd)
@@ -70,9 +86,21 @@ func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	close(payGate)
 	t.Logf("created %d orders in %s; SIGKILLed timeoutd with %d deadlines pending", n, created.Round(time.Millisecond), killedPending.Load())
 
-	// Keep timeoutd down at least 2 s, and until the deadlines of the first
-	// orders created have passed (when creation was fast enough).
-	<-time.After(max(2*time.Second, time.Until(t0.Add(14*time.Second))))
+	// Keep timeoutd down at least 2 s, and until the first inOutage
+	// deadlines after the kill have passed (every order exists by now).
+	mu.Lock()
+	var due []time.Time
+	for _, d := range deadlines {
+		if d.After(killedAt) {
+			due = append(due, d)
+		}
+	}
+	mu.Unlock()
+	if len(due) < inOutage {
+		t.Fatalf("only %d deadlines after the kill, want at least %d", len(due), inOutage)
+	}
+	slices.SortFunc(due, time.Time.Compare)
+	<-time.After(max(2*time.Second, time.Until(due[inOutage-1].Add(100*time.Millisecond))))
 	started := s.Start(t, svcTimeoutd)
 	ready := waitReady(t, s.TimeoutdURL+"/readyz", time.Minute)
 	recovery := ready.Sub(started)
@@ -84,6 +112,22 @@ func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 		t.Fatalf("load accounted for %d orders, want %d", len(res.Unpaid)+len(res.Paid), n)
 	}
 	late := verifyOutcomes(t, cl, c, res, 90*time.Second, 2*time.Second)
+	duringOutage := func(payBy time.Time) bool { return payBy.After(killedAt) && payBy.Before(started) }
+	unpaidDown, cancelledDown := 0, 0
+	for _, o := range res.Unpaid {
+		if duringOutage(o.PayBy) {
+			unpaidDown++
+		}
+	}
+	for _, l := range late {
+		if duringOutage(l.PayBy) {
+			cancelledDown++
+		}
+	}
+	t.Logf("deadlines while timeoutd was down: %d unpaid orders, %d cancel events seen for them", unpaidDown, cancelledDown)
+	if unpaidDown == 0 || cancelledDown == 0 {
+		t.Errorf("no unpaid order fell due while timeoutd was down (%d, %d cancel events): the fire-late-at-recovery path went untested", unpaidDown, cancelledDown)
+	}
 	for _, part := range []struct {
 		name string
 		keep func(lateSample) bool

@@ -26,6 +26,9 @@
 // security checks (shared stack) and the compose NATS permissions
 // (hostile_test.go).
 //
+// The READMEs' curl examples run on the shared stack, each status compared
+// with the one the README shows (readme_test.go).
+//
 // startStack(t, stackOptions{}) is the entry point for other end-to-end
 // tests (the dashboard's browser test uses it): it returns the URLs of the
 // services, the NATS URL and an API token, and Kill, Start and Restart act

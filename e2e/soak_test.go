@@ -147,13 +147,21 @@ func (s *stack) restartDependency(t *testing.T, name string) string {
 // and NATS are restarted once and orders is SIGKILLed once. The auditor then
 // cross-checks the orders database, the events stored in JetStream and the
 // load generator's log (audit_test.go): the test fails on any lost order,
-// early cancellation, paid order cancelled, missing event or dead letter.
+// early cancellation, paid order cancelled, missing event, dead letter or
+// order the orders reconciler had to cancel. The reconciler's margin is
+// soakReconcileMargin here: under the soak's faults on a shared 2-core
+// machine, timeoutd's cancel events arrive up to about 30 s late (the
+// default margin), which is lag, not loss; an order still pending 2 min
+// after its deadline means a deadline was lost.
 // `make test` runs the short soak (60 s at 500/s, deadlines 1-30 s);
 // `make soak` the long one (SOAK=long: 10 min at 2,000/s, deadlines 1-60 s).
 // docs/RELIABILITY.md records the figures of the last runs.
+// soakReconcileMargin is ORDERS_RECONCILE_MARGIN during the soak (see TestSoak).
+const soakReconcileMargin = 2 * time.Minute
+
 func TestSoak(t *testing.T) {
 	cfg := soakConfigFromEnv(t)
-	s := startStack(t, stackOptions{})
+	s := startStack(t, stackOptions{OrdersEnv: map[string]string{"ORDERS_RECONCILE_MARGIN": soakReconcileMargin.String()}})
 	ctx := t.Context()
 	t.Logf("soak: %d orders/s for %s, deadlines %s-%s, %.0f%% paid", cfg.Rate, cfg.Duration, cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare*100)
 

@@ -19,6 +19,13 @@ const (
 	// MaxOutboxLagDefault is the outbox lag beyond which mutating requests
 	// are refused with 503 (backpressure).
 	MaxOutboxLagDefault = 10 * time.Second
+	// PaymentGraceDefault is how long after pay_by a payment is accepted.
+	PaymentGraceDefault = time.Duration(0)
+	// ReconcileMarginDefault is how long past its pay_by a pending order
+	// waits for timeoutd's cancel event before the reconciler cancels it.
+	ReconcileMarginDefault = 30 * time.Second
+	// ReconcileIntervalDefault is the time between two reconciler sweeps.
+	ReconcileIntervalDefault = 10 * time.Second
 )
 
 // Config is the configuration of the orders binary, read from the
@@ -38,6 +45,17 @@ type Config struct {
 	// Limits bound payment deadlines (ORDERS_PAY_WITHIN_MIN, default 1s, and
 	// ORDERS_PAY_WITHIN_MAX, default 24h; Go durations).
 	Limits Limits
+	// PaymentGrace is how long after an order's pay_by a payment is still
+	// accepted (ORDERS_PAYMENT_GRACE, a Go duration, not negative); default
+	// 0: the deadline is the rule.
+	PaymentGrace time.Duration
+	// ReconcileMargin is how long past its pay_by an order may stay
+	// pending_payment before the reconciler cancels it itself
+	// (ORDERS_RECONCILE_MARGIN, positive); default 30s.
+	ReconcileMargin time.Duration
+	// ReconcileInterval is the time between reconciler sweeps
+	// (ORDERS_RECONCILE_INTERVAL, positive); default 10s.
+	ReconcileInterval time.Duration
 	// LogLevel is debug, info, warn or error (ORDERS_LOG_LEVEL); default info.
 	LogLevel slog.Level
 	// MaxOutboxLag is the age of the oldest unpublished outbox message
@@ -78,6 +96,15 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.MaxOutboxLag, err = envDuration(getenv, "ORDERS_MAX_OUTBOX_LAG", MaxOutboxLagDefault); err != nil {
 		return Config{}, err
 	}
+	if c.PaymentGrace, err = envDuration(getenv, "ORDERS_PAYMENT_GRACE", PaymentGraceDefault); err != nil {
+		return Config{}, err
+	}
+	if c.ReconcileMargin, err = envDuration(getenv, "ORDERS_RECONCILE_MARGIN", ReconcileMarginDefault); err != nil {
+		return Config{}, err
+	}
+	if c.ReconcileInterval, err = envDuration(getenv, "ORDERS_RECONCILE_INTERVAL", ReconcileIntervalDefault); err != nil {
+		return Config{}, err
+	}
 	if c.StatementTimeout, err = envDuration(getenv, "ORDERS_STATEMENT_TIMEOUT", pgparams.StatementTimeoutDefault); err != nil {
 		return Config{}, err
 	}
@@ -100,6 +127,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("ORDERS_PAY_WITHIN_MAX (%s) must not be below ORDERS_PAY_WITHIN_MIN (%s)", c.Limits.PayWithinMax, c.Limits.PayWithinMin)
 	case c.MaxOutboxLag <= 0:
 		return Config{}, fmt.Errorf("ORDERS_MAX_OUTBOX_LAG must be positive, got %s", c.MaxOutboxLag)
+	case c.PaymentGrace < 0:
+		return Config{}, fmt.Errorf("ORDERS_PAYMENT_GRACE must not be negative, got %s", c.PaymentGrace)
+	case c.ReconcileMargin <= 0:
+		return Config{}, fmt.Errorf("ORDERS_RECONCILE_MARGIN must be positive, got %s", c.ReconcileMargin)
+	case c.ReconcileInterval <= 0:
+		return Config{}, fmt.Errorf("ORDERS_RECONCILE_INTERVAL must be positive, got %s", c.ReconcileInterval)
 	case c.StatementTimeout < time.Millisecond:
 		return Config{}, fmt.Errorf("ORDERS_STATEMENT_TIMEOUT must be at least 1ms, got %s", c.StatementTimeout)
 	case c.IdleInTransactionTimeout < time.Millisecond:

@@ -10,13 +10,19 @@
 // Postgres transaction through the outbox, so a change is announced exactly
 // when it commits.
 //
-// The payment deadline race has one outcome, decided by whichever transaction
-// locks the order row first: a payment that commits while the order is still
-// pending_payment wins (the cancel event then finds another version or status
-// and is an acknowledged no-op), and a cancel event that commits first wins
-// (the payment then fails with ErrConflict carrying status cancelled). A
-// payment after pay_by is therefore accepted until the cancel event commits;
-// the deadline is enforced by timeoutd, not by the clock of this service.
+// The deadline is the rule. A payment is accepted only while the order is
+// pending_payment and the service's clock (ServiceConfig.Now, read with the
+// row locked) is not past pay_by plus ServiceConfig.PaymentGrace (zero by
+// default); after that it is refused with ErrDeadlinePassed (409) even if the
+// cancel event has not arrived, so a payment never depends on whether
+// timeoutd is up. Within the deadline, the race has one outcome, decided by
+// whichever transaction locks the order row first: a payment that commits
+// while the order is still pending_payment wins (the cancel event then finds
+// another version or status and is an acknowledged no-op), and a cancel
+// event that commits first wins (the payment then fails with ErrConflict
+// carrying status cancelled). The same clock decides that a cancel event is
+// not early (Order.Expire) and which orders the reconciler (postgres.
+// Reconciler) cancels when their cancel event never came.
 //
 // The adapters live in sub-packages: postgres (the Store), jetstream (the
 // consumer of cancel events) and http (the REST API). Only cmd/orders wires

@@ -2,6 +2,7 @@ package orders
 
 import (
 	"fmt"
+	"time"
 )
 
 // Code classifies a domain error; the HTTP adapter maps each code to a status
@@ -16,6 +17,9 @@ const (
 	CodeNotFound Code = "not_found"
 	// CodeConflict: the transition is illegal in the order's current status.
 	CodeConflict Code = "conflict"
+	// CodeDeadlinePassed: a payment after the order's pay_by plus the
+	// configured grace; PayBy says which deadline.
+	CodeDeadlinePassed Code = "payment_deadline_passed"
 	// CodeIdempotencyMismatch: an Idempotency-Key was reused with another body.
 	CodeIdempotencyMismatch Code = "idempotency_mismatch"
 	// CodeUnauthorized: a mutating request without a valid bearer token.
@@ -30,6 +34,7 @@ var (
 	ErrValidation          = &Error{Code: CodeValidation, Detail: "orders: invalid request"}
 	ErrNotFound            = &Error{Code: CodeNotFound, Detail: "orders: order not found"}
 	ErrConflict            = &Error{Code: CodeConflict, Detail: "orders: illegal transition"}
+	ErrDeadlinePassed      = &Error{Code: CodeDeadlinePassed, Detail: "orders: the payment deadline has passed"}
 	ErrIdempotencyMismatch = &Error{Code: CodeIdempotencyMismatch, Detail: "orders: idempotency key reused with a different request"}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized, Detail: "orders: missing or invalid bearer token"}
 	ErrUnavailable         = &Error{Code: CodeUnavailable, Detail: "orders: the database is unavailable; retry later"}
@@ -49,8 +54,11 @@ type Error struct {
 	Code   Code
 	Detail string
 	Fields []FieldError
-	// Status is the order's current status, set on CodeConflict.
+	// Status is the order's current status, set on CodeConflict and
+	// CodeDeadlinePassed.
 	Status Status
+	// PayBy is the deadline that passed, set on CodeDeadlinePassed.
+	PayBy time.Time
 }
 
 // Error implements error.
@@ -84,4 +92,13 @@ func Invalid(field, format string, args ...any) error {
 // conflict returns the illegal-transition error of an order in status s.
 func conflict(action string, s Status) error {
 	return &Error{Code: CodeConflict, Detail: fmt.Sprintf("orders: cannot %s an order in status %s", action, s), Status: s}
+}
+
+// deadlinePassed returns the error of a payment after payBy plus grace.
+func deadlinePassed(payBy time.Time, grace time.Duration) error {
+	d := fmt.Sprintf("orders: the payment deadline %s has passed", payBy.Format(time.RFC3339Nano))
+	if grace > 0 {
+		d += fmt.Sprintf(" (grace %s)", grace)
+	}
+	return &Error{Code: CodeDeadlinePassed, Detail: d, Status: StatusPendingPayment, PayBy: payBy}
 }

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -152,8 +152,8 @@ func ceilMicro(t time.Time) time.Time {
 // status pending_payment, version 1, a set command and a created event.
 func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, error) {
 	var fe []FieldError
-	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen || !storable(req.CustomerID) {
-		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes of UTF-8 text without NUL", MaxTextLen)})
+	if req.CustomerID == "" || len(req.CustomerID) > MaxTextLen || !identifier(req.CustomerID) {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be 1 to %d bytes of %s", MaxTextLen, identifierText)})
 	}
 	if !validCurrency(req.Currency) {
 		fe = append(fe, FieldError{"currency", "must be an ISO 4217 code of three upper-case letters, such as EUR"})
@@ -168,8 +168,8 @@ func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, 
 		}
 		p := fmt.Sprintf("items[%d].", i)
 		switch {
-		case it.SKU == "" || len(it.SKU) > MaxTextLen || !storable(it.SKU):
-			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes of UTF-8 text without NUL", MaxTextLen)})
+		case it.SKU == "" || len(it.SKU) > MaxTextLen || !identifier(it.SKU):
+			fe = append(fe, FieldError{p + "sku", fmt.Sprintf("must be 1 to %d bytes of %s", MaxTextLen, identifierText)})
 		case it.Quantity < 1 || it.Quantity > MaxQuantity:
 			fe = append(fe, FieldError{p + "quantity", fmt.Sprintf("must be between 1 and %d", MaxQuantity)})
 		case it.UnitPriceMinor < 0:
@@ -192,10 +192,15 @@ func NewOrder(id string, req CreateRequest, now time.Time, lim Limits) (Change, 
 }
 
 // Pay marks a pending order paid at now: a clear command and a paid event.
-// Whether now is past PayBy does not matter (see the package doc).
-func (o Order) Pay(now time.Time) (Change, error) {
+// The deadline is the rule: once now is past PayBy plus grace (not negative),
+// the payment is refused with ErrDeadlinePassed even though the order is
+// still pending (its cancel event has not arrived yet; see the package doc).
+func (o Order) Pay(now time.Time, grace time.Duration) (Change, error) {
 	if o.Status != StatusPendingPayment {
 		return Change{}, conflict("pay", o.Status)
+	}
+	if now.After(o.PayBy.Add(grace)) {
+		return Change{}, deadlinePassed(o.PayBy, grace)
 	}
 	o = o.next(now)
 	o.Status = StatusPaid
@@ -252,6 +257,24 @@ func (o Order) Expire(version int64, deadline, now time.Time) (Change, bool, err
 	return Change{Order: o, Event: o.event(events.OrderCancelled)}, true, nil
 }
 
+// Reconcile cancels a pending order whose pay_by passed more than margin
+// before now, for a payment timeout, without its cancel event (lost outside
+// the platform, or its timeout replaced by a forged later version): the same
+// change and cancelled event as Expire, plus a clear command at the new
+// version, so a timeoutd that still holds the timeout drops it instead of
+// firing for a cancelled order. Any other order is a no-op (applied false).
+func (o Order) Reconcile(now time.Time, margin time.Duration) (Change, bool) {
+	if o.Status != StatusPendingPayment || !now.After(o.PayBy.Add(margin)) {
+		return Change{}, false
+	}
+	ch, applied, err := o.Expire(o.Version, o.PayBy, now)
+	if err != nil || !applied {
+		return Change{}, false
+	}
+	ch.Command = ch.Order.clearCommand()
+	return ch, true
+}
+
 // DeadlineTolerance is how far a cancel event's deadline may be from the
 // order's pay_by and still be about it (timestamps may lose precision on the
 // way through timeoutd).
@@ -295,8 +318,30 @@ func (o Order) event(t events.OrderEventType) *events.OrderEvent {
 		AmountMinor: o.AmountMinor, Currency: o.Currency, PayBy: o.PayBy, At: o.UpdatedAt}
 }
 
-// storable reports whether Postgres text can hold s: valid UTF-8 without NUL.
-func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+// identifierText says what identifier accepts, for the errors.
+const identifierText = "UTF-8 text without control characters, bidirectional controls or U+FFFD"
+
+// identifier reports whether s may be an identifier (customer id, SKU,
+// Idempotency-Key): valid UTF-8 (so Postgres can store it, and nothing was
+// silently replaced) without C0 or C1 control characters (NUL, escape
+// sequences, line breaks that forge log lines), without the bidirectional
+// controls that make a dashboard or a log show another text than stored
+// (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069), and without
+// U+FFFD, which is what a JSON decoder puts in place of invalid UTF-8 or a
+// lone surrogate escape.
+func identifier(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case unicode.IsControl(r), r == utf8.RuneError, r == '\u061c', r == '\u200e', r == '\u200f',
+			r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
+			return false
+		}
+	}
+	return true
+}
 
 func validCurrency(c string) bool {
 	if len(c) != 3 {

@@ -2,6 +2,7 @@ package orders_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func TestTransitions(t *testing.T) {
 	t.Parallel()
 	later := now.Add(time.Minute)
 	pending := newOrder(t)
-	paid, _ := pending.Pay(later)
+	paid, _ := pending.Pay(later, 0)
 	cancelled, _ := pending.Cancel(later)
 	tests := []struct {
 		name       string
@@ -62,9 +63,9 @@ func TestTransitions(t *testing.T) {
 		wantEvent  events.OrderEventType
 		wantErr    error
 	}{
-		{"pay pending", func(o orders.Order) (orders.Change, error) { return o.Pay(later) }, pending, orders.StatusPaid, "", events.KindClear, events.OrderPaid, nil},
-		{"pay paid", func(o orders.Order) (orders.Change, error) { return o.Pay(later) }, paid.Order, "", "", "", "", orders.ErrConflict},
-		{"pay cancelled", func(o orders.Order) (orders.Change, error) { return o.Pay(later) }, cancelled.Order, "", "", "", "", orders.ErrConflict},
+		{"pay pending", func(o orders.Order) (orders.Change, error) { return o.Pay(later, 0) }, pending, orders.StatusPaid, "", events.KindClear, events.OrderPaid, nil},
+		{"pay paid", func(o orders.Order) (orders.Change, error) { return o.Pay(later, 0) }, paid.Order, "", "", "", "", orders.ErrConflict},
+		{"pay cancelled", func(o orders.Order) (orders.Change, error) { return o.Pay(later, 0) }, cancelled.Order, "", "", "", "", orders.ErrConflict},
 		{"cancel pending", func(o orders.Order) (orders.Change, error) { return o.Cancel(later) }, pending, orders.StatusCancelled, orders.CancelByCustomer, events.KindClear, events.OrderCancelled, nil},
 		{"cancel paid", func(o orders.Order) (orders.Change, error) { return o.Cancel(later) }, paid.Order, "", "", "", "", orders.ErrConflict},
 		{"extend pending", func(o orders.Order) (orders.Change, error) {
@@ -108,12 +109,52 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+// TestPayRefusedAfterTheDeadline: the deadline is the rule. A payment after
+// pay_by plus the grace is refused with the deadline, even though the order
+// is still pending (its cancel event has not arrived).
+func TestPayRefusedAfterTheDeadline(t *testing.T) {
+	t.Parallel()
+	pending := newOrder(t)
+	payBy := pending.PayBy
+	tests := []struct {
+		name   string
+		at     time.Time
+		grace  time.Duration
+		passed bool
+	}{
+		{"before pay_by", payBy.Add(-time.Second), 0, false},
+		{"at pay_by", payBy, 0, false},
+		{"a nanosecond after pay_by", payBy.Add(time.Nanosecond), 0, true},
+		{"0.3s after pay_by", payBy.Add(300 * time.Millisecond), 0, true},
+		{"within the grace", payBy.Add(300 * time.Millisecond), time.Second, false},
+		{"at the end of the grace", payBy.Add(time.Second), time.Second, false},
+		{"after the grace", payBy.Add(time.Second + time.Nanosecond), time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ch, err := pending.Pay(tt.at, tt.grace)
+			if !tt.passed {
+				if err != nil || ch.Order.Status != orders.StatusPaid {
+					t.Fatalf("pay = %+v, %v; want paid", ch.Order, err)
+				}
+				return
+			}
+			var de *orders.Error
+			if !errors.Is(err, orders.ErrDeadlinePassed) || !errors.As(err, &de) || !de.PayBy.Equal(payBy) ||
+				de.Status != orders.StatusPendingPayment || !strings.Contains(de.Detail, payBy.Format(time.RFC3339Nano)) {
+				t.Fatalf("err = %#v, want ErrDeadlinePassed naming %s", err, payBy)
+			}
+		})
+	}
+}
+
 func TestExpire(t *testing.T) {
 	t.Parallel()
 	pending := newOrder(t)
 	payBy := pending.PayBy
 	extended, _ := pending.Extend(orders.Deadline{PayWithin: "1h"}, now, limits)
-	paid, _ := pending.Pay(now)
+	paid, _ := pending.Pay(now, 0)
 	tests := []struct {
 		name     string
 		o        orders.Order
@@ -157,6 +198,45 @@ func TestExpire(t *testing.T) {
 			if applied && (ch.Order.Status != orders.StatusCancelled || ch.Order.CancelReason != orders.CancelPaymentTimeout ||
 				ch.Order.Version != tt.version+1 || ch.Command != nil || ch.Event == nil || ch.Event.Type != events.OrderCancelled) {
 				t.Fatalf("change = %+v", ch)
+			}
+		})
+	}
+}
+
+// TestReconcile: only a pending order overdue by more than the margin is
+// cancelled, with the event of a timeout cancellation and a clear command.
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	pending := newOrder(t)
+	payBy, margin := pending.PayBy, 30*time.Second
+	paid, _ := pending.Pay(now, 0)
+	tests := []struct {
+		name    string
+		o       orders.Order
+		at      time.Time
+		applied bool
+	}{
+		{"overdue by more than the margin", pending, payBy.Add(margin + time.Nanosecond), true},
+		{"overdue by the margin exactly", pending, payBy.Add(margin), false},
+		{"overdue by less than the margin", pending, payBy.Add(time.Second), false},
+		{"before pay_by", pending, payBy.Add(-time.Second), false},
+		{"paid", paid.Order, payBy.Add(time.Hour), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ch, applied := tt.o.Reconcile(tt.at, margin)
+			if applied != tt.applied {
+				t.Fatalf("applied = %v, want %v", applied, tt.applied)
+			}
+			if !applied {
+				return
+			}
+			o := ch.Order
+			if o.Status != orders.StatusCancelled || o.CancelReason != orders.CancelPaymentTimeout || o.Version != tt.o.Version+1 ||
+				ch.Event == nil || ch.Event.Type != events.OrderCancelled || ch.Event.CancelReason != events.CancelPaymentTimeout ||
+				ch.Command == nil || ch.Command.Kind != events.KindClear || ch.Command.Version != o.Version || ch.Command.Validate() != nil {
+				t.Fatalf("change = %+v, command %+v, event %+v", o, ch.Command, ch.Event)
 			}
 		})
 	}

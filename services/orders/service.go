@@ -95,6 +95,7 @@ type Page struct {
 type Service struct {
 	store  Store
 	limits Limits
+	grace  time.Duration
 	now    func() time.Time
 	log    *slog.Logger
 }
@@ -104,6 +105,11 @@ type ServiceConfig struct {
 	// Limits bounds payment deadlines; zero fields take PayWithinMinDefault
 	// and PayWithinMaxDefault.
 	Limits Limits
+	// PaymentGrace is how long after an order's pay_by a payment is still
+	// accepted (while the order is pending); default 0, must not be
+	// negative. The deadline is decided by Now, the same clock that checks
+	// a cancel event is not early (Order.Expire).
+	PaymentGrace time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger; default slog.Default().
@@ -119,7 +125,10 @@ func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 	if lim.PayWithinMin <= 0 || lim.PayWithinMax < lim.PayWithinMin {
 		return nil, fmt.Errorf("orders: Limits: need 0 < PayWithinMin <= PayWithinMax, got %s and %s", lim.PayWithinMin, lim.PayWithinMax)
 	}
-	s := &Service{store: store, limits: lim, now: cfg.Now, log: cfg.Logger}
+	if cfg.PaymentGrace < 0 {
+		return nil, fmt.Errorf("orders: PaymentGrace must not be negative, got %s", cfg.PaymentGrace)
+	}
+	s := &Service{store: store, limits: lim, grace: cfg.PaymentGrace, now: cfg.Now, log: cfg.Logger}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -134,8 +143,8 @@ func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 func (s *Service) Create(ctx context.Context, req CreateRequest, idemKey string) (o Order, replayed bool, err error) {
 	var key *IdempotencyKey
 	if idemKey != "" {
-		if len(idemKey) > MaxIdempotencyKeyLen || !storable(idemKey) {
-			return Order{}, false, Invalid("Idempotency-Key", "must be at most %d bytes of UTF-8 text without NUL", MaxIdempotencyKeyLen)
+		if len(idemKey) > MaxIdempotencyKeyLen || !identifier(idemKey) {
+			return Order{}, false, Invalid("Idempotency-Key", "must be at most %d bytes of %s", MaxIdempotencyKeyLen, identifierText)
 		}
 		// The canonical body: the decoded request re-encoded, so whitespace
 		// and field order do not make a retry look different.
@@ -175,8 +184,8 @@ func (s *Service) List(ctx context.Context, f ListFilter) (Page, error) {
 	if f.Limit < 1 || f.Limit > ListLimitMax {
 		fe = append(fe, FieldError{"limit", fmt.Sprintf("must be between 1 and %d", ListLimitMax)})
 	}
-	if len(f.CustomerID) > MaxTextLen || !storable(f.CustomerID) {
-		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be at most %d bytes of UTF-8 text without NUL", MaxTextLen)})
+	if len(f.CustomerID) > MaxTextLen || !identifier(f.CustomerID) {
+		fe = append(fe, FieldError{"customer_id", fmt.Sprintf("must be at most %d bytes of %s", MaxTextLen, identifierText)})
 	}
 	if err := validationError(fe); err != nil {
 		return Page{}, err
@@ -184,9 +193,11 @@ func (s *Service) List(ctx context.Context, f ListFilter) (Page, error) {
 	return s.store.List(ctx, f)
 }
 
-// Pay marks order id paid.
+// Pay marks order id paid, or refuses with ErrDeadlinePassed once its pay_by
+// plus PaymentGrace has passed by the service's clock, read with the row
+// locked.
 func (s *Service) Pay(ctx context.Context, id string) (Order, error) {
-	return s.update(ctx, id, func(o Order) (Change, error) { return o.Pay(s.now()) })
+	return s.update(ctx, id, func(o Order) (Change, error) { return o.Pay(s.now(), s.grace) })
 }
 
 // Cancel cancels order id at the customer's request.

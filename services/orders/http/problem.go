@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
@@ -25,6 +26,7 @@ var statusOf = map[orders.Code]int{
 	orders.CodeUnauthorized:        http.StatusUnauthorized,
 	orders.CodeNotFound:            http.StatusNotFound,
 	orders.CodeConflict:            http.StatusConflict,
+	orders.CodeDeadlinePassed:      http.StatusConflict,
 	orders.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
 	codeBodyTooLarge:               http.StatusRequestEntityTooLarge,
 	codeUnsupportedMedia:           http.StatusUnsupportedMediaType,
@@ -41,6 +43,7 @@ var titles = map[orders.Code]string{
 	orders.CodeUnauthorized:        "Unauthorized",
 	orders.CodeNotFound:            "Order not found",
 	orders.CodeConflict:            "Illegal transition",
+	orders.CodeDeadlinePassed:      "Payment deadline passed",
 	orders.CodeIdempotencyMismatch: "Idempotency key reused with a different request",
 	codeBodyTooLarge:               "Request body too large",
 	codeUnsupportedMedia:           "Unsupported media type",
@@ -61,18 +64,21 @@ var retryAfter = map[orders.Code]string{
 }
 
 // problem is an RFC 9457 problem document: "status" is the numeric HTTP
-// status; for an illegal transition (409) the extension member
-// "order_status" holds the order's current status.
+// status; for an illegal transition or a passed payment deadline (409) the
+// extension member "order_status" holds the order's current status, and for
+// the latter "pay_by" the deadline.
 type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	// OrderStatus is the order's current status, on a conflict only.
-	OrderStatus orders.Status       `json:"order_status,omitempty"`
-	Detail      string              `json:"detail"`
-	Instance    string              `json:"instance,omitempty"`
-	RequestID   string              `json:"request_id,omitempty"`
-	Errors      []orders.FieldError `json:"errors,omitempty"`
+	OrderStatus orders.Status `json:"order_status,omitempty"`
+	// PayBy is the deadline that passed, on payment_deadline_passed only.
+	PayBy     *time.Time          `json:"pay_by,omitempty"`
+	Detail    string              `json:"detail"`
+	Instance  string              `json:"instance,omitempty"`
+	RequestID string              `json:"request_id,omitempty"`
+	Errors    []orders.FieldError `json:"errors,omitempty"`
 }
 
 // writeError writes err as a problem; an error that is not a domain error is
@@ -94,8 +100,11 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	p := problem{Type: "/problems/" + string(de.Code), Title: titles[de.Code], Status: status, Detail: de.Detail,
 		Instance: r.URL.Path, RequestID: requestID(r.Context()), Errors: de.Fields}
-	if de.Code == orders.CodeConflict && de.Status != "" {
+	if (de.Code == orders.CodeConflict || de.Code == orders.CodeDeadlinePassed) && de.Status != "" {
 		p.OrderStatus = de.Status
+	}
+	if de.Code == orders.CodeDeadlinePassed {
+		p.PayBy = &de.PayBy
 	}
 	if v, ok := retryAfter[de.Code]; ok {
 		w.Header().Set("Retry-After", v)

@@ -5,15 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -267,38 +262,4 @@ func (s *server) respond(w http.ResponseWriter, r *http.Request, o orders.Order,
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", o, s.log)
-}
-
-// decodeBody decodes one JSON object into v, rejecting unknown fields and
-// naming the offending field in the error.
-func decodeBody(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return &orders.Error{Code: codeUnsupportedMedia, Detail: "the body must be application/json",
-				Fields: []orders.FieldError{{Field: "Content-Type", Reason: "must be application/json"}}}
-		}
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
-	}
-	var tooLarge *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &tooLarge):
-		return &orders.Error{Code: codeBodyTooLarge, Detail: fmt.Sprintf("the body exceeds %d bytes", tooLarge.Limit)}
-	case errors.Is(err, io.EOF):
-		return orders.Invalid("body", "a JSON object is required")
-	case errors.As(err, &typeErr):
-		return orders.Invalid(cmp.Or(typeErr.Field, "body"), "must be a JSON %s", typeErr.Type.Kind())
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return orders.Invalid(field, "is not a known field")
-	default:
-		return orders.Invalid("body", "malformed JSON: %v", err)
-	}
 }

@@ -136,7 +136,7 @@ func TestRoutes(t *testing.T) {
 		{name: "create empty body", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "body"},
 		{name: "create trailing data", method: "POST", path: "/v1/orders", body: createBody + `{}`, auth: true, status: 400, field: "body"},
 		{name: "create unknown field", method: "POST", path: "/v1/orders", body: `{"colour":"red"}`, auth: true, status: 400, field: "colour"},
-		{name: "create wrong type", method: "POST", path: "/v1/orders", body: `{"items":[{"quantity":"2"}]}`, auth: true, status: 400, field: "items.quantity"},
+		{name: "create wrong type", method: "POST", path: "/v1/orders", body: `{"items":[{"quantity":"2"}]}`, auth: true, status: 400, field: "items[0].quantity"},
 		{name: "create both deadlines", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_by",
 			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m","pay_by":"2026-11-23T11:00:00Z"}`},
 		{name: "create no deadline", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_within",
@@ -169,6 +169,41 @@ func TestRoutes(t *testing.T) {
 			body: `{"customer_id":"a\u0000b","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
 		{name: "create NUL in sku", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].sku",
 			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"\u0000","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		// Hostile inputs (issue 14, section 4): a type error names the
+		// element's index, no Go type names appear in field paths, and
+		// identifiers refuse invalid UTF-8, control characters and
+		// bidirectional overrides.
+		{name: "create quantity as a string in the second item", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[1].quantity",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1},{"sku":"t","quantity":"2","unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create fractional quantity in the second item", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[1].quantity",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1},{"sku":"t","quantity":1.5,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create price of 2^63", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[1].unit_price_minor",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1},{"sku":"t","quantity":1,"unit_price_minor":9223372036854775808}],"pay_within":"1m"}`},
+		{name: "create items not an array", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items",
+			body: `{"customer_id":"c","currency":"EUR","items":{"sku":"s"},"pay_within":"1m"}`},
+		{name: "create pay_within as a number", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "pay_within",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":30}`},
+		{name: "create invalid utf-8 in customer_id", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: "{\"customer_id\":\"c\xff\xfe\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"s\",\"quantity\":1,\"unit_price_minor\":1}],\"pay_within\":\"1m\"}"},
+		{name: "create lone surrogate in customer_id", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: `{"customer_id":"c\udc00","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create C0 control in customer_id", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: `{"customer_id":"c\u001b[31m","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create C1 control in customer_id", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: `{"customer_id":"c\u009b31m","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create bidi override in customer_id", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "customer_id",
+			body: `{"customer_id":"admin\u202egpj.exe","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create bidi isolate in sku", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].sku",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"A\u2067B","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create newline in sku", method: "POST", path: "/v1/orders", auth: true, status: 400, field: "items[0].sku",
+			body: `{"customer_id":"c","currency":"EUR","items":[{"sku":"A\nB","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "create bidi override in Idempotency-Key", method: "POST", path: "/v1/orders", body: createBody, auth: true,
+			hdr: []string{"Idempotency-Key", "cart-\u202e42"}, status: 400, field: "Idempotency-Key"},
+		{name: "create C1 control in Idempotency-Key", method: "POST", path: "/v1/orders", body: createBody, auth: true,
+			hdr: []string{"Idempotency-Key", "cart-\u008542"}, status: 400, field: "Idempotency-Key"},
+		{name: "create unicode identifiers", method: "POST", path: "/v1/orders", auth: true, status: 201,
+			body: `{"customer_id":"клиент-😀","currency":"EUR","items":[{"sku":"Ünïcödé-א","quantity":1,"unit_price_minor":1}],"pay_within":"1m"}`},
+		{name: "list bidi override customer", method: "GET", path: "/v1/orders?customer_id=a%E2%80%AEb", status: 400, field: "customer_id"},
 		{name: "create body too large", method: "POST", path: "/v1/orders", body: long, auth: true, status: 413},
 		{name: "create not json", method: "POST", path: "/v1/orders", body: createBody, auth: true, hdr: []string{"Content-Type", "text/plain"}, status: 415, field: "Content-Type"},
 		{name: "create long idempotency key", method: "POST", path: "/v1/orders", body: createBody, auth: true,
@@ -453,5 +488,37 @@ func TestUnavailableDatabaseIs503WithRetryAfter(t *testing.T) {
 	}
 	if strings.Contains(rec.Body.String(), "secret") {
 		t.Fatalf("the cause leaked to the client: %s", rec.Body)
+	}
+}
+
+// TestPayAfterTheDeadlineIsRefused: a payment once pay_by has passed (the
+// default grace is zero) answers 409 /problems/payment_deadline_passed
+// naming the deadline, although the order is still pending (its cancel event
+// has not arrived), and changes nothing.
+func TestPayAfterTheDeadlineIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	o := e.create(t)
+	o.PayBy = now.Add(-300 * time.Millisecond)
+	e.store.mu.Lock()
+	e.store.orders[o.ID] = o
+	changes := len(e.store.changes)
+	e.store.mu.Unlock()
+	rec := e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", "", true)
+	if rec.Code != http.StatusConflict {
+		t.Fatalf("pay after pay_by = %d %s, want 409", rec.Code, rec.Body)
+	}
+	checkProblem(t, rec, "", string(orders.StatusPendingPayment))
+	p := decode[struct {
+		problemBody
+		PayBy time.Time `json:"pay_by"`
+	}](t, rec)
+	if p.Type != "/problems/payment_deadline_passed" || !p.PayBy.Equal(o.PayBy) || !strings.Contains(p.Detail, o.PayBy.Format(time.RFC3339Nano)) {
+		t.Fatalf("problem = %s, want payment_deadline_passed naming %s", rec.Body, o.PayBy)
+	}
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	if got := e.store.orders[o.ID]; got.Status != orders.StatusPendingPayment || len(e.store.changes) != changes {
+		t.Fatalf("the refused payment changed the order: %+v", got)
 	}
 }

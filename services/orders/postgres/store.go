@@ -172,11 +172,12 @@ func (s *Store) Update(ctx context.Context, id string, fn func(orders.Order) (or
 	return s.update(ctx, id, fn)
 }
 
-// expireSQL writes the cancellations of ExpireAll: $1 the ids, $2 the
-// versions they were read at, $3 their new versions, $4 the update times,
-// $5 and $6 the status and reason of a payment timeout. The condition
-// repeats the domain check against the locked rows.
-const expireSQL = `UPDATE orders o SET status = $5, cancel_reason = $6, version = u.next, updated_at = u.at
+// expireSQL writes the cancellations of ExpireAll and ReconcileOverdue: $1
+// the ids, $2 the versions they were read at, $3 their new versions, $4 the
+// update times, $5 and $6 the status and reason of a payment timeout, $7 the
+// reconciled_at of the rows (NULL unless reconciled). The condition repeats
+// the domain check against the locked rows.
+const expireSQL = `UPDATE orders o SET status = $5, cancel_reason = $6, version = u.next, updated_at = u.at, reconciled_at = $7
 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::timestamptz[]) AS u(id, version, next, at)
 WHERE o.id = u.id AND o.status = 'pending_payment' AND o.version = u.version`
 
@@ -192,7 +193,7 @@ func (s *Store) ExpireAll(ctx context.Context, exps []orders.Expiry, now time.Ti
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	results := make([]orders.ExpireResult, len(exps))
+	var results []orders.ExpireResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
 		if err != nil {
@@ -202,59 +203,122 @@ func (s *Store) ExpireAll(ctx context.Context, exps []orders.Expiry, now time.Ti
 		if err != nil {
 			return fmt.Errorf("lock orders: %w", err)
 		}
-		current := make(map[string]orders.Order, len(locked))
-		read := make(map[string]int64, len(locked)) // the version each was locked at
-		for _, o := range locked {
-			current[o.ID], read[o.ID] = o, o.Version
-		}
-		var msgs []outbox.Message
-		for i, e := range exps {
-			o, ok := current[e.ID]
-			if !ok {
-				results[i].Err = orders.ErrNotFound
-				continue
-			}
-			ch, applied, err := o.Expire(e.Version, e.Deadline, now)
-			results[i] = orders.ExpireResult{Order: o, Applied: applied, Err: err}
-			if !applied {
-				continue
-			}
-			m, err := messages(ch)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, m...)
-			current[e.ID], results[i].Order = ch.Order, ch.Order
-		}
-		var up struct {
-			ids           []string
-			versions, nxt []int64
-			at            []time.Time
-		}
-		for _, id := range ids {
-			if o, ok := current[id]; ok && o.Version != read[id] {
-				up.ids, up.versions = append(up.ids, id), append(up.versions, read[id])
-				up.nxt, up.at = append(up.nxt, o.Version), append(up.at, o.UpdatedAt)
-			}
-		}
-		if len(up.ids) == 0 {
-			return nil
-		}
-		tag, err := tx.Exec(ctx, expireSQL, up.ids, up.versions, up.nxt, up.at,
-			string(orders.StatusCancelled), string(orders.CancelPaymentTimeout))
-		if err != nil {
-			return fmt.Errorf("cancel orders: %w", err)
-		}
-		if n := tag.RowsAffected(); n != int64(len(up.ids)) {
-			return fmt.Errorf("cancel orders: %d of %d locked rows changed", n, len(up.ids))
-		}
-		return outbox.Insert(ctx, tx, OutboxTable, msgs)
+		results, err = cancelLocked(ctx, tx, locked, exps, nil, func(o orders.Order, e orders.Expiry) (orders.Change, bool, error) {
+			return o.Expire(e.Version, e.Deadline, now)
+		})
+		return err
 	})
 	if err != nil {
 		return nil, storeError(err)
 	}
 	s.onCommit()
 	return results, nil
+}
+
+// reconcileSQL locks up to $2 orders still pending whose pay_by is before
+// $1, oldest deadline first, through the partial index orders_pending_pay_by.
+// It skips the rows another transaction holds (a payment, a cancellation or
+// a cancel event in flight, which settles them anyway), so it never waits
+// and never deadlocks with them.
+const reconcileSQL = `SELECT ` + orderColumns + ` FROM orders
+WHERE status = 'pending_payment' AND pay_by < $1 ORDER BY pay_by LIMIT $2 FOR UPDATE SKIP LOCKED`
+
+// ReconcileOverdue cancels, in one transaction, up to limit orders still
+// pending_payment whose pay_by passed more than margin before now, as
+// orders.Order.Reconcile does (the cancelled event of a payment timeout and
+// a clear command, through the outbox), marking them reconciled_at now. It
+// returns the orders it cancelled, oldest deadline first; fewer than limit
+// means no other overdue order was free.
+func (s *Store) ReconcileOverdue(ctx context.Context, now time.Time, margin time.Duration, limit int) ([]orders.Order, error) {
+	var done []orders.Order
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, reconcileSQL, now.Add(-margin), limit)
+		if err != nil {
+			return fmt.Errorf("lock overdue orders: %w", err)
+		}
+		locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
+		if err != nil {
+			return fmt.Errorf("lock overdue orders: %w", err)
+		}
+		exps := make([]orders.Expiry, len(locked))
+		for i, o := range locked {
+			exps[i] = orders.Expiry{ID: o.ID, Version: o.Version, Deadline: o.PayBy}
+		}
+		at := now.Truncate(time.Microsecond).UTC()
+		results, err := cancelLocked(ctx, tx, locked, exps, &at, func(o orders.Order, _ orders.Expiry) (orders.Change, bool, error) {
+			ch, applied := o.Reconcile(now, margin)
+			return ch, applied, nil
+		})
+		for _, r := range results {
+			if r.Applied {
+				done = append(done, r.Order)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if len(done) > 0 {
+		s.onCommit()
+	}
+	return done, nil
+}
+
+// cancelLocked applies cancel to the order of each of exps, in turn, among
+// the locked rows (an order named twice sees the first's outcome), then
+// writes the cancellations with one UPDATE, setting reconciled_at to
+// reconciled, and their outbox rows with one insert. Result i is about
+// exps[i]; an order not among the locked rows is ErrNotFound.
+func cancelLocked(ctx context.Context, tx pgx.Tx, locked []orders.Order, exps []orders.Expiry, reconciled *time.Time,
+	cancel func(orders.Order, orders.Expiry) (orders.Change, bool, error)) ([]orders.ExpireResult, error) {
+	results := make([]orders.ExpireResult, len(exps))
+	current := make(map[string]orders.Order, len(locked))
+	for _, o := range locked {
+		current[o.ID] = o
+	}
+	var msgs []outbox.Message
+	for i, e := range exps {
+		o, ok := current[e.ID]
+		if !ok {
+			results[i].Err = orders.ErrNotFound
+			continue
+		}
+		ch, applied, err := cancel(o, e)
+		results[i] = orders.ExpireResult{Order: o, Applied: applied, Err: err}
+		if !applied {
+			continue
+		}
+		m, err := messages(ch)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, m...)
+		current[e.ID], results[i].Order = ch.Order, ch.Order
+	}
+	var up struct {
+		ids           []string
+		versions, nxt []int64
+		at            []time.Time
+	}
+	for _, read := range locked {
+		if o := current[read.ID]; o.Version != read.Version {
+			up.ids, up.versions = append(up.ids, o.ID), append(up.versions, read.Version)
+			up.nxt, up.at = append(up.nxt, o.Version), append(up.at, o.UpdatedAt)
+		}
+	}
+	if len(up.ids) == 0 {
+		return results, nil
+	}
+	tag, err := tx.Exec(ctx, expireSQL, up.ids, up.versions, up.nxt, up.at,
+		string(orders.StatusCancelled), string(orders.CancelPaymentTimeout), reconciled)
+	if err != nil {
+		return nil, fmt.Errorf("cancel orders: %w", err)
+	}
+	if n := tag.RowsAffected(); n != int64(len(up.ids)) {
+		return nil, fmt.Errorf("cancel orders: %d of %d locked rows changed", n, len(up.ids))
+	}
+	return results, outbox.Insert(ctx, tx, OutboxTable, msgs)
 }
 
 // update locks the row, applies fn and writes its change with the outbox

@@ -1,6 +1,7 @@
 // Command orders runs the order service: the REST API, the outbox relay that
-// publishes timeout commands and order events to JetStream, and the consumer
-// of the cancel events timeoutd publishes. It is configured by environment
+// publishes timeout commands and order events to JetStream, the consumer
+// of the cancel events timeoutd publishes, and the reconciler that cancels
+// what stays pending long after its deadline. It is configured by environment
 // variables (see services/orders/README.md) and stops gracefully on SIGINT or
 // SIGTERM: the HTTP server drains, the consumer finishes the events in
 // flight, and the outbox is flushed.
@@ -102,7 +103,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	store := postgres.NewStore(pool, relay.Kick)
-	svc, err := orders.NewService(store, orders.ServiceConfig{Limits: cfg.Limits, Logger: log})
+	svc, err := orders.NewService(store, orders.ServiceConfig{Limits: cfg.Limits, PaymentGrace: cfg.PaymentGrace, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -112,6 +113,11 @@ func run(ctx context.Context, getenv func(string) string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reconciler, err := postgres.NewReconciler(store, postgres.ReconcilerConfig{
+		Margin: cfg.ReconcileMargin, Interval: cfg.ReconcileInterval, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	consumer, err := jetstream.NewConsumer(ctx, js, svc, jetstream.Config{Registerer: reg, Logger: log})
 	if err != nil {
 		return err
@@ -167,6 +173,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	g.Go(func() error { return relay.Run(relayCtx) })
 	g.Go(func() error { return consumer.Run(gctx) })
 	g.Go(func() error { return janitor.Run(gctx) })
+	g.Go(func() error { return reconciler.Run(gctx) })
 	g.Go(func() error {
 		log.Info("orders listening", "addr", cfg.HTTPAddr)
 		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {

@@ -372,26 +372,77 @@ func TestCancelEvents(t *testing.T) {
 		}
 	}
 
-	// The pay/deadline race through the binary: one outcome per order.
+}
+
+// TestPayRacesTheCancelAtPayBy races, through the binary, payments sent
+// around pay_by against the order's cancel event: the event is published at
+// once, so the consumer redelivers it at pay_by (plus its 50 ms margin), and
+// each payment is sent at pay_by plus an offset from -100 ms to +150 ms, so
+// some land before the deadline, some between the deadline and the cancel,
+// and some after the cancel. Each order has one outcome: a 200 means paid
+// with one paid event and no cancellation; a 409 means cancelled with one
+// cancelled event. A payment sent after pay_by is never accepted (the
+// deadline is the rule, whether or not the cancel has arrived).
+func TestPayRacesTheCancelAtPayBy(t *testing.T) {
+	t.Parallel()
+	a := start(t)
+	body := strings.Replace(createBody, "15m", "2s", 1)
+	offsets := []time.Duration{-100, -60, -20, 20, 60, 100, 150}
+	type race struct {
+		o      orders.Order
+		sentAt time.Time
+		code   int
+		body   []byte
+	}
+	races := make([]race, len(offsets))
+	for i := range races {
+		races[i].o = a.order(t, "POST", "/v1/orders", body, http.StatusCreated)
+		a.publishExpiry(t, events.OrderCancelSubject(races[i].o.ID), expiry(races[i].o, 1), "fired:"+races[i].o.ID+":1")
+	}
 	var wg sync.WaitGroup
-	for range 5 {
-		r := a.order(t, "POST", "/v1/orders", short, http.StatusCreated)
+	for i := range races {
 		wg.Go(func() {
-			code, _, b := a.call(t, "POST", "/v1/orders/"+r.ID+"/pay", "")
-			if code != http.StatusOK && !(code == http.StatusConflict && strings.Contains(string(b), `"order_status":"cancelled"`)) {
-				t.Errorf("pay during the race: %d %s", code, b)
-			}
+			r := &races[i]
+			<-time.After(time.Until(r.o.PayBy.Add(offsets[i] * time.Millisecond)))
+			r.sentAt = time.Now()
+			r.code, _, r.body = a.call(t, "POST", "/v1/orders/"+r.o.ID+"/pay", "")
 		})
-		a.publishExpiry(t, events.OrderCancelSubject(r.ID), expiry(r, 1), "fired:"+r.ID+":1")
-		wg.Wait()
-		a.drained(t)
-		final := a.order(t, "GET", "/v1/orders/"+r.ID, "", http.StatusOK)
-		paid, cancelled := a.count(t, events.StreamOrderEvents, "orders.paid."+r.ID), a.count(t, events.StreamOrderEvents, "orders.cancelled."+r.ID)
-		if final.Version != 2 || paid+cancelled != 1 || (final.Status == orders.StatusPaid) != (paid == 1) {
-			waitFor(t, "the race's single event", func() (bool, error) {
-				paid, cancelled = a.count(t, events.StreamOrderEvents, "orders.paid."+r.ID), a.count(t, events.StreamOrderEvents, "orders.cancelled."+r.ID)
-				return final.Version == 2 && paid+cancelled == 1 && (final.Status == orders.StatusPaid) == (paid == 1), nil
-			})
+	}
+	wg.Wait()
+	a.drained(t)
+	outcomes := map[string]int{}
+	for i, r := range races {
+		var final orders.Order
+		var paid, cancelled uint64
+		waitFor(t, "the race's outcome and its event", func() (bool, error) {
+			final = a.order(t, "GET", "/v1/orders/"+r.o.ID, "", http.StatusOK)
+			paid, cancelled = a.count(t, events.StreamOrderEvents, "orders.paid."+r.o.ID), a.count(t, events.StreamOrderEvents, "orders.cancelled."+r.o.ID)
+			return final.Status != orders.StatusPendingPayment && paid+cancelled > 0, nil
+		})
+		switch {
+		case r.code == http.StatusOK && r.sentAt.After(r.o.PayBy):
+			t.Errorf("offset %s: a payment sent %s after pay_by was accepted", offsets[i]*time.Millisecond, r.sentAt.Sub(r.o.PayBy))
+		case r.code == http.StatusOK:
+			outcomes["paid"]++
+			if final.Status != orders.StatusPaid || final.Version != 2 || paid != 1 || cancelled != 0 {
+				t.Errorf("offset %s: pay answered 200 but the order is %+v with %d paid and %d cancelled events", offsets[i]*time.Millisecond, final, paid, cancelled)
+			}
+		case r.code == http.StatusConflict:
+			switch {
+			case strings.Contains(string(r.body), `"type":"/problems/payment_deadline_passed"`):
+				outcomes["refused: deadline passed"]++
+			case strings.Contains(string(r.body), `"order_status":"cancelled"`):
+				outcomes["refused: already cancelled"]++
+			default:
+				t.Errorf("offset %s: 409 %s", offsets[i]*time.Millisecond, r.body)
+			}
+			if final.Status != orders.StatusCancelled || final.CancelReason != orders.CancelPaymentTimeout || final.Version != 2 || paid != 0 || cancelled != 1 {
+				t.Errorf("offset %s: pay answered 409 but the order is %+v with %d paid and %d cancelled events", offsets[i]*time.Millisecond, final, paid, cancelled)
+			}
+		default:
+			t.Errorf("offset %s: pay answered %d %s", offsets[i]*time.Millisecond, r.code, r.body)
 		}
 	}
+	t.Logf("outcomes of %d payments around pay_by: %v", len(races), outcomes)
+
 }
