@@ -125,8 +125,8 @@ type Message interface {
 	Ack() error
 	// Term terminates the message (it is never redelivered).
 	Term() error
-	// Nak asks for a redelivery.
-	Nak() error
+	// NakWithDelay asks for a redelivery after delay.
+	NakWithDelay(delay time.Duration) error
 }
 
 // Source delivers command batches; package jetstream implements it with a
@@ -242,9 +242,10 @@ type Config struct {
 	Partitions int
 	// Tick is the wheel's resolution; default TickDefault.
 	Tick time.Duration
-	// MaxPending bounds the pending timeouts in memory; at the bound ingest
-	// stops taking commands (backpressure) until some fire or clear.
-	// Default MaxPendingDefault.
+	// MaxPending bounds the pending timeouts in memory. Only a set for a
+	// key not held in memory needs room: at the bound such sets are
+	// deferred (negatively acknowledged, redelivered after RetryDelay)
+	// while clears and the other commands go on. Default MaxPendingDefault.
 	MaxPending int
 	// MaxHorizon is the furthest accepted deadline from now; further ones
 	// are dead-lettered (deadline_out_of_range). Default MaxHorizonDefault.

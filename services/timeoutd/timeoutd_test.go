@@ -23,6 +23,9 @@ type fakeStore struct {
 	built    []outbox.Message
 	failFire error
 	rows     map[string]Timeout // what Fire reads for a key
+	// beforeFire, when set, runs at the start of Fire, while the fire
+	// transaction would be in flight.
+	beforeFire func()
 }
 
 func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now time.Time) ([]Change, error) {
@@ -40,6 +43,9 @@ func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now t
 }
 
 func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error) {
+	if f.beforeFire != nil {
+		f.beforeFire()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failFire != nil {
@@ -77,12 +83,12 @@ type fakeMsg struct {
 	fate    string // "", "ack", "term", "nak"
 }
 
-func (m *fakeMsg) Subject() string { return m.subject }
-func (m *fakeMsg) Data() []byte    { return m.data }
-func (m *fakeMsg) Seq() uint64     { return m.seq }
-func (m *fakeMsg) Ack() error      { m.fate = "ack"; return nil }
-func (m *fakeMsg) Term() error     { m.fate = "term"; return nil }
-func (m *fakeMsg) Nak() error      { m.fate = "nak"; return nil }
+func (m *fakeMsg) Subject() string                  { return m.subject }
+func (m *fakeMsg) Data() []byte                     { return m.data }
+func (m *fakeMsg) Seq() uint64                      { return m.seq }
+func (m *fakeMsg) Ack() error                       { m.fate = "ack"; return nil }
+func (m *fakeMsg) Term() error                      { m.fate = "term"; return nil }
+func (m *fakeMsg) NakWithDelay(time.Duration) error { m.fate = "nak"; return nil }
 
 type nopSource struct{}
 
@@ -484,5 +490,43 @@ func TestGenerationFollowsUpcomingBuckets(t *testing.T) {
 		if got := s.Generation() != before; got != st.changed {
 			t.Fatalf("%s: generation changed = %v, want %v (upcoming %+v)", st.name, got, st.changed, s.Stats().Upcoming)
 		}
+	}
+}
+
+// TestFailedFireKeepsItsRoom is issue 14 item 2.2: the due keys used to
+// leave the index before their fire committed, so ingest could fill their
+// room during the failed transaction and the requeue met `wheel: full`,
+// leaving the timeout pending in Postgres only, fired at the next restart.
+func TestFailedFireKeepsItsRoom(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().Add(time.Hour).UTC() // far enough that the real wheel never fires it
+	now := deadline.Add(time.Millisecond)
+	st := &fakeStore{rows: map[string]Timeout{}, failFire: errors.New("connection reset")}
+	s, err := New(Config{MaxPending: 2, Now: func() time.Time { return now }, RetryDelay: time.Hour},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.stop)
+	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	// While the fire transaction is in flight, ingest takes two new sets.
+	a, b := cmdMsg(t, 1, setCmd("a", 1, now.Add(time.Hour))), cmdMsg(t, 2, setCmd("b", 1, now.Add(time.Hour)))
+	st.beforeFire = func() {
+		st.beforeFire = nil
+		if err := s.ingest(context.Background(), []Message{a, b}); err != nil {
+			t.Error(err)
+		}
+	}
+	expire(t, s, "k")
+	if a.fate != "ack" || b.fate != "nak" {
+		t.Fatalf("during the fire: a %q, b %q; want a acked, b deferred (k keeps its room)", a.fate, b.fate)
+	}
+	if _, ok := refOf(s, "k"); !ok {
+		t.Fatal("k left memory after its failed fire: it would fire only at the next restart")
+	}
+	st.failFire = nil
+	expire(t, s, "k")
+	if len(st.fired) != 1 || st.fired[0].Key != "k" || s.Pending() != 1 {
+		t.Fatalf("retry fired %v, pending %d; want k fired, a pending", st.fired, s.Pending())
 	}
 }

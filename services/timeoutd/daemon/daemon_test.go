@@ -666,3 +666,32 @@ func TestOperatorSettingsValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestIngestSettingsValidated is part of issue 14 item 2.1: a MaxPending
+// below the batch size used to stop ingest for good; now it is refused.
+func TestIngestSettingsValidated(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"TIMEOUTD_DATABASE_URL": "postgres://unused", "TIMEOUTD_NATS_URL": "nats://unused:4222"}
+	tests := []struct {
+		name string
+		env  map[string]string
+	}{
+		{"below the batch size", map[string]string{"TIMEOUTD_MAX_PENDING": "100", "TIMEOUTD_BATCH_SIZE": "500"}},
+		{"below the default batch size", map[string]string{"TIMEOUTD_MAX_PENDING": "10"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := maps.Clone(base)
+			maps.Copy(env, tt.env)
+			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = daemon.New(context.Background(), cfg)
+			if err == nil || !strings.Contains(err.Error(), "TIMEOUTD_MAX_PENDING") {
+				t.Fatalf("New: err = %v, want one naming TIMEOUTD_MAX_PENDING", err)
+			}
+		})
+	}
+}
