@@ -19,9 +19,13 @@ import (
 // has started, so while the transactions run the wheel gathers the next
 // batch, and blocks while FireConcurrency are in flight, so that batch
 // grows with the backlog instead of the transactions multiplying.
+//
+// Until CaughtUp is closed it waits: no timeout fires before the commands
+// that waited in the source at start (a clear, an extend) are applied.
 func (s *Service) onExpire(batch []wheel.Expired[uint64]) {
 	s.fireMu.Lock()
 	defer s.fireMu.Unlock()
+	<-s.caughtUp // closed at the latest when Run's context ends
 	if s.stopping.Load() {
 		return // still pending in Postgres; the next process fires them
 	}

@@ -83,9 +83,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 // Ready returns a channel closed when recovery has finished.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// CaughtUp returns a channel closed when the overdue timeouts found by
-// recovery have been handed to the wheel: after ingest consumed the commands
-// waiting at start, or after RecoveryCatchupMax.
+// CaughtUp returns a channel closed when ingest consumed the commands
+// waiting at start, or after RecoveryCatchupMax, or when Run's context
+// ends: then the overdue timeouts found by recovery are handed to the wheel,
+// and timeouts fire; none fires before.
 func (s *Service) CaughtUp() <-chan struct{} { return s.caughtUp }
 
 // IsReady reports whether recovery has finished and shutdown has not begun.
@@ -136,6 +137,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 	held, mark, err := s.recover(ctx)
 	if err != nil {
+		s.stopping.Store(true)
+		close(s.caughtUp) // lets a waiting onExpire see stopping
 		if ctx.Err() != nil || hard.Err() != nil {
 			return nil
 		}

@@ -26,6 +26,8 @@ type fakeStore struct {
 	// beforeFire, when set, runs at the start of Fire, while the fire
 	// transaction would be in flight.
 	beforeFire func()
+	// pending is what LoadPending returns (one page).
+	pending []Timeout
 }
 
 func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now time.Time) ([]Change, error) {
@@ -64,7 +66,12 @@ func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(T
 	return out, nil
 }
 
-func (f *fakeStore) LoadPending(context.Context, string, int) ([]Timeout, error)   { return nil, nil }
+func (f *fakeStore) LoadPending(_ context.Context, after string, _ int) ([]Timeout, error) {
+	if after != "" {
+		return nil, nil
+	}
+	return f.pending, nil
+}
 func (f *fakeStore) DeleteTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
 func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
 func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
@@ -123,6 +130,7 @@ func newTestService(t *testing.T, now *time.Time) (*Service, *fakeStore, *fakeDL
 		t.Fatal(err)
 	}
 	t.Cleanup(s.sched.stop)
+	close(s.caughtUp) // as after recovery: fires may go
 	return s, st, dlq
 }
 
@@ -508,6 +516,7 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.sched.stop)
+	close(s.caughtUp) // as after recovery: fires may go
 	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
 	// While the fire transaction is in flight, ingest takes two new sets.
 	a, b := cmdMsg(t, 1, setCmd("a", 1, now.Add(time.Hour))), cmdMsg(t, 2, setCmd("b", 1, now.Add(time.Hour)))
