@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"time"
 )
@@ -73,6 +74,9 @@ func (c Command) Validate() error {
 	}
 	if c.Deadline.IsZero() {
 		return invalid(ReasonInvalidDeadline, "deadline", "is required for %q", KindSet)
+	}
+	if err := CheckTime("deadline", c.Deadline); err != nil {
+		return err
 	}
 	if !ValidSubject(c.FireSubject) {
 		return invalid(ReasonInvalidSubject, "fire_subject", "must be a literal NATS subject of at most %d bytes", MaxSubjectLen)
@@ -229,12 +233,36 @@ func DecodeExpiry(data []byte) (Expiry, error) {
 	return e, nil
 }
 
-// ParseTime parses an RFC 3339 time (fractional seconds allowed) and returns
-// it in UTC; field names the JSON field in the error.
+// MinTime and MaxTime bound every time of the contract: the range of Unix
+// nanoseconds in an int64 (1677-09-21T00:12:43.145224192Z to
+// 2262-04-11T23:47:16.854775807Z), in which the services store and compare
+// times. A time outside it would silently wrap around (a deadline in 1500
+// read back as 2084).
+var (
+	MinTime = time.Unix(0, math.MinInt64).UTC()
+	MaxTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// CheckTime returns an *Error naming field, with reason
+// ReasonDeadlineOutOfRange, when t is outside [MinTime, MaxTime].
+func CheckTime(field string, t time.Time) error {
+	if t.Before(MinTime) || t.After(MaxTime) {
+		return invalid(ReasonDeadlineOutOfRange, field, "must be between %s and %s, got %s",
+			MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano), t.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// ParseTime parses an RFC 3339 time (fractional seconds allowed) within
+// [MinTime, MaxTime] and returns it in UTC; field names the JSON field in
+// the error.
 func ParseTime(field, s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, invalid(ReasonInvalidDeadline, field, "must be an RFC 3339 time such as 2026-01-02T15:04:05.123Z, got %q", truncate(s))
+	}
+	if err := CheckTime(field, t); err != nil {
+		return time.Time{}, err
 	}
 	return t.UTC(), nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/wheel"
 )
 
@@ -199,6 +200,11 @@ func (s *Service) Pending() int { return s.sched.len() }
 func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {
 	if q.Limit < 1 {
 		return nil, fmt.Errorf("%w: limit must be positive", ErrInvalid)
+	}
+	if !q.After.Deadline.IsZero() {
+		if err := events.CheckTime("after", q.After.Deadline); err != nil {
+			return nil, fmt.Errorf("%w: cursor: %w", ErrInvalid, err)
+		}
 	}
 	return s.store.ListPending(ctx, q)
 }

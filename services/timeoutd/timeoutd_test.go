@@ -200,6 +200,7 @@ func TestDecodeRules(t *testing.T) {
 		{"past deadline accepted", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(-time.Hour), FireSubject: "orders.cancel.k"}, ""},
 		{"other key on subject", "timeouts.cmd.j", events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
 		{"prefix not allowed", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancelled.k"}, events.ReasonSubjectNotAllowed},
+		{"deadline before 1678", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
 		{"beyond horizon", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(MaxHorizonDefault + time.Second), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
 	}
 	for _, tt := range tests {

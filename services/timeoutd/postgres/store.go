@@ -103,6 +103,10 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 			states[i], deadlines[i] = int16(timeoutd.StateCleared), now.UnixNano()
 			continue
 		}
+		if err := events.CheckTime("deadline", c.Deadline); err != nil {
+			// Validated commands never get here: the deadline would wrap.
+			return nil, fmt.Errorf("upsert timeout %s: %w", c.Key, err)
+		}
 		states[i], deadlines[i] = int16(timeoutd.StatePending), c.Deadline.UnixNano()
 		lateness[i] = int32(min(c.MaxLatenessMs, math.MaxInt32))
 		if c.FireSubject != events.OrderCancelSubject(c.Key) {
