@@ -72,7 +72,7 @@ func (f *fakeStore) LoadPending(_ context.Context, after string, _ int) ([]Timeo
 	}
 	return f.pending, nil
 }
-func (f *fakeStore) DeleteTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
+func (f *fakeStore) RetireTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
 func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
 func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
 	return Timeout{}, ErrNotFound
