@@ -232,3 +232,15 @@ func TestTimesOutsideTheRangeAreRefused(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkDecodeCommand decodes a typical set, as timeoutd's ingest does
+// for every command.
+func BenchmarkDecodeCommand(b *testing.B) {
+	data := []byte(`{"schema":1,"kind":"set","key":"019a4b2c-7d1e-7f00-8a3b-123456789abc","version":3,"deadline":"2026-01-02T03:04:05.123456789Z","fire_subject":"orders.cancel.019a4b2c-7d1e-7f00-8a3b-123456789abc"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := events.DecodeCommand(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

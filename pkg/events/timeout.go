@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -42,8 +43,8 @@ type Command struct {
 	// a "missed" event is published on MissedSubject(Key) instead of firing.
 	// 0 means fire however late (the default).
 	MaxLatenessMs int64 `json:"max_lateness_ms,omitempty"`
-	// Payload is opaque JSON returned in the expiry event, at most
-	// MaxPayloadBytes.
+	// Payload is an opaque JSON object returned in the expiry event, at
+	// most MaxPayloadBytes.
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
@@ -96,6 +97,9 @@ func validPayload(p json.RawMessage) error {
 	}
 	if !json.Valid(p) {
 		return invalid(ReasonInvalidPayload, "payload", "is not valid JSON")
+	}
+	if p[0] != '{' { // json.Valid: no leading space in a RawMessage field
+		return invalid(ReasonInvalidPayload, "payload", "must be a JSON object")
 	}
 	return nil
 }
@@ -227,6 +231,9 @@ func DecodeExpiry(data []byte) (Expiry, error) {
 	if e.FiredAt.Before(e.Deadline) {
 		return Expiry{}, invalid(ReasonInvalidDeadline, "fired_at", "is before the deadline")
 	}
+	if e.LatenessNs < 0 {
+		return Expiry{}, invalid(ReasonInvalidField, "lateness_ns", "must not be negative, got %d", e.LatenessNs)
+	}
 	if err := validPayload(e.Payload); err != nil {
 		return Expiry{}, err
 	}
@@ -283,12 +290,65 @@ func parseVersion(raw json.RawMessage) (int64, error) {
 	return v, nil
 }
 
-// decodeJSON unmarshals one JSON object into v and rejects trailing data.
+// decodeJSON unmarshals one JSON object into v and rejects trailing data
+// and a member name given twice: encoding/json would keep the last one
+// (matched case-insensitively), another parser the first, and the two would
+// read different messages.
 func decodeJSON(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		return invalid(ReasonMalformed, "", "malformed JSON: %v", err)
 	}
+	if name, ok := duplicateMember(data); ok {
+		return invalid(ReasonMalformed, name, "member %q is given more than once", truncate(name))
+	}
 	return nil
+}
+
+// duplicateMember returns a member name of the top-level object of data,
+// which is valid JSON, that repeats an earlier one as encoding/json matches
+// names to fields: unescaped and case-insensitively. One pass over the
+// bytes; it allocates only for names written with escapes.
+func duplicateMember(data []byte) (string, bool) {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		return "", false
+	}
+	var names [][]byte
+	depth, key := 0, false
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{', '[':
+			depth++
+			key = depth == 1
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
+		case '"':
+			j, escaped := i+1, false
+			for ; data[j] != '"'; j++ {
+				if data[j] == '\\' {
+					j, escaped = j+1, true
+				}
+			}
+			if key {
+				name := data[i+1 : j]
+				if escaped {
+					var s string
+					_ = json.Unmarshal(data[i:j+1], &s) // valid JSON string
+					name = []byte(s)
+				}
+				for _, n := range names {
+					if bytes.EqualFold(n, name) {
+						return string(name), true
+					}
+				}
+				names, key = append(names, name), false
+			}
+			i = j
+		}
+	}
+	return "", false
 }
 
 func truncate(s string) string {
