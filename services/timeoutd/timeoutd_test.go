@@ -353,18 +353,29 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 }
 
-func TestPartitionOfIsStableAndInRange(t *testing.T) {
+// TestPartitionOfIsPinned pins PartitionOf to FNV-1a values computed
+// outside Go (partitions are stored with each row and decide ownership, so
+// they must never change between processes or releases: a per-process hash
+// seed would fail this).
+func TestPartitionOfIsPinned(t *testing.T) {
 	t.Parallel()
-	seen := map[int]bool{}
-	for _, k := range []string{"a", "b", "o-1", "o-2", "o-3", "ord_42", "x"} {
-		p := PartitionOf(k, 16)
-		if p < 0 || p >= 16 || p != PartitionOf(k, 16) {
-			t.Fatalf("PartitionOf(%q) = %d", k, p)
-		}
-		seen[p] = true
+	tests := []struct {
+		key           string
+		of16, ofSeven int
+	}{
+		{"a", 12, 5},
+		{"b", 5, 6},
+		{"o-1", 8, 4},
+		{"o-2", 1, 5},
+		{"o-3", 14, 0},
+		{"ord_42", 11, 1},
+		{"x", 7, 4},
+		{"019a4b2c-7d1e-7f00-8a3b-123456789abc", 12, 2},
 	}
-	if len(seen) < 3 {
-		t.Fatalf("poor spread: %v", seen)
+	for _, tt := range tests {
+		if got16, got7 := PartitionOf(tt.key, 16), PartitionOf(tt.key, 7); got16 != tt.of16 || got7 != tt.ofSeven {
+			t.Errorf("PartitionOf(%q) = %d of 16, %d of 7; want %d, %d", tt.key, got16, got7, tt.of16, tt.ofSeven)
+		}
 	}
 }
 
@@ -385,6 +396,9 @@ func TestUpcomingBucketsFollowTheSchedule(t *testing.T) {
 	s.refresh(context.Background(), now)
 	got := s.Stats().Upcoming
 	want := []int64{1, 2, 3}
+	if len(got) != len(want) {
+		t.Fatalf("upcoming = %+v, want %d buckets with counts %v", got, len(want), want)
+	}
 	for i, b := range got {
 		if b.Count != want[i] {
 			t.Fatalf("upcoming = %+v, want counts %v", got, want)
