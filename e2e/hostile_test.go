@@ -347,7 +347,7 @@ func TestHostileInputs(t *testing.T) {
 			}, events.ReasonDeadlineOutOfRange},
 			{"deadline in year 1", func(k string) string {
 				return cmd(k, "set", 1, "0001-01-01T00:00:00Z", events.OrderCancelSubject(k), "")
-			}, events.ReasonInvalidDeadline},
+			}, events.ReasonDeadlineOutOfRange},
 			{"control characters in the key", func(k string) string { return cmd("a\u0000b\u0007", "set", 1, hour, events.OrderCancelSubject(k), "") }, events.ReasonInvalidKey},
 			{"unicode key", func(k string) string { return cmd("ключ-😀", "set", 1, hour, events.OrderCancelSubject(k), "") }, events.ReasonInvalidKey},
 			{"SQL in the key", func(k string) string {

@@ -47,6 +47,11 @@ func TestDecodeCommand(t *testing.T) {
 		{"wildcard fire subject", `{"kind":"set","key":"k","version":1,"deadline":"2026-01-02T03:04:05Z","fire_subject":"orders.>"}`, events.ReasonInvalidSubject, "fire_subject"},
 		{"empty token in subject", `{"kind":"set","key":"k","version":1,"deadline":"2026-01-02T03:04:05Z","fire_subject":"orders..x"}`, events.ReasonInvalidSubject, "fire_subject"},
 		{"payload too large", `{"kind":"set","key":"k","version":1,"deadline":"2026-01-02T03:04:05Z","fire_subject":"a.b","payload":` + big + `}`, events.ReasonPayloadTooLarge, "payload"},
+		{"deadline before 1678", `{"kind":"set","key":"k","version":1,"deadline":"1500-01-01T00:00:00Z","fire_subject":"a.b"}`, events.ReasonDeadlineOutOfRange, "deadline"},
+		{"deadline after 2262", `{"kind":"set","key":"k","version":1,"deadline":"2300-01-01T00:00:00Z","fire_subject":"a.b"}`, events.ReasonDeadlineOutOfRange, "deadline"},
+		{"deadline a nanosecond past the range", `{"kind":"set","key":"k","version":1,"deadline":"2262-04-11T23:47:16.854775808Z","fire_subject":"a.b"}`, events.ReasonDeadlineOutOfRange, "deadline"},
+		{"deadline at the end of the range", `{"kind":"set","key":"k","version":1,"deadline":"2262-04-11T23:47:16.854775807Z","fire_subject":"a.b"}`, "", ""},
+		{"deadline at the start of the range", `{"kind":"set","key":"k","version":1,"deadline":"1677-09-21T00:12:43.145224192Z","fire_subject":"a.b"}`, "", ""},
 		{"negative misfire bound", `{"kind":"set","key":"k","version":1,"deadline":"2026-01-02T03:04:05Z","fire_subject":"a.b","max_lateness_ms":-1}`, events.ReasonInvalidField, "max_lateness_ms"},
 	}
 	for _, tt := range tests {
@@ -179,5 +184,63 @@ func TestNewDeadLetter(t *testing.T) {
 	d := events.NewDeadLetter("timeouts.cmd.x", []byte("raw"), 42, err, at)
 	if d.Reason != events.ReasonInvalidKey || d.Field != "key" || d.StreamSeq != 42 || d.MsgID() != "dlq:timeouts.cmd.x:42" {
 		t.Fatalf("dead letter = %+v", d)
+	}
+}
+
+// TestTimesOutsideTheRangeAreRefused is issue 14 item 2.3: a time outside
+// the int64 Unix-nanosecond range used to be accepted and wrap around when
+// stored (a set dated 1500 was stored as 2084). Every decoder, and
+// Command.Validate for producers, refuses it naming the field.
+func TestTimesOutsideTheRangeAreRefused(t *testing.T) {
+	t.Parallel()
+	const ok = "2026-01-02T03:04:05Z"
+	expiry := func(deadline, firedAt string) string {
+		return `{"outcome":"fired","key":"k","version":1,"deadline":"` + deadline + `","fired_at":"` + firedAt + `"}`
+	}
+	order := func(payBy, at string) string {
+		return `{"schema":1,"type":"created","order_id":"o","version":1,"status":"pending_payment","customer_id":"c","amount_minor":1,"currency":"EUR","pay_by":"` + payBy + `","at":"` + at + `"}`
+	}
+	decodeExpiry := func(s string) error { _, err := events.DecodeExpiry([]byte(s)); return err }
+	decodeOrder := func(s string) error { _, err := events.DecodeOrderEvent([]byte(s)); return err }
+	tests := []struct {
+		name   string
+		decode func(string) error
+		in     string
+		field  string
+	}{
+		{"expiry deadline in 1500", decodeExpiry, expiry("1500-01-01T00:00:00Z", ok), "deadline"},
+		{"expiry fired_at in 2300", decodeExpiry, expiry(ok, "2300-01-01T00:00:00Z"), "fired_at"},
+		{"order pay_by in 1500", decodeOrder, order("1500-01-01T00:00:00Z", ok), "pay_by"},
+		{"order at in 9999", decodeOrder, order(ok, "9999-12-31T23:59:59Z"), "at"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var e *events.Error
+			if err := tt.decode(tt.in); !errors.As(err, &e) || e.Reason != events.ReasonDeadlineOutOfRange || e.Field != tt.field {
+				t.Fatalf("err = %v, want reason %s on %s", err, events.ReasonDeadlineOutOfRange, tt.field)
+			}
+		})
+	}
+	t.Run("Command.Validate", func(t *testing.T) {
+		t.Parallel()
+		c := events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1,
+			Deadline: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), FireSubject: "a.b"}
+		var e *events.Error
+		if err := c.Validate(); !errors.As(err, &e) || e.Reason != events.ReasonDeadlineOutOfRange || e.Field != "deadline" {
+			t.Fatalf("err = %v, want reason %s on deadline", err, events.ReasonDeadlineOutOfRange)
+		}
+	})
+}
+
+// BenchmarkDecodeCommand decodes a typical set, as timeoutd's ingest does
+// for every command.
+func BenchmarkDecodeCommand(b *testing.B) {
+	data := []byte(`{"schema":1,"kind":"set","key":"019a4b2c-7d1e-7f00-8a3b-123456789abc","version":3,"deadline":"2026-01-02T03:04:05.123456789Z","fire_subject":"orders.cancel.019a4b2c-7d1e-7f00-8a3b-123456789abc"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := events.DecodeCommand(data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

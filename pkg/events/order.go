@@ -23,6 +23,13 @@ const (
 	StatusCancelled      = "cancelled"
 )
 
+// typeStatus is the status an order event of each type carries.
+var typeStatus = map[OrderEventType]string{
+	OrderCreated:   StatusPendingPayment,
+	OrderPaid:      StatusPaid,
+	OrderCancelled: StatusCancelled,
+}
+
 // Cancel reasons, as carried by OrderEvent.CancelReason.
 const (
 	CancelByCustomer     = "customer"
@@ -44,7 +51,7 @@ type OrderEvent struct {
 	AmountMinor int64  `json:"amount_minor"`
 	Currency    string `json:"currency"`
 	// PayBy is the payment deadline in force after the change.
-	PayBy time.Time `json:"pay_by"`
+	PayBy time.Time `json:"pay_by,omitzero"`
 	// At is when the change committed.
 	At time.Time `json:"at"`
 }
@@ -85,10 +92,12 @@ func DecodeOrderEvent(data []byte) (OrderEvent, error) {
 	if e.Schema < 1 || e.Schema > SchemaVersion {
 		return OrderEvent{}, invalid(ReasonUnsupportedSchema, "schema", "schema version %d is not supported (newest is %d)", e.Schema, SchemaVersion)
 	}
-	switch e.Type {
-	case OrderCreated, OrderPaid, OrderCancelled:
-	default:
+	status, ok := typeStatus[e.Type]
+	if !ok {
 		return OrderEvent{}, invalid(ReasonUnknownKind, "type", "unknown order event type %q", truncate(string(e.Type)))
+	}
+	if e.Status != status {
+		return OrderEvent{}, invalid(ReasonInvalidField, "status", "must be %q for a %q event, got %q", status, e.Type, truncate(e.Status))
 	}
 	if !ValidKey(e.OrderID) {
 		return OrderEvent{}, invalid(ReasonInvalidKey, "order_id", "must be 1 to %d letters, digits, '-' or '_'", MaxKeyLen)

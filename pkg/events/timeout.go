@@ -1,7 +1,9 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 	"time"
 )
@@ -41,8 +43,8 @@ type Command struct {
 	// a "missed" event is published on MissedSubject(Key) instead of firing.
 	// 0 means fire however late (the default).
 	MaxLatenessMs int64 `json:"max_lateness_ms,omitempty"`
-	// Payload is opaque JSON returned in the expiry event, at most
-	// MaxPayloadBytes.
+	// Payload is an opaque JSON object returned in the expiry event, at
+	// most MaxPayloadBytes.
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
@@ -74,6 +76,9 @@ func (c Command) Validate() error {
 	if c.Deadline.IsZero() {
 		return invalid(ReasonInvalidDeadline, "deadline", "is required for %q", KindSet)
 	}
+	if err := CheckTime("deadline", c.Deadline); err != nil {
+		return err
+	}
 	if !ValidSubject(c.FireSubject) {
 		return invalid(ReasonInvalidSubject, "fire_subject", "must be a literal NATS subject of at most %d bytes", MaxSubjectLen)
 	}
@@ -92,6 +97,9 @@ func validPayload(p json.RawMessage) error {
 	}
 	if !json.Valid(p) {
 		return invalid(ReasonInvalidPayload, "payload", "is not valid JSON")
+	}
+	if p[0] != '{' { // json.Valid: no leading space in a RawMessage field
+		return invalid(ReasonInvalidPayload, "payload", "must be a JSON object")
 	}
 	return nil
 }
@@ -223,18 +231,45 @@ func DecodeExpiry(data []byte) (Expiry, error) {
 	if e.FiredAt.Before(e.Deadline) {
 		return Expiry{}, invalid(ReasonInvalidDeadline, "fired_at", "is before the deadline")
 	}
+	if e.LatenessNs < 0 {
+		return Expiry{}, invalid(ReasonInvalidField, "lateness_ns", "must not be negative, got %d", e.LatenessNs)
+	}
 	if err := validPayload(e.Payload); err != nil {
 		return Expiry{}, err
 	}
 	return e, nil
 }
 
-// ParseTime parses an RFC 3339 time (fractional seconds allowed) and returns
-// it in UTC; field names the JSON field in the error.
+// MinTime and MaxTime bound every time of the contract: the range of Unix
+// nanoseconds in an int64 (1677-09-21T00:12:43.145224192Z to
+// 2262-04-11T23:47:16.854775807Z), in which the services store and compare
+// times. A time outside it would silently wrap around (a deadline in 1500
+// read back as 2084).
+var (
+	MinTime = time.Unix(0, math.MinInt64).UTC()
+	MaxTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// CheckTime returns an *Error naming field, with reason
+// ReasonDeadlineOutOfRange, when t is outside [MinTime, MaxTime].
+func CheckTime(field string, t time.Time) error {
+	if t.Before(MinTime) || t.After(MaxTime) {
+		return invalid(ReasonDeadlineOutOfRange, field, "must be between %s and %s, got %s",
+			MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano), t.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// ParseTime parses an RFC 3339 time (fractional seconds allowed) within
+// [MinTime, MaxTime] and returns it in UTC; field names the JSON field in
+// the error.
 func ParseTime(field, s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, invalid(ReasonInvalidDeadline, field, "must be an RFC 3339 time such as 2026-01-02T15:04:05.123Z, got %q", truncate(s))
+	}
+	if err := CheckTime(field, t); err != nil {
+		return time.Time{}, err
 	}
 	return t.UTC(), nil
 }
@@ -255,12 +290,65 @@ func parseVersion(raw json.RawMessage) (int64, error) {
 	return v, nil
 }
 
-// decodeJSON unmarshals one JSON object into v and rejects trailing data.
+// decodeJSON unmarshals one JSON object into v and rejects trailing data
+// and a member name given twice: encoding/json would keep the last one
+// (matched case-insensitively), another parser the first, and the two would
+// read different messages.
 func decodeJSON(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		return invalid(ReasonMalformed, "", "malformed JSON: %v", err)
 	}
+	if name, ok := duplicateMember(data); ok {
+		return invalid(ReasonMalformed, name, "member %q is given more than once", truncate(name))
+	}
 	return nil
+}
+
+// duplicateMember returns a member name of the top-level object of data,
+// which is valid JSON, that repeats an earlier one as encoding/json matches
+// names to fields: unescaped and case-insensitively. One pass over the
+// bytes; it allocates only for names written with escapes.
+func duplicateMember(data []byte) (string, bool) {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		return "", false
+	}
+	var names [][]byte
+	depth, key := 0, false
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{', '[':
+			depth++
+			key = depth == 1
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
+		case '"':
+			j, escaped := i+1, false
+			for ; data[j] != '"'; j++ {
+				if data[j] == '\\' {
+					j, escaped = j+1, true
+				}
+			}
+			if key {
+				name := data[i+1 : j]
+				if escaped {
+					var s string
+					_ = json.Unmarshal(data[i:j+1], &s) // valid JSON string
+					name = []byte(s)
+				}
+				for _, n := range names {
+					if bytes.EqualFold(n, name) {
+						return string(name), true
+					}
+				}
+				names, key = append(names, name), false
+			}
+			i = j
+		}
+	}
+	return "", false
 }
 
 func truncate(s string) string {

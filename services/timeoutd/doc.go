@@ -19,7 +19,8 @@
 //     then is the service ready; the overdue ones are held until ingest has
 //     consumed the commands waiting at start (bounded by
 //     RecoveryCatchupMax), then fire at a bounded rate.
-//   - the janitor (janitor.go): expired tombstones are deleted in batches.
+//   - the janitor (janitor.go): expired tombstones shrink to version marks
+//     in batches (a key's version is never forgotten).
 //   - stats (stats.go): counters, rates, recent expiries and upcoming
 //     buckets for the HTTP API.
 //

@@ -17,7 +17,8 @@ import (
 // dead-letter the invalid, upsert the rest in one statement, commit, ack,
 // apply to the schedule. The next batch starts when every lane is done. A
 // failed sub-batch is retried as a whole, which is harmless: the upsert
-// ignores versions already stored.
+// ignores versions already stored. Ingest never waits for room in memory:
+// the sets that do not fit are deferred (see admit).
 func (s *Service) runIngest(ctx context.Context) {
 	lanes := make([][]Message, s.cfg.IngestLanes)
 	for {
@@ -31,9 +32,6 @@ func (s *Service) runIngest(ctx context.Context) {
 				return
 			}
 			continue
-		}
-		if !s.waitRoom(ctx, len(msgs)) {
-			return
 		}
 		s.m.BatchSize("ingest", len(msgs))
 		for i := range lanes {
@@ -72,26 +70,12 @@ func (s *Service) ingestRetrying(ctx context.Context, msgs []Message) {
 	}
 }
 
-// waitRoom blocks while taking n more commands could exceed MaxPending
-// (backpressure: the commands wait in JetStream). It reports whether ctx is
-// still alive.
-func (s *Service) waitRoom(ctx context.Context, n int) bool {
-	for warned := false; s.sched.len()+n > s.cfg.MaxPending; warned = true {
-		if !warned {
-			s.cfg.Logger.Warn("pending timeouts at MaxPending; ingest paused", "max_pending", s.cfg.MaxPending)
-		}
-		if !sleep(ctx, s.cfg.RetryDelay) {
-			return false
-		}
-	}
-	return true
-}
-
 // ingest processes one batch.
 func (s *Service) ingest(ctx context.Context, msgs []Message) error {
 	now := s.cfg.Now()
 	cmds := make([]events.Command, 0, len(msgs))
 	valid := make([]Message, 0, len(msgs))
+	keys := make([]string, 0, len(msgs))      // keys[i] is valid[i]'s key
 	newest := make(map[string]int, len(msgs)) // key → index in cmds
 	for _, m := range msgs {
 		cmd, err := s.decode(m, now)
@@ -101,7 +85,7 @@ func (s *Service) ingest(ctx context.Context, msgs []Message) error {
 			}
 			continue
 		}
-		valid = append(valid, m)
+		valid, keys = append(valid, m), append(keys, cmd.Key)
 		if i, ok := newest[cmd.Key]; ok {
 			if cmd.Version > cmds[i].Version {
 				cmds[i] = cmd
@@ -111,21 +95,74 @@ func (s *Service) ingest(ctx context.Context, msgs []Message) error {
 		newest[cmd.Key] = len(cmds)
 		cmds = append(cmds, cmd)
 	}
-	if len(cmds) == 0 {
-		return nil
+	cmds, deferred, reserved := s.admit(cmds)
+	defer s.unreserve(reserved)
+	if len(cmds) > 0 {
+		changes, err := s.store.Apply(ctx, cmds, s.cfg.Partitions, now)
+		if err != nil {
+			return fmt.Errorf("apply %d commands: %w", len(cmds), err)
+		}
+		defer s.apply(changes)
 	}
-	changes, err := s.store.Apply(ctx, cmds, s.cfg.Partitions, now)
-	if err != nil {
-		return fmt.Errorf("apply %d commands: %w", len(cmds), err)
-	}
-	for _, m := range valid {
+	for i, m := range valid {
+		if deferred[keys[i]] {
+			if err := m.NakWithDelay(s.cfg.RetryDelay); err != nil {
+				s.cfg.Logger.Warn("defer command", "seq", m.Seq(), "err", err)
+			}
+			continue
+		}
 		if err := m.Ack(); err != nil {
 			// Committed already: a redelivery is a harmless no-op.
 			s.cfg.Logger.Warn("ack command", "seq", m.Seq(), "err", err)
 		}
 	}
-	s.apply(changes)
+	if len(deferred) > 0 {
+		s.cfg.Logger.Warn("pending timeouts at MaxPending; new sets deferred", "deferred", len(deferred),
+			"max_pending", s.cfg.MaxPending, "retry_in", s.cfg.RetryDelay)
+	}
 	return nil
+}
+
+// admit reserves room in memory for the sets of cmds whose key is not held
+// there, the only commands that can grow it, and returns the commands to
+// apply, the keys of the sets deferred for want of room (their messages are
+// redelivered after RetryDelay) and the number of slots reserved, to be
+// given back with unreserve once the changes are applied. Clears and sets of
+// a held key (a move, or a stale version) always pass, so a full memory
+// never stops the commands that free it. A set older than a tombstone that
+// only Postgres holds counts as new: telling it stale would cost a read.
+// Deferring reorders a key's commands, which is safe: the upsert keeps the
+// newest version whatever the order of arrival.
+func (s *Service) admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, reserved int) {
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	room := s.cfg.MaxPending - s.sched.x.len() - s.sched.reserved
+	admitted = cmds[:0]
+	for _, c := range cmds {
+		if c.Kind == events.KindSet && !s.sched.has(c.Key) {
+			if reserved == room {
+				if deferred == nil {
+					deferred = make(map[string]bool)
+				}
+				deferred[c.Key] = true
+				continue
+			}
+			reserved++
+		}
+		admitted = append(admitted, c)
+	}
+	s.sched.reserved += reserved
+	return admitted, deferred, reserved
+}
+
+// unreserve gives back n slots reserved by admit.
+func (s *Service) unreserve(n int) {
+	if n == 0 {
+		return
+	}
+	s.sched.mu.Lock()
+	s.sched.reserved -= n
+	s.sched.mu.Unlock()
 }
 
 // apply brings the schedule in line with committed changes.

@@ -12,7 +12,10 @@ import (
 // wheel), flushes what a previous process left in the outbox, and then
 // reports ready. The overdue rows go into the index but not into the wheel:
 // they are held, and returned with the source's mark read after the load,
-// for releaseOverdue. A failed page is retried until ctx ends.
+// for releaseOverdue. The other rows are armed, but no timer fires before
+// releaseOverdue closes CaughtUp (onExpire waits for it), so a row due
+// during the catch-up cannot beat a clear queued in the backlog either. A
+// failed page is retried until ctx ends.
 func (s *Service) recover(ctx context.Context) (held []uint64, mark uint64, err error) {
 	start := s.cfg.Now()
 	pages := make(chan []Timeout, 1)
@@ -47,12 +50,10 @@ func (s *Service) recover(ctx context.Context) (held []uint64, mark uint64, err 
 	if err := <-loadErr; err != nil {
 		return nil, 0, err
 	}
-	if len(held) > 0 {
-		if mark, err = s.src.Mark(ctx); err != nil {
-			// Without a mark the overdue wait the whole RecoveryCatchupMax.
-			s.cfg.Logger.Warn("read the command backlog; overdue timeouts wait RecoveryCatchupMax", "err", err)
-			mark = math.MaxUint64
-		}
+	if mark, err = s.src.Mark(ctx); err != nil {
+		// Without a mark the fires wait the whole RecoveryCatchupMax.
+		s.cfg.Logger.Warn("read the command backlog; fires wait RecoveryCatchupMax", "err", err)
+		mark = math.MaxUint64
 	}
 	flushed, err := s.relay.Flush(s.hard)
 	if err != nil {
@@ -72,40 +73,42 @@ func (s *Service) recover(ctx context.Context) (held []uint64, mark uint64, err 
 // RecoveryCatchupMax passed, and then hands the held overdue timeouts to the
 // wheel spread at OverdueRate from now, so a long outage does not flood
 // NATS. A held timeout that a newer command replaced or cleared meanwhile is
-// skipped. It closes CaughtUp's channel when done.
+// skipped. It closes CaughtUp's channel when done, which lets every fire
+// go (onExpire waits for it), or when ctx ends.
 func (s *Service) releaseOverdue(ctx context.Context, held []uint64, mark uint64) {
-	if len(held) > 0 {
-		start := time.Now()
-		for {
-			done, err := s.src.Consumed(ctx, mark)
-			if done {
-				break
-			}
-			if err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("check the command backlog", "err", err)
-			}
-			if time.Since(start) >= s.cfg.RecoveryCatchupMax {
-				s.cfg.Logger.Warn("command backlog not consumed within RecoveryCatchupMax; releasing the overdue timeouts",
-					"mark", mark, "waited", time.Since(start))
-				break
-			}
-			if !sleep(ctx, catchupPoll) {
-				return
-			}
+	defer close(s.caughtUp)
+	start := time.Now()
+	for {
+		done, err := s.src.Consumed(ctx, mark)
+		if done {
+			break
 		}
-		now := s.cfg.Now()
-		released := 0
-		s.sched.mu.Lock()
-		for _, r := range held {
-			at := now.Add(time.Duration(released) * time.Second / time.Duration(s.cfg.OverdueRate))
-			if s.sched.releaseLocked(r, at) {
-				released++
-			}
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("check the command backlog", "err", err)
 		}
-		s.sched.mu.Unlock()
-		s.cfg.Logger.Info("overdue timeouts released", "held", len(held), "released", released, "waited", time.Since(start))
+		if time.Since(start) >= s.cfg.RecoveryCatchupMax {
+			s.cfg.Logger.Warn("command backlog not consumed within RecoveryCatchupMax; releasing the fires",
+				"mark", mark, "waited", time.Since(start))
+			break
+		}
+		if !sleep(ctx, catchupPoll) {
+			return
+		}
 	}
-	close(s.caughtUp)
+	if len(held) == 0 {
+		return
+	}
+	now := s.cfg.Now()
+	released := 0
+	s.sched.mu.Lock()
+	for _, r := range held {
+		at := now.Add(time.Duration(released) * time.Second / time.Duration(s.cfg.OverdueRate))
+		if s.sched.releaseLocked(r, at) {
+			released++
+		}
+	}
+	s.sched.mu.Unlock()
+	s.cfg.Logger.Info("overdue timeouts released", "held", len(held), "released", released, "waited", time.Since(start))
 }
 
 // catchupPoll is how often releaseOverdue asks the source whether the

@@ -2,6 +2,7 @@ package timeoutd
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ type schedule struct {
 	// the upcoming buckets: one entry per distinct second, so a few
 	// thousand for an hour of deadlines, summed once per stats refresh.
 	perSecond map[int64]int64
+	// reserved counts the slots ingest reserved for sets being upserted
+	// (admit), so that concurrent lanes never overfill memory.
+	reserved int
 }
 
 func newSchedule(cfg wheel.Config, onExpire func([]wheel.Expired[uint64])) (*schedule, error) {
@@ -126,6 +130,54 @@ func (s *schedule) releaseLocked(r uint64, at time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// inFlightLocked marks slot i, whose timer the wheel handed to onExpire,
+// as being fired: it stays in the index (and so keeps its room), without a
+// timer, under a new reference that the fire's outcome is applied to
+// (done or rearm). A newer command meanwhile replaces the reference (set)
+// or removes the slot (clear). Caller holds s.mu.
+func (s *schedule) inFlightLocked(i uint32, sl *slot) uint64 {
+	sl.bumpGen()
+	sl.h = 0
+	return ref(i, sl)
+}
+
+// inFlight returns the slot of an in-flight reference, or nil when a newer
+// command replaced or cleared it. Caller holds s.mu.
+func (s *schedule) inFlight(r uint64) (uint32, *slot) {
+	i, sl := s.x.valid(r)
+	if sl == nil || sl.h != 0 {
+		return 0, nil
+	}
+	return i, sl
+}
+
+// done takes the fired slots of refs out of the index.
+func (s *schedule) done(refs []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		if i, sl := s.inFlight(r); sl != nil {
+			s.removeLocked(s.x.pos(i), i)
+		}
+	}
+}
+
+// rearm gives the in-flight slots of refs, whose fire failed, a timer
+// expiring at at. It cannot meet a full wheel: every slot counts against
+// MaxPending in the index, and an in-flight slot has no timer.
+func (s *schedule) rearm(refs []uint64, at time.Time, log *slog.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		if i, sl := s.inFlight(r); sl != nil {
+			if err := s.arm(i, sl, at); err != nil {
+				// Only after Stop: the row stays pending in Postgres.
+				log.Error("re-arm timeout after a failed fire", "key", s.x.key(i), "err", err)
+			}
+		}
+	}
 }
 
 // removeLocked takes slot i, at table position pos, out of the index.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/wheel"
 )
 
@@ -83,9 +84,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 // Ready returns a channel closed when recovery has finished.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// CaughtUp returns a channel closed when the overdue timeouts found by
-// recovery have been handed to the wheel: after ingest consumed the commands
-// waiting at start, or after RecoveryCatchupMax.
+// CaughtUp returns a channel closed when ingest consumed the commands
+// waiting at start, or after RecoveryCatchupMax, or when Run's context
+// ends: then the overdue timeouts found by recovery are handed to the wheel,
+// and timeouts fire; none fires before.
 func (s *Service) CaughtUp() <-chan struct{} { return s.caughtUp }
 
 // IsReady reports whether recovery has finished and shutdown has not begun.
@@ -136,6 +138,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 	held, mark, err := s.recover(ctx)
 	if err != nil {
+		s.stopping.Store(true)
+		close(s.caughtUp) // lets a waiting onExpire see stopping
 		if ctx.Err() != nil || hard.Err() != nil {
 			return nil
 		}
@@ -197,6 +201,11 @@ func (s *Service) Pending() int { return s.sched.len() }
 func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {
 	if q.Limit < 1 {
 		return nil, fmt.Errorf("%w: limit must be positive", ErrInvalid)
+	}
+	if !q.After.Deadline.IsZero() {
+		if err := events.CheckTime("after", q.After.Deadline); err != nil {
+			return nil, fmt.Errorf("%w: cursor: %w", ErrInvalid, err)
+		}
 	}
 	return s.store.ListPending(ctx, q)
 }

@@ -26,12 +26,15 @@ var (
 type State int16
 
 // The states of a row. Cleared and fired rows are tombstones: they keep the
-// key's version so that stale commands are rejected, until the janitor
-// deletes them.
+// key's version so that stale commands are rejected, and their fire data,
+// until the janitor retires them after TombstoneTTL into version marks,
+// which keep only the key's version, for good: latest wins however late a
+// stale command comes.
 const (
 	StatePending State = 0
 	StateCleared State = 1
 	StateFired   State = 2
+	StateRetired State = 3
 )
 
 // Timeout is one timeout as stored.
@@ -102,9 +105,10 @@ type Store interface {
 	// LoadPending returns up to limit pending rows with key > afterKey, in
 	// key order (only Key, Version and Deadline are set).
 	LoadPending(ctx context.Context, afterKey string, limit int) ([]Timeout, error)
-	// DeleteTombstones deletes up to limit tombstones older than before and
-	// returns how many it deleted.
-	DeleteTombstones(ctx context.Context, before time.Time, limit int) (int, error)
+	// RetireTombstones turns up to limit tombstones older than before into
+	// version marks (StateRetired: the key's version and nothing else) and
+	// returns how many it retired.
+	RetireTombstones(ctx context.Context, before time.Time, limit int) (int, error)
 	// ListPending returns a page of pending timeouts in (deadline, key) order.
 	ListPending(ctx context.Context, q Query) ([]Timeout, error)
 	// GetPending returns the pending timeout of key, or ErrNotFound.
@@ -125,8 +129,8 @@ type Message interface {
 	Ack() error
 	// Term terminates the message (it is never redelivered).
 	Term() error
-	// Nak asks for a redelivery.
-	Nak() error
+	// NakWithDelay asks for a redelivery after delay.
+	NakWithDelay(delay time.Duration) error
 }
 
 // Source delivers command batches; package jetstream implements it with a
@@ -219,7 +223,8 @@ const (
 	// releases, so a long outage does not flood NATS at once.
 	OverdueRateDefault = 20_000
 	// TombstoneTTLDefault is how long cleared and fired keys keep their
-	// version after the clear or the fire.
+	// fire data after the clear or the fire; then they shrink to a version
+	// mark.
 	TombstoneTTLDefault = time.Hour
 	// JanitorIntervalDefault is how often the janitor looks for expired
 	// tombstones.
@@ -242,9 +247,10 @@ type Config struct {
 	Partitions int
 	// Tick is the wheel's resolution; default TickDefault.
 	Tick time.Duration
-	// MaxPending bounds the pending timeouts in memory; at the bound ingest
-	// stops taking commands (backpressure) until some fire or clear.
-	// Default MaxPendingDefault.
+	// MaxPending bounds the pending timeouts in memory. Only a set for a
+	// key not held in memory needs room: at the bound such sets are
+	// deferred (negatively acknowledged, redelivered after RetryDelay)
+	// while clears and the other commands go on. Default MaxPendingDefault.
 	MaxPending int
 	// MaxHorizon is the furthest accepted deadline from now; further ones
 	// are dead-lettered (deadline_out_of_range). Default MaxHorizonDefault.
@@ -272,8 +278,8 @@ type Config struct {
 	// outage must win over the overdue timeout it clears); past it they are
 	// released anyway. Default RecoveryCatchupMaxDefault.
 	RecoveryCatchupMax time.Duration
-	// TombstoneTTL is how long a cleared or fired key keeps its version;
-	// default TombstoneTTLDefault.
+	// TombstoneTTL is how long a cleared or fired key keeps its fire data
+	// before it shrinks to a version mark; default TombstoneTTLDefault.
 	TombstoneTTL time.Duration
 	// JanitorInterval is the pause between tombstone sweeps; default
 	// JanitorIntervalDefault.

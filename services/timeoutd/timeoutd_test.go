@@ -23,6 +23,11 @@ type fakeStore struct {
 	built    []outbox.Message
 	failFire error
 	rows     map[string]Timeout // what Fire reads for a key
+	// beforeFire, when set, runs at the start of Fire, while the fire
+	// transaction would be in flight.
+	beforeFire func()
+	// pending is what LoadPending returns (one page).
+	pending []Timeout
 }
 
 func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now time.Time) ([]Change, error) {
@@ -40,6 +45,9 @@ func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now t
 }
 
 func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error) {
+	if f.beforeFire != nil {
+		f.beforeFire()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failFire != nil {
@@ -58,8 +66,13 @@ func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(T
 	return out, nil
 }
 
-func (f *fakeStore) LoadPending(context.Context, string, int) ([]Timeout, error)   { return nil, nil }
-func (f *fakeStore) DeleteTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
+func (f *fakeStore) LoadPending(_ context.Context, after string, _ int) ([]Timeout, error) {
+	if after != "" {
+		return nil, nil
+	}
+	return f.pending, nil
+}
+func (f *fakeStore) RetireTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
 func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
 func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
 	return Timeout{}, ErrNotFound
@@ -77,12 +90,12 @@ type fakeMsg struct {
 	fate    string // "", "ack", "term", "nak"
 }
 
-func (m *fakeMsg) Subject() string { return m.subject }
-func (m *fakeMsg) Data() []byte    { return m.data }
-func (m *fakeMsg) Seq() uint64     { return m.seq }
-func (m *fakeMsg) Ack() error      { m.fate = "ack"; return nil }
-func (m *fakeMsg) Term() error     { m.fate = "term"; return nil }
-func (m *fakeMsg) Nak() error      { m.fate = "nak"; return nil }
+func (m *fakeMsg) Subject() string                  { return m.subject }
+func (m *fakeMsg) Data() []byte                     { return m.data }
+func (m *fakeMsg) Seq() uint64                      { return m.seq }
+func (m *fakeMsg) Ack() error                       { m.fate = "ack"; return nil }
+func (m *fakeMsg) Term() error                      { m.fate = "term"; return nil }
+func (m *fakeMsg) NakWithDelay(time.Duration) error { m.fate = "nak"; return nil }
 
 type nopSource struct{}
 
@@ -117,6 +130,7 @@ func newTestService(t *testing.T, now *time.Time) (*Service, *fakeStore, *fakeDL
 		t.Fatal(err)
 	}
 	t.Cleanup(s.sched.stop)
+	close(s.caughtUp) // as after recovery: fires may go
 	return s, st, dlq
 }
 
@@ -186,6 +200,7 @@ func TestDecodeRules(t *testing.T) {
 		{"past deadline accepted", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(-time.Hour), FireSubject: "orders.cancel.k"}, ""},
 		{"other key on subject", "timeouts.cmd.j", events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
 		{"prefix not allowed", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancelled.k"}, events.ReasonSubjectNotAllowed},
+		{"deadline before 1678", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
 		{"beyond horizon", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(MaxHorizonDefault + time.Second), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
 	}
 	for _, tt := range tests {
@@ -338,18 +353,29 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 }
 
-func TestPartitionOfIsStableAndInRange(t *testing.T) {
+// TestPartitionOfIsPinned pins PartitionOf to FNV-1a values computed
+// outside Go (partitions are stored with each row and decide ownership, so
+// they must never change between processes or releases: a per-process hash
+// seed would fail this).
+func TestPartitionOfIsPinned(t *testing.T) {
 	t.Parallel()
-	seen := map[int]bool{}
-	for _, k := range []string{"a", "b", "o-1", "o-2", "o-3", "ord_42", "x"} {
-		p := PartitionOf(k, 16)
-		if p < 0 || p >= 16 || p != PartitionOf(k, 16) {
-			t.Fatalf("PartitionOf(%q) = %d", k, p)
-		}
-		seen[p] = true
+	tests := []struct {
+		key           string
+		of16, ofSeven int
+	}{
+		{"a", 12, 5},
+		{"b", 5, 6},
+		{"o-1", 8, 4},
+		{"o-2", 1, 5},
+		{"o-3", 14, 0},
+		{"ord_42", 11, 1},
+		{"x", 7, 4},
+		{"019a4b2c-7d1e-7f00-8a3b-123456789abc", 12, 2},
 	}
-	if len(seen) < 3 {
-		t.Fatalf("poor spread: %v", seen)
+	for _, tt := range tests {
+		if got16, got7 := PartitionOf(tt.key, 16), PartitionOf(tt.key, 7); got16 != tt.of16 || got7 != tt.ofSeven {
+			t.Errorf("PartitionOf(%q) = %d of 16, %d of 7; want %d, %d", tt.key, got16, got7, tt.of16, tt.ofSeven)
+		}
 	}
 }
 
@@ -370,6 +396,9 @@ func TestUpcomingBucketsFollowTheSchedule(t *testing.T) {
 	s.refresh(context.Background(), now)
 	got := s.Stats().Upcoming
 	want := []int64{1, 2, 3}
+	if len(got) != len(want) {
+		t.Fatalf("upcoming = %+v, want %d buckets with counts %v", got, len(want), want)
+	}
 	for i, b := range got {
 		if b.Count != want[i] {
 			t.Fatalf("upcoming = %+v, want counts %v", got, want)
@@ -484,5 +513,44 @@ func TestGenerationFollowsUpcomingBuckets(t *testing.T) {
 		if got := s.Generation() != before; got != st.changed {
 			t.Fatalf("%s: generation changed = %v, want %v (upcoming %+v)", st.name, got, st.changed, s.Stats().Upcoming)
 		}
+	}
+}
+
+// TestFailedFireKeepsItsRoom is issue 14 item 2.2: the due keys used to
+// leave the index before their fire committed, so ingest could fill their
+// room during the failed transaction and the requeue met `wheel: full`,
+// leaving the timeout pending in Postgres only, fired at the next restart.
+func TestFailedFireKeepsItsRoom(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().Add(time.Hour).UTC() // far enough that the real wheel never fires it
+	now := deadline.Add(time.Millisecond)
+	st := &fakeStore{rows: map[string]Timeout{}, failFire: errors.New("connection reset")}
+	s, err := New(Config{MaxPending: 2, Now: func() time.Time { return now }, RetryDelay: time.Hour},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.stop)
+	close(s.caughtUp) // as after recovery: fires may go
+	s.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	// While the fire transaction is in flight, ingest takes two new sets.
+	a, b := cmdMsg(t, 1, setCmd("a", 1, now.Add(time.Hour))), cmdMsg(t, 2, setCmd("b", 1, now.Add(time.Hour)))
+	st.beforeFire = func() {
+		st.beforeFire = nil
+		if err := s.ingest(context.Background(), []Message{a, b}); err != nil {
+			t.Error(err)
+		}
+	}
+	expire(t, s, "k")
+	if a.fate != "ack" || b.fate != "nak" {
+		t.Fatalf("during the fire: a %q, b %q; want a acked, b deferred (k keeps its room)", a.fate, b.fate)
+	}
+	if _, ok := refOf(s, "k"); !ok {
+		t.Fatal("k left memory after its failed fire: it would fire only at the next restart")
+	}
+	st.failFire = nil
+	expire(t, s, "k")
+	if len(st.fired) != 1 || st.fired[0].Key != "k" || s.Pending() != 1 {
+		t.Fatalf("retry fired %v, pending %d; want k fired, a pending", st.fired, s.Pending())
 	}
 }

@@ -257,6 +257,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("daemon: TIMEOUTD_STATEMENT_TIMEOUT (StatementTimeout) must be at least 1ms, got %s", c.StatementTimeout)
 	case c.RelayClaimMinAge <= outbox.AckTimeoutDefault:
 		return c, fmt.Errorf("daemon: TIMEOUTD_RELAY_CLAIM_MIN_AGE (RelayClaimMinAge) must exceed the PubAck timeout %s, got %s", outbox.AckTimeoutDefault, c.RelayClaimMinAge)
+	case cmp.Or(c.Service.MaxPending, timeoutd.MaxPendingDefault) < cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault):
+		// Ingest would not stall (only the sets that do not fit wait), but
+		// it would defer most of every batch and crawl.
+		return c, fmt.Errorf("daemon: TIMEOUTD_MAX_PENDING (Service.MaxPending) must be at least TIMEOUTD_BATCH_SIZE (Consumer.BatchSize) %d, got %d",
+			cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault), c.Service.MaxPending)
 	case c.IdleInTransactionTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	}

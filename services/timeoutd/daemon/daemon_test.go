@@ -666,3 +666,81 @@ func TestOperatorSettingsValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestIngestSettingsValidated is part of issue 14 item 2.1: a MaxPending
+// below the batch size used to stop ingest for good; now it is refused.
+func TestIngestSettingsValidated(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"TIMEOUTD_DATABASE_URL": "postgres://unused", "TIMEOUTD_NATS_URL": "nats://unused:4222"}
+	tests := []struct {
+		name string
+		env  map[string]string
+	}{
+		{"below the batch size", map[string]string{"TIMEOUTD_MAX_PENDING": "100", "TIMEOUTD_BATCH_SIZE": "500"}},
+		{"below the default batch size", map[string]string{"TIMEOUTD_MAX_PENDING": "10"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := maps.Clone(base)
+			maps.Copy(env, tt.env)
+			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = daemon.New(context.Background(), cfg)
+			if err == nil || !strings.Contains(err.Error(), "TIMEOUTD_MAX_PENDING") {
+				t.Fatalf("New: err = %v, want one naming TIMEOUTD_MAX_PENDING", err)
+			}
+		})
+	}
+}
+
+// TestStaleSetAfterTombstoneTTLNeverResurrects is issue 14 item 2.5 end to
+// end: set v1, clear v2 (or fire v1), the janitor runs past the tombstone
+// TTL, v1 is replayed past JetStream's dedupe (a dead letter replayed, a
+// republish after a long outage): nothing pending, nothing fired.
+func TestStaleSetAfterTombstoneTTLNeverResurrects(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, func(c *daemon.Config) { c.Service.TombstoneTTL = time.Millisecond })
+	now := time.Now()
+	cleared, fired := setCmd("r-cleared", 1, now.Add(time.Second)), setCmd("r-fired", 1, now.Add(100*time.Millisecond))
+	e.publish(t, cleared)
+	e.publish(t, clearCmd("r-cleared", 2))
+	e.publish(t, fired)
+	e.expiry(t, events.OrderCancelSubject("r-fired"), events.OutcomeFired, "r-fired", 1, fired.Deadline)
+	// The janitor ran past the TTL: the tombstones are retired (or, before
+	// the fix, deleted).
+	for _, k := range []string{"r-cleared", "r-fired"} {
+		eventually(t, 10*time.Second, k+" tombstone past its TTL", func() bool {
+			st, _ := e.state(t, k)
+			return st == int16(timeoutd.StateRetired) || st == -1
+		})
+	}
+	replayed := setCmd("r-fired", 1, time.Now().Add(100*time.Millisecond))
+	e.publish(t, cleared, "-replayed")
+	e.publish(t, replayed, "-replayed")
+	e.publish(t, clearCmd("marker", 1))
+	eventually(t, 5*time.Second, "marker consumed", func() bool { st, _ := e.state(t, "marker"); return st == 1 })
+	last := replayed.Deadline
+	if cleared.Deadline.After(last) {
+		last = cleared.Deadline
+	}
+	eventually(t, 5*time.Second, "past every deadline", func() bool { return time.Now().After(last.Add(300 * time.Millisecond)) })
+	eventually(t, 5*time.Second, "outbox drained", func() bool { return e.outboxRows(t) == 0 })
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("r-cleared")); n != 0 {
+		t.Errorf("r-cleared: %d events, want 0", n)
+	}
+	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("r-fired")); n != 1 {
+		t.Errorf("r-fired: %d events, want 1", n)
+	}
+	if p := d.Service().Pending(); p != 0 {
+		t.Errorf("pending = %d, want 0", p)
+	}
+	for k, v := range map[string]int64{"r-cleared": 2, "r-fired": 1} {
+		if st, ver := e.state(t, k); st != int16(timeoutd.StateRetired) || ver != v {
+			t.Errorf("%s: state %d version %d, want retired (3) at %d", k, st, ver, v)
+		}
+	}
+}

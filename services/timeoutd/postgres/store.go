@@ -103,6 +103,10 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 			states[i], deadlines[i] = int16(timeoutd.StateCleared), now.UnixNano()
 			continue
 		}
+		if err := events.CheckTime("deadline", c.Deadline); err != nil {
+			// Validated commands never get here: the deadline would wrap.
+			return nil, fmt.Errorf("upsert timeout %s: %w", c.Key, err)
+		}
 		states[i], deadlines[i] = int16(timeoutd.StatePending), c.Deadline.UnixNano()
 		lateness[i] = int32(min(c.MaxLatenessMs, math.MaxInt32))
 		if c.FireSubject != events.OrderCancelSubject(c.Key) {
@@ -228,14 +232,18 @@ func (s *Store) LoadPending(ctx context.Context, afterKey string, limit int) ([]
 	return out, nil
 }
 
-const deleteTombstonesSQL = `DELETE FROM timeouts WHERE ctid = ANY(ARRAY(
-	SELECT ctid FROM timeouts WHERE state <> 0 AND deadline_ns < $1 LIMIT $2))`
+// retireTombstonesSQL turns up to $2 tombstones older than $1 into version
+// marks. The outer condition re-checks the state, so a row a command
+// changed between the two scans is left alone.
+const retireTombstonesSQL = `UPDATE timeouts SET state = 3, payload = NULL, fire_subject = NULL, max_lateness_ms = NULL
+	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state IN (1, 2) AND deadline_ns < $1 LIMIT $2))
+	AND state IN (1, 2)`
 
-// DeleteTombstones implements timeoutd.Store.
-func (s *Store) DeleteTombstones(ctx context.Context, before time.Time, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, deleteTombstonesSQL, before.UnixNano(), limit)
+// RetireTombstones implements timeoutd.Store.
+func (s *Store) RetireTombstones(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, retireTombstonesSQL, before.UnixNano(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("delete tombstones: %w", err)
+		return 0, fmt.Errorf("retire tombstones: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

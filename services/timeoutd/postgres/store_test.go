@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -292,7 +293,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"ListPending UUID key prefix", listPendingSQL(true, true), ranges("0190"), "timeouts_pkey", ""},
 		{"LoadPending", loadPendingSQL, []any{encodeKey("order-0125000"), 5000}, "timeouts_pkey", "timeouts_pkey"},
 		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey"},
-		{"DeleteTombstones", deleteTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
+		{"RetireTombstones", retireTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
 		{"Fire", fireSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -521,5 +522,91 @@ func TestFireIsAtomic(t *testing.T) {
 				t.Fatalf("%s: message %s has id %d, whose row is %q (%v)", tc.name, m.MsgID, m.ID, key, err)
 			}
 		}
+	}
+}
+
+// TestStaleSetAfterJanitorDoesNotResurrect is issue 14 item 2.5: the
+// janitor used to delete expired tombstones, after which a stale set (a
+// dead letter replayed, a republish past the duplicate window) was stored
+// as a new pending timeout. Now the tombstone becomes a version mark.
+func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	tests := []struct {
+		name string
+		end  func(t *testing.T, s *Store, v1 events.Command) // clears or fires v1
+	}{
+		{"cleared", func(t *testing.T, s *Store, v1 events.Command) {
+			if _, err := s.Apply(ctx, []events.Command{{Schema: 1, Kind: events.KindClear, Key: v1.Key, Version: 2}}, 16, now); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"fired", func(t *testing.T, s *Store, v1 events.Command) {
+			msgs, err := s.Fire(ctx, []timeoutd.Due{{Key: v1.Key, Version: 1, Deadline: v1.Deadline}}, now,
+				func(timeoutd.Timeout) outbox.Message {
+					return outbox.Message{Subject: "s", MsgID: "m", Data: []byte("{}")}
+				})
+			if err != nil || len(msgs) != 1 {
+				t.Fatalf("fire: %d messages, %v", len(msgs), err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := newStore(t)
+			v1 := setCmd("o-1", 1, now.Add(-time.Second), 0)
+			v1.Payload = []byte(`{"a":1}`)
+			if _, err := s.Apply(ctx, []events.Command{v1}, 16, now); err != nil {
+				t.Fatal(err)
+			}
+			tt.end(t, s, v1)
+			// The janitor runs past the tombstone TTL.
+			n, err := s.RetireTombstones(ctx, now.Add(2*timeoutd.TombstoneTTLDefault), 1000)
+			if err != nil || n != 1 {
+				t.Fatalf("janitor: %d tombstones, %v; want 1", n, err)
+			}
+			// v1 is replayed.
+			changes, err := s.Apply(ctx, []events.Command{v1}, 16, now.Add(3*timeoutd.TombstoneTTLDefault))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(changes) != 0 {
+				t.Fatalf("the stale set changed %+v", changes)
+			}
+			if _, err := s.GetPending(ctx, v1.Key); !errors.Is(err, timeoutd.ErrNotFound) {
+				t.Fatalf("GetPending = %v, want ErrNotFound: nothing pending", err)
+			}
+			if rows, err := s.LoadPending(ctx, "", 10); err != nil || len(rows) != 0 {
+				t.Fatalf("recovery would load %+v (%v): nothing may fire", rows, err)
+			}
+			// A newer set still takes the key.
+			v3 := setCmd("o-1", 3, now.Add(time.Hour), 0)
+			if changes, err := s.Apply(ctx, []events.Command{v3}, 16, now); err != nil || len(changes) != 1 {
+				t.Fatalf("newer set: %+v, %v", changes, err)
+			}
+			got, err := s.GetPending(ctx, v3.Key)
+			if err != nil || got.Version != 3 || len(got.Payload) != 0 || !got.Deadline.Equal(v3.Deadline) {
+				t.Fatalf("after the newer set: %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestApplyRefusesDeadlineOutOfRange is part of issue 14 item 2.3: a
+// deadline outside the int64 Unix-nanosecond range wrapped when stored (a
+// set dated 1500 was stored as 2084).
+func TestApplyRefusesDeadlineOutOfRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	c := setCmd("o-1500", 1, time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), 0)
+	_, err := s.Apply(ctx, []events.Command{c}, 16, time.Now())
+	if events.ReasonOf(err) != events.ReasonDeadlineOutOfRange || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("err = %v, want %s naming deadline", err, events.ReasonDeadlineOutOfRange)
+	}
+	if got, err := s.GetPending(ctx, c.Key); !errors.Is(err, timeoutd.ErrNotFound) {
+		t.Fatalf("stored %+v (%v)", got, err)
 	}
 }
