@@ -14,7 +14,11 @@ import (
 
 // Deps are the adapters a Service uses.
 type Deps struct {
-	Store       Store
+	Store Store
+	// Reads serves ListPending and GetPending; default Store. The daemon
+	// passes a Store on a small pool of its own, so that the read API can
+	// never starve ingest or fire of connections.
+	Reads       Reader
 	Source      Source
 	DeadLetters DeadLetterer
 	Relay       Relay
@@ -27,6 +31,7 @@ type Deps struct {
 type Service struct {
 	cfg   Config
 	store Store
+	reads Reader
 	src   Source
 	dlq   DeadLetterer
 	relay Relay
@@ -70,7 +75,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Metrics == nil {
 		d.Metrics = NopMetrics{}
 	}
-	s := &Service{cfg: cfg, store: d.Store, src: d.Source, dlq: d.DeadLetters, relay: d.Relay, m: d.Metrics,
+	if d.Reads == nil {
+		d.Reads = d.Store
+	}
+	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, dlq: d.DeadLetters, relay: d.Relay, m: d.Metrics,
 		ready: make(chan struct{}), caughtUp: make(chan struct{}), fireSlots: make(chan struct{}, cfg.FireConcurrency)}
 	s.hard, s.kill = context.WithCancel(context.Background())
 	s.stats = newStats(cfg.Recent)
@@ -197,7 +205,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // Pending returns the number of pending timeouts held in memory.
 func (s *Service) Pending() int { return s.sched.len() }
 
-// ListPending returns a page of pending timeouts from the store.
+// ListPending returns a page of pending timeouts from the read store.
 func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {
 	if q.Limit < 1 {
 		return nil, fmt.Errorf("%w: limit must be positive", ErrInvalid)
@@ -207,12 +215,12 @@ func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {
 			return nil, fmt.Errorf("%w: cursor: %w", ErrInvalid, err)
 		}
 	}
-	return s.store.ListPending(ctx, q)
+	return s.reads.ListPending(ctx, q)
 }
 
 // GetPending returns the pending timeout of key, or ErrNotFound.
 func (s *Service) GetPending(ctx context.Context, key string) (Timeout, error) {
-	return s.store.GetPending(ctx, key)
+	return s.reads.GetPending(ctx, key)
 }
 
 // Check reports whether Postgres answers; readiness also needs IsReady.

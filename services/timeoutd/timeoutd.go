@@ -109,12 +109,19 @@ type Store interface {
 	// version marks (StateRetired: the key's version and nothing else) and
 	// returns how many it retired.
 	RetireTombstones(ctx context.Context, before time.Time, limit int) (int, error)
+	Reader
+	// Ping checks the database answers.
+	Ping(ctx context.Context) error
+}
+
+// Reader is the read API's queries of pending timeouts. Store includes
+// it; Deps.Reads may give the reads a store of their own (a small pool),
+// so that readers can never take the connections of ingest and fire.
+type Reader interface {
 	// ListPending returns a page of pending timeouts in (deadline, key) order.
 	ListPending(ctx context.Context, q Query) ([]Timeout, error)
 	// GetPending returns the pending timeout of key, or ErrNotFound.
 	GetPending(ctx context.Context, key string) (Timeout, error)
-	// Ping checks the database answers.
-	Ping(ctx context.Context) error
 }
 
 // Message is one command delivery from the Source.

@@ -11,6 +11,14 @@
 //	/api/v1/expiries?limit=50                    ExpiryList, newest first
 //	/api/v1/stream?soonest=20&recent=20          text/event-stream of "snapshot" events (Snapshot)
 //
+// When timeoutd has a read token (TIMEOUTD_READ_TOKEN), the payloads of
+// pending timeouts are sent only to requests with "Authorization: Bearer
+// <read token>" (or the operator token); others get them withheld
+// (Timeout.PayloadHidden), and a request with a wrong token gets 401. The
+// stream (EventSource sends no header) therefore carries no payloads then.
+// Beyond TIMEOUTD_MAX_STREAMS concurrent streams, /api/v1/stream answers
+// 503 with Retry-After.
+//
 // When Stats.OperatorActions is true (TIMEOUTD_OPERATOR_TOKEN set), two POST
 // routes forward to the orders API with timeoutd's own token and relay its
 // status and body; they need "Authorization: Bearer <operator token>":
@@ -42,6 +50,10 @@ type Timeout struct {
 	// MaxLatenessMs is the misfire bound; 0 means fire however late.
 	MaxLatenessMs int64           `json:"max_lateness_ms,omitempty"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
+	// PayloadHidden is true when the timeout has a payload that was
+	// withheld: timeoutd has a read token (TIMEOUTD_READ_TOKEN) and the
+	// request did not carry it.
+	PayloadHidden bool `json:"payload_hidden,omitempty"`
 }
 
 // Page is a page of pending timeouts.

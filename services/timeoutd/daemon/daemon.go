@@ -42,6 +42,8 @@ const (
 	ShutdownDelayDefault = time.Second
 	// DBMaxConnsDefault is the pgxpool size.
 	DBMaxConnsDefault = 16
+	// ReadDBMaxConnsDefault is the size of the read API's own pool.
+	ReadDBMaxConnsDefault = 4
 	// RelayBatchDefault is the outbox relay's batch (PubAcks in flight).
 	RelayBatchDefault = 5000
 	// RelayWorkersDefault is the number of relay batches in flight at once:
@@ -83,6 +85,22 @@ type Config struct {
 	// OrdersToken (TIMEOUTD_ORDERS_TOKEN) is timeoutd's bearer token for
 	// the orders API; required with OperatorToken.
 	OrdersToken string
+	// ReadToken (TIMEOUTD_READ_TOKEN), when set, is the bearer token that
+	// makes the payloads of pending timeouts visible in the read API (the
+	// operator token does too); without it they are withheld. Empty: the
+	// payloads are visible to every reader.
+	ReadToken string
+	// MaxStreams (TIMEOUTD_MAX_STREAMS) bounds the concurrent live
+	// streams; default thttp.MaxStreamsDefault.
+	MaxStreams int
+	// StreamWriteTimeout (TIMEOUTD_STREAM_WRITE_TIMEOUT) bounds each write
+	// of a live stream: a client that does not read is dropped; default
+	// thttp.StreamWriteTimeoutDefault.
+	StreamWriteTimeout time.Duration
+	// ReadDBMaxConns (TIMEOUTD_READ_DB_MAX_CONNS) is the size of the read
+	// API's own Postgres pool, apart from ingest's and fire's; default
+	// ReadDBMaxConnsDefault.
+	ReadDBMaxConns int
 	// ShutdownTimeout bounds the graceful shutdown; default
 	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration
@@ -187,6 +205,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		OperatorToken: getenv("TIMEOUTD_OPERATOR_TOKEN"),
 		OrdersURL:     getenv("TIMEOUTD_ORDERS_URL"),
 		OrdersToken:   getenv("TIMEOUTD_ORDERS_TOKEN"),
+		ReadToken:     getenv("TIMEOUTD_READ_TOKEN"),
 	}
 	var errs []error
 	if v := getenv("TIMEOUTD_FIRE_SUBJECT_PREFIXES"); v != "" {
@@ -206,6 +225,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_STATEMENT_TIMEOUT", &c.StatementTimeout, &errs)
 	envDuration(getenv, "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout, &errs)
 	envDuration(getenv, "TIMEOUTD_RELAY_CLAIM_MIN_AGE", &c.RelayClaimMinAge, &errs)
+	envDuration(getenv, "TIMEOUTD_STREAM_WRITE_TIMEOUT", &c.StreamWriteTimeout, &errs)
 	if v := getenv("TIMEOUTD_MEMORY_LIMIT"); v != "" {
 		n, err := parseBytes(v)
 		if err != nil {
@@ -214,6 +234,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		c.MemoryLimit = n
 	}
 	envInt(getenv, "TIMEOUTD_DB_MAX_CONNS", &c.DBMaxConns, &errs)
+	envInt(getenv, "TIMEOUTD_READ_DB_MAX_CONNS", &c.ReadDBMaxConns, &errs)
+	envInt(getenv, "TIMEOUTD_MAX_STREAMS", &c.MaxStreams, &errs)
 	envInt(getenv, "TIMEOUTD_RELAY_BATCH", &c.RelayBatch, &errs)
 	envInt(getenv, "TIMEOUTD_RELAY_WORKERS", &c.RelayWorkers, &errs)
 	envInt(getenv, "TIMEOUTD_BATCH_SIZE", &c.Consumer.BatchSize, &errs)
@@ -230,6 +252,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ShutdownDelay = cmp.Or(c.ShutdownDelay, ShutdownDelayDefault)
 	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
+	c.ReadDBMaxConns = cmp.Or(c.ReadDBMaxConns, ReadDBMaxConnsDefault)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, pgparams.StatementTimeoutDefault)
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, pgparams.IdleInTransactionTimeoutDefault)
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
@@ -253,6 +276,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("daemon: TIMEOUTD_ORDERS_TOKEN (OrdersToken) is required when TIMEOUTD_OPERATOR_TOKEN is set")
 	case c.DBMaxConns < 2:
 		return c, fmt.Errorf("daemon: TIMEOUTD_DB_MAX_CONNS (DBMaxConns) must be at least 2, got %d", c.DBMaxConns)
+	case c.ReadDBMaxConns < 1:
+		return c, fmt.Errorf("daemon: TIMEOUTD_READ_DB_MAX_CONNS (ReadDBMaxConns) must be at least 1, got %d", c.ReadDBMaxConns)
+	case c.MaxStreams < 0:
+		return c, fmt.Errorf("daemon: TIMEOUTD_MAX_STREAMS (MaxStreams) must be positive, got %d", c.MaxStreams)
+	case c.ReadToken != "" && c.ReadToken == c.OperatorToken:
+		return c, errors.New("daemon: TIMEOUTD_READ_TOKEN (ReadToken) must differ from TIMEOUTD_OPERATOR_TOKEN: a reader must not be an operator")
 	case c.StatementTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_STATEMENT_TIMEOUT (StatementTimeout) must be at least 1ms, got %s", c.StatementTimeout)
 	case c.RelayClaimMinAge <= outbox.AckTimeoutDefault:
@@ -279,14 +308,15 @@ func httpURL(s string) bool {
 // HTTP server. End-to-end tests and benchmarks run it in-process the same
 // way: New, then Run in a goroutine, then wait for Ready.
 type Main struct {
-	cfg  Config
-	log  *slog.Logger
-	pool *pgxpool.Pool
-	nc   *nats.Conn
-	svc  *timeoutd.Service
-	srv  *http.Server
-	ln   net.Listener
-	once sync.Once
+	cfg   Config
+	log   *slog.Logger
+	pool  *pgxpool.Pool
+	reads *pgxpool.Pool // the read API's own pool
+	nc    *nats.Conn
+	svc   *timeoutd.Service
+	srv   *http.Server
+	ln    net.Listener
+	once  sync.Once
 }
 
 // New connects to Postgres and NATS, applies the migrations, verifies the
@@ -304,7 +334,10 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 			m.close()
 		}
 	}()
-	if m.pool, err = openPool(ctx, cfg); err != nil {
+	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns); err != nil {
+		return nil, err
+	}
+	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns); err != nil {
 		return nil, err
 	}
 	if err := postgres.Migrate(ctx, m.pool); err != nil {
@@ -342,7 +375,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err = timeoutd.New(cfg.Service, timeoutd.Deps{Store: postgres.NewStore(m.pool), Source: src,
+	svc, err = timeoutd.New(cfg.Service, timeoutd.Deps{Store: postgres.NewStore(m.pool), Reads: postgres.NewStore(m.reads), Source: src,
 		DeadLetters: tjs.NewDeadLetters(js), Relay: relay, Metrics: metrics})
 	if err != nil {
 		_ = src.Close()
@@ -351,7 +384,8 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	m.svc = svc
 	metrics.Watch(svc)
 	h, err := thttp.NewHandler(thttp.Config{Service: svc, Registry: reg, DashboardDir: cfg.DashboardDir, Logger: cfg.Logger,
-		Operator: thttp.Operator{Token: cfg.OperatorToken, OrdersURL: cfg.OrdersURL, OrdersToken: cfg.OrdersToken},
+		Operator:  thttp.Operator{Token: cfg.OperatorToken, OrdersURL: cfg.OrdersURL, OrdersToken: cfg.OrdersToken},
+		ReadToken: cfg.ReadToken, MaxStreams: cfg.MaxStreams, StreamWriteTimeout: cfg.StreamWriteTimeout,
 		Checks: map[string]func(context.Context) error{"nats": func(context.Context) error {
 			if !m.nc.IsConnected() {
 				return fmt.Errorf("not connected (%s)", m.nc.Status())
@@ -369,15 +403,15 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	return m, nil
 }
 
-// openPool opens the Postgres pool of cfg (with defaults applied): DBMaxConns
+// openPool opens a Postgres pool of cfg (with defaults applied): size
 // connections whose sessions have StatementTimeout and
 // IdleInTransactionTimeout, unless DatabaseURL sets them itself.
-func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, cfg Config, size int) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
 	}
-	pcfg.MaxConns = int32(cfg.DBMaxConns)
+	pcfg.MaxConns = int32(size)
 	pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}.Apply(pcfg.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -468,6 +502,9 @@ func (m *Main) close() {
 		}
 		if m.pool != nil {
 			m.pool.Close()
+		}
+		if m.reads != nil {
+			m.reads.Close()
 		}
 	})
 }

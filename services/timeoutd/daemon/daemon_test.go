@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -742,5 +743,68 @@ func TestStaleSetAfterTombstoneTTLNeverResurrects(t *testing.T) {
 		if st, ver := e.state(t, k); st != int16(timeoutd.StateRetired) || ver != v {
 			t.Errorf("%s: state %d version %d, want retired (3) at %d", k, st, ver, v)
 		}
+	}
+}
+
+// TestReadsCannotStarveFires holds every connection of the read API's pool
+// (as slow or many readers would): a read of the API waits, while a
+// timeout is still ingested and fired, because ingest and fire have a pool
+// of their own (issue 14, 2.6).
+func TestReadsCannotStarveFires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.start(t, func(c *daemon.Config) { c.ReadDBMaxConns = 2 })
+	ctx := t.Context()
+	for range 2 {
+		c, err := d.ReadPool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+	}
+
+	// The read API waits for a connection of its pool.
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(rctx, "GET", "http://"+d.Addr()+"/api/v1/timeouts?limit=1", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a read answered %d with its pool exhausted: the read API does not use its own pool", resp.StatusCode)
+	}
+
+	// Ingest and fire do not.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	e.publish(t, setCmd("starve-1", 1, deadline))
+	e.expiry(t, events.OrderCancelSubject("starve-1"), events.OutcomeFired, "starve-1", 1, deadline)
+}
+
+// TestReadSettingsValidated: the read API's settings are refused naming
+// their variable.
+func TestReadSettingsValidated(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"TIMEOUTD_DATABASE_URL": "postgres://unused", "TIMEOUTD_NATS_URL": "nats://unused:4222"}
+	tests := []struct {
+		name, want string
+		env        map[string]string
+	}{
+		{"read pool below one", "TIMEOUTD_READ_DB_MAX_CONNS", map[string]string{"TIMEOUTD_READ_DB_MAX_CONNS": "-1"}},
+		{"negative stream bound", "TIMEOUTD_MAX_STREAMS", map[string]string{"TIMEOUTD_MAX_STREAMS": "-5"}},
+		{"read token is the operator token", "TIMEOUTD_READ_TOKEN", map[string]string{"TIMEOUTD_READ_TOKEN": "t",
+			"TIMEOUTD_OPERATOR_TOKEN": "t", "TIMEOUTD_ORDERS_URL": "http://orders:8081", "TIMEOUTD_ORDERS_TOKEN": "o"}},
+		{"write timeout not a duration", "TIMEOUTD_STREAM_WRITE_TIMEOUT", map[string]string{"TIMEOUTD_STREAM_WRITE_TIMEOUT": "soon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := maps.Clone(base)
+			maps.Copy(env, tt.env)
+			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			if err == nil {
+				_, err = daemon.New(context.Background(), cfg)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tt.want)
+			}
+		})
 	}
 }

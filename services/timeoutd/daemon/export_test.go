@@ -13,5 +13,8 @@ func OpenPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openPool(ctx, cfg)
+	return openPool(ctx, cfg, cfg.DBMaxConns)
 }
+
+// ReadPool is the read API's own pool, for the test that exhausts it.
+func (m *Main) ReadPool() *pgxpool.Pool { return m.reads }

@@ -26,12 +26,11 @@ import (
 // Service is what the handlers need of the daemon; *timeoutd.Service
 // implements it.
 type Service interface {
+	timeoutd.Reader
 	IsReady() bool
 	Check(ctx context.Context) error
 	Stats() timeoutd.Stats
 	Recent(n int) []events.Expiry
-	ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error)
-	GetPending(ctx context.Context, key string) (timeoutd.Timeout, error)
 	Generation() uint64
 }
 
@@ -46,12 +45,30 @@ const (
 	// ResyncDefault is the longest pause between two snapshots even when no
 	// counter changed, so "now" and the upcoming buckets stay fresh.
 	ResyncDefault = 5 * time.Second
+	// MaxStreamsDefault bounds the concurrent /api/v1/stream clients: a
+	// dashboard tab holds one.
+	MaxStreamsDefault = 100
+	// StreamWriteTimeoutDefault is how long one write of a stream may
+	// block on a client that does not read before the stream is dropped.
+	StreamWriteTimeoutDefault = 10 * time.Second
 )
 
 // Config configures the handler.
 type Config struct {
 	// Service is the daemon the API reads.
 	Service Service
+	// ReadToken, when set, is the bearer token that makes the payloads of
+	// pending timeouts visible; without it they are withheld
+	// (payload_hidden) and a wrong token is a 401. The operator token is
+	// accepted too. Empty: payloads are visible to every reader.
+	ReadToken string
+	// MaxStreams bounds the concurrent SSE streams; beyond it a stream is
+	// refused with 503 and Retry-After. Default MaxStreamsDefault.
+	MaxStreams int
+	// StreamWriteTimeout bounds every write of an SSE stream; a client that
+	// does not read within it is dropped. Default
+	// StreamWriteTimeoutDefault.
+	StreamWriteTimeout time.Duration
 	// Checks are the dependency checks of /readyz besides Service.Check
 	// and recovery (e.g. the NATS connection).
 	Checks map[string]func(ctx context.Context) error
@@ -72,9 +89,10 @@ type Config struct {
 }
 
 type server struct {
-	cfg Config
-	svc Service
-	log *slog.Logger
+	cfg     Config
+	svc     Service
+	log     *slog.Logger
+	streams *streams
 }
 
 // NewHandler returns the router: /healthz, /readyz, /metrics, /api/v1/… and,
@@ -85,6 +103,18 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	cfg.SnapshotInterval = cmp.Or(cfg.SnapshotInterval, SnapshotIntervalDefault)
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, HeartbeatDefault)
+	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, MaxStreamsDefault)
+	cfg.StreamWriteTimeout = cmp.Or(cfg.StreamWriteTimeout, StreamWriteTimeoutDefault)
+	switch {
+	case cfg.MaxStreams < 0:
+		return nil, fmt.Errorf("http: Config.MaxStreams must be positive, got %d", cfg.MaxStreams)
+	case cfg.StreamWriteTimeout < 0:
+		return nil, fmt.Errorf("http: Config.StreamWriteTimeout must be positive, got %s", cfg.StreamWriteTimeout)
+	case cfg.SnapshotInterval < 0:
+		return nil, fmt.Errorf("http: Config.SnapshotInterval must be positive, got %s", cfg.SnapshotInterval)
+	case cfg.Heartbeat < 0:
+		return nil, fmt.Errorf("http: Config.Heartbeat must be positive, got %s", cfg.Heartbeat)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -94,7 +124,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Operator.Client == nil {
 		cfg.Operator.Client = &http.Client{Timeout: OrdersTimeoutDefault}
 	}
-	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger}
+	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, streams: newStreams(cfg.MaxStreams)}
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.Recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -103,6 +133,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	})
 	r.Get("/readyz", s.readyz)
 	if cfg.Registry != nil {
+		if err := s.streams.register(cfg.Registry); err != nil {
+			return nil, err
+		}
 		r.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	}
 	r.Route("/api/v1", func(r chi.Router) {
@@ -241,13 +274,18 @@ func decodeCursor(s string) (timeoutd.Cursor, error) {
 	return timeoutd.Cursor{Deadline: time.Unix(0, n).UTC(), Key: key}, nil
 }
 
-func toAPI(t timeoutd.Timeout) api.Timeout {
-	return api.Timeout{Key: t.Key, Version: t.Version, Deadline: t.Deadline, FireSubject: t.FireSubject, Partition: t.Partition,
+// toAPI converts t; without payloads, a payload is withheld and marked so.
+func toAPI(t timeoutd.Timeout, payloads bool) api.Timeout {
+	out := api.Timeout{Key: t.Key, Version: t.Version, Deadline: t.Deadline, FireSubject: t.FireSubject, Partition: t.Partition,
 		MaxLatenessMs: t.MaxLateness.Milliseconds(), Payload: t.Payload}
+	if !payloads && len(t.Payload) > 0 {
+		out.Payload, out.PayloadHidden = nil, true
+	}
+	return out
 }
 
-// page reads a page of pending timeouts.
-func (s *server) page(ctx context.Context, q timeoutd.Query) (api.Page, error) {
+// page reads a page of pending timeouts, with their payloads or not.
+func (s *server) page(ctx context.Context, q timeoutd.Query, payloads bool) (api.Page, error) {
 	q.Limit++ // one more tells whether a next page exists
 	ts, err := s.svc.ListPending(ctx, q)
 	if err != nil {
@@ -259,12 +297,16 @@ func (s *server) page(ctx context.Context, q timeoutd.Query) (api.Page, error) {
 		p.NextCursor = encodeCursor(ts[len(ts)-1])
 	}
 	for _, t := range ts {
-		p.Items = append(p.Items, toAPI(t))
+		p.Items = append(p.Items, toAPI(t, payloads))
 	}
 	return p, nil
 }
 
 func (s *server) listTimeouts(w http.ResponseWriter, r *http.Request) {
+	payloads, ok := s.payloadAccess(w, r)
+	if !ok {
+		return
+	}
 	limit, err := intParam(r, "limit", api.LimitDefault, api.LimitMax)
 	if err != nil {
 		s.fail(w, r, err)
@@ -281,7 +323,7 @@ func (s *server) listTimeouts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p, err := s.page(r.Context(), q)
+	p, err := s.page(r.Context(), q, payloads)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -290,6 +332,10 @@ func (s *server) listTimeouts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) getTimeout(w http.ResponseWriter, r *http.Request) {
+	payloads, ok := s.payloadAccess(w, r)
+	if !ok {
+		return
+	}
 	key := chi.URLParam(r, "key")
 	if !events.ValidKey(key) {
 		s.fail(w, r, &invalidParam{"key", "must be 1 to 128 letters, digits, '-' or '_'"})
@@ -300,7 +346,7 @@ func (s *server) getTimeout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.json(w, toAPI(t))
+	s.json(w, toAPI(t, payloads))
 }
 
 func (s *server) statsToAPI(st timeoutd.Stats) api.Stats {

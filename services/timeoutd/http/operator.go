@@ -47,10 +47,34 @@ func (s *server) operatorRoutes(r chi.Router) {
 	r.Post("/orders/{id}/extend", s.forwardOrder("extend"))
 }
 
-// authorized compares the bearer token in constant time.
-func (s *server) authorized(r *http.Request) bool {
+// bearerIs reports whether r carries token (non-empty) as its bearer
+// token, compared in constant time.
+func bearerIs(r *http.Request, token string) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Operator.Token)) == 1
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// authorized reports whether r carries the operator token.
+func (s *server) authorized(r *http.Request) bool { return bearerIs(r, s.cfg.Operator.Token) }
+
+// payloadAccess reports whether r may see the payloads of pending
+// timeouts: always without a read token; with one, when r carries it or
+// the operator token. A request that carries another bearer token gets a
+// 401 (ok false), so a misconfigured client notices instead of reading
+// withheld payloads as absent ones.
+func (s *server) payloadAccess(w http.ResponseWriter, r *http.Request) (payloads, ok bool) {
+	if s.cfg.ReadToken == "" {
+		return true, true
+	}
+	if bearerIs(r, s.cfg.ReadToken) || s.authorized(r) {
+		return true, true
+	}
+	if r.Header.Get("Authorization") != "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="timeoutd"`)
+		s.problem(w, r, http.StatusUnauthorized, "unauthorized", "the bearer token is neither the read nor the operator token", nil)
+		return false, false
+	}
+	return false, true
 }
 
 // forwardOrder returns the handler that forwards action on an order to the

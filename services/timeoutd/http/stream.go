@@ -3,16 +3,68 @@ package http
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
+// streamRetryAfter is the Retry-After, in seconds, of a stream refused
+// because MaxStreams are open.
+const streamRetryAfter = "10"
+
+// streams bounds the concurrent SSE streams and counts them.
+type streams struct {
+	slots   chan struct{} // one element per open stream
+	open    prometheus.GaugeFunc
+	refused prometheus.Counter
+	dropped prometheus.Counter
+}
+
+func newStreams(maxStreams int) *streams {
+	st := &streams{
+		slots: make(chan struct{}, maxStreams),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "timeoutd_http_streams_refused_total",
+			Help: "SSE streams refused with 503 because TIMEOUTD_MAX_STREAMS were open."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "timeoutd_http_streams_dropped_total",
+			Help: "SSE streams dropped because the client did not read within TIMEOUTD_STREAM_WRITE_TIMEOUT."}),
+	}
+	st.open = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_http_streams",
+		Help: "SSE streams open."}, func() float64 { return float64(len(st.slots)) })
+	return st
+}
+
+func (st *streams) register(reg *prometheus.Registry) error {
+	for _, c := range []prometheus.Collector{st.open, st.refused, st.dropped} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("http: register stream metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// acquire takes a stream slot without waiting; it reports false when all
+// are taken.
+func (st *streams) acquire() bool {
+	select {
+	case st.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (st *streams) release() { <-st.slots }
+
 // snapshot builds the state the dashboard shows.
-func (s *server) snapshot(ctx context.Context, soonest, recent int) (api.Snapshot, error) {
-	p, err := s.page(ctx, timeoutd.Query{Limit: soonest})
+func (s *server) snapshot(ctx context.Context, soonest, recent int, payloads bool) (api.Snapshot, error) {
+	p, err := s.page(ctx, timeoutd.Query{Limit: soonest}, payloads)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
@@ -23,7 +75,18 @@ func (s *server) snapshot(ctx context.Context, soonest, recent int) (api.Snapsho
 // reconnecting client resyncs), then one whenever the counters changed, at
 // most one per SnapshotInterval and at least one per ResyncDefault, and a
 // comment line after Heartbeat of silence.
+//
+// At most MaxStreams are open at once; beyond, 503 with Retry-After. Every
+// write has a deadline of StreamWriteTimeout: a client that does not read
+// is dropped once the socket buffers are full and a write has waited that
+// long. A stream holds at most one encoded snapshot (its soonest and recent
+// lists are bounded by api.LimitMax), built only after the previous write
+// completed: nothing queues per stream.
 func (s *server) stream(w http.ResponseWriter, r *http.Request) {
+	payloads, ok := s.payloadAccess(w, r)
+	if !ok {
+		return
+	}
 	soonest, err := intParam(r, "soonest", 20, api.LimitMax)
 	if err != nil {
 		s.fail(w, r, err)
@@ -34,8 +97,34 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if !s.streams.acquire() {
+		s.streams.refused.Inc()
+		w.Header().Set("Retry-After", streamRetryAfter)
+		s.problem(w, r, http.StatusServiceUnavailable, "too many streams",
+			fmt.Sprintf("timeoutd serves at most %d streams at once (TIMEOUTD_MAX_STREAMS)", s.cfg.MaxStreams), nil)
+		return
+	}
+	defer s.streams.release()
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's WriteTimeout
+	write := func(b []byte) error {
+		// A stream outlives the server's WriteTimeout, but no single
+		// write may block longer than StreamWriteTimeout.
+		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)); err != nil {
+			return fmt.Errorf("set write deadline: %w", err)
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	ended := func(err error) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.streams.dropped.Inc()
+			s.log.Debug("stream dropped: the client did not read", "remote", r.RemoteAddr, "write_timeout", s.cfg.StreamWriteTimeout)
+		} else if errors.Is(err, http.ErrNotSupported) {
+			s.log.Error("stream: the connection takes no write deadline", "err", err)
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -43,21 +132,20 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 
 	ctx := r.Context()
-	send := func() bool {
-		snap, err := s.snapshot(ctx, soonest, recent)
+	send := func() error {
+		snap, err := s.snapshot(ctx, soonest, recent, payloads)
 		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("build snapshot", "err", err)
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			return ctx.Err() == nil // skip this one, try at the next tick
+			s.log.Warn("build snapshot", "err", err)
+			return nil // skip this one, try at the next tick
 		}
 		data, _ := json.Marshal(snap)
-		if _, err := w.Write(append(append([]byte("event: snapshot\ndata: "), data...), '\n', '\n')); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return write(append(append([]byte("event: snapshot\ndata: "), data...), '\n', '\n'))
 	}
-	if !send() {
+	if err := send(); err != nil {
+		ended(err)
 		return
 	}
 	tick := time.NewTicker(s.cfg.SnapshotInterval)
@@ -68,16 +156,17 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			var err error
 			if g := s.svc.Generation(); g != gen || now.Sub(lastSent) >= ResyncDefault {
 				gen, lastSent, lastWrite = g, now, now
-				if !send() {
-					return
-				}
+				err = send()
 			} else if now.Sub(lastWrite) >= s.cfg.Heartbeat {
 				lastWrite = now
-				if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil || rc.Flush() != nil {
-					return
-				}
+				err = write([]byte(": heartbeat\n\n"))
+			}
+			if err != nil {
+				ended(err)
+				return
 			}
 		}
 	}
