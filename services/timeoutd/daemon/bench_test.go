@@ -1,10 +1,12 @@
 package daemon_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+	thttp "github.com/ordertimeout/ordertimeout/services/timeoutd/http"
 )
 
 // The benchmarks drive a real daemon on the test containers (Postgres runs
@@ -121,12 +124,18 @@ func BenchmarkExpiryStorm(b *testing.B) {
 			b.Log(l)
 		}
 	}
+	reportLateness(b, e.latenesses(b, n))
+	reportLoad(b)
+}
+
+// latenesses reads the first n events of the expiry stream and returns each
+// one's JetStream timestamp (its PubAck) minus its deadline.
+func (e *env) latenesses(b *testing.B, n int) []time.Duration {
 	cons, err := e.js.OrderedConsumer(context.Background(), events.StreamExpiries, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	late := make([]time.Duration, 0, n)
-	early := 0
 	for len(late) < n {
 		batch, err := cons.Fetch(5000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -140,14 +149,22 @@ func BenchmarkExpiryStorm(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			l := md.Timestamp.Sub(ex.Deadline)
-			if l < 0 {
-				early++
-			}
-			late = append(late, l)
+			late = append(late, md.Timestamp.Sub(ex.Deadline))
 		}
 		if got == 0 {
 			b.Fatalf("only %d of %d events in the stream", len(late), n)
+		}
+	}
+	return late
+}
+
+// reportLateness reports the p50, p99 and max of late in milliseconds, the
+// number of early events and the load average.
+func reportLateness(b *testing.B, late []time.Duration) {
+	early := 0
+	for _, l := range late {
+		if l < 0 {
+			early++
 		}
 	}
 	slices.Sort(late)
@@ -157,6 +174,51 @@ func BenchmarkExpiryStorm(b *testing.B) {
 	b.ReportMetric(float64(late[len(late)-1])/1e6, "max_ms")
 	b.ReportMetric(float64(early), "early")
 	reportLoad(b)
+}
+
+// BenchmarkFireLatenessIdleStreams measures the fire lateness (PubAck minus
+// deadline) of 10,000 timeouts due at 1,000 a second, with 0 and with 500
+// live-stream clients that never read (raw connections with a 4 KiB
+// receive buffer), all admitted (MaxStreams 600) or bounded by the default
+// MaxStreams, issue 14 item 2.6.
+func BenchmarkFireLatenessIdleStreams(b *testing.B) {
+	const n, rate = 10_000, 1_000
+	for _, c := range []struct{ clients, maxStreams int }{{0, 0}, {500, 600}, {500, 0}} {
+		b.Run(fmt.Sprintf("clients=%d/max_streams=%d", c.clients, cmp.Or(c.maxStreams, thttp.MaxStreamsDefault)), func(b *testing.B) {
+			clients := c.clients
+			e := newEnv(b)
+			d := e.start(b, func(cfg *daemon.Config) { cfg.MaxStreams = c.maxStreams })
+			for range clients {
+				conn, err := net.Dial("tcp", d.Addr())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close()
+				_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+				if _, err := fmt.Fprintf(conn, "GET /api/v1/stream?soonest=100 HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			first := time.Now().Add(10 * time.Second)
+			cmds := make([]events.Command, n)
+			for i := range cmds {
+				cmds[i] = setCmd("is-"+strconv.Itoa(i), 1, first.Add(time.Duration(i)*time.Second/rate))
+			}
+			e.publishAll(b, cmds)
+			eventually(b, time.Minute, "applied", func() bool { return d.Service().Stats().Scheduled == n })
+			if time.Now().After(first) {
+				b.Fatalf("ingest of %d took past the first deadline", n)
+			}
+			eventually(b, 2*time.Minute, "fired", func() bool { return e.outboxRows(b) == 0 && d.Service().Stats().Fired == n })
+			_, metrics := get(b, "http://"+d.Addr()+"/metrics")
+			for _, l := range strings.Split(metrics, "\n") {
+				if strings.HasPrefix(l, "timeoutd_http_streams") {
+					b.Log(l)
+				}
+			}
+			reportLateness(b, e.latenesses(b, n))
+		})
+	}
 }
 
 // BenchmarkRecovery1M inserts 1M pending rows with SQL, then measures a

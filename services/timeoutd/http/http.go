@@ -93,6 +93,8 @@ type server struct {
 	svc     Service
 	log     *slog.Logger
 	streams *streams
+	// snapshots are the encoded snapshot events the streams share.
+	snapshots snapshotEvents
 }
 
 // NewHandler returns the router: /healthz, /readyz, /metrics, /api/v1/… and,

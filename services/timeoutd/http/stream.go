@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,57 @@ func (s *server) snapshot(ctx context.Context, soonest, recent int, payloads boo
 	return api.Snapshot{Stats: s.statsToAPI(s.svc.Stats()), Soonest: p.Items, Recent: s.recent(recent)}, nil
 }
 
+// snapshotCacheMax bounds the distinct (soonest, recent, payloads) views
+// the snapshot cache keeps; beyond it the cache starts afresh.
+const snapshotCacheMax = 64
+
+// snapshotView is what a stream's snapshot depends on besides time.
+type snapshotView struct {
+	soonest, recent int
+	payloads        bool
+}
+
+// snapshotEvents shares the encoded snapshot events between streams: every
+// stream of the same view gets the same bytes, built at most once per
+// generation and SnapshotInterval, so a stream's cost to the read pool
+// and to the CPU does not grow with the number of streams.
+type snapshotEvents struct {
+	mu      sync.Mutex // held while building: one build at a time
+	entries map[snapshotView]snapshotEvent
+}
+
+type snapshotEvent struct {
+	gen  uint64
+	at   time.Time
+	data []byte // "event: snapshot\ndata: …\n\n"
+}
+
+// event returns the encoded snapshot event of v, building it when the
+// cached one is of an older generation or older than SnapshotInterval.
+func (s *server) snapshotEvent(ctx context.Context, v snapshotView) ([]byte, error) {
+	c := &s.snapshots
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, now := s.svc.Generation(), time.Now()
+	if e, ok := c.entries[v]; ok && e.gen == gen && now.Sub(e.at) < s.cfg.SnapshotInterval {
+		return e.data, nil
+	}
+	snap, err := s.snapshot(ctx, v.soonest, v.recent, v.payloads)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(snap)
+	if err != nil {
+		return nil, fmt.Errorf("encode snapshot: %w", err)
+	}
+	data = append(append([]byte("event: snapshot\ndata: "), data...), '\n', '\n')
+	if c.entries == nil || len(c.entries) >= snapshotCacheMax {
+		c.entries = make(map[snapshotView]snapshotEvent)
+	}
+	c.entries[v] = snapshotEvent{gen: gen, at: now, data: data}
+	return data, nil
+}
+
 // stream serves /api/v1/stream: a full "snapshot" event at once (so a
 // reconnecting client resyncs), then one whenever the counters changed, at
 // most one per SnapshotInterval and at least one per ResyncDefault, and a
@@ -132,8 +184,9 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 
 	ctx := r.Context()
+	view := snapshotView{soonest: soonest, recent: recent, payloads: payloads}
 	send := func() error {
-		snap, err := s.snapshot(ctx, soonest, recent, payloads)
+		data, err := s.snapshotEvent(ctx, view)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -141,8 +194,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("build snapshot", "err", err)
 			return nil // skip this one, try at the next tick
 		}
-		data, _ := json.Marshal(snap)
-		return write(append(append([]byte("event: snapshot\ndata: "), data...), '\n', '\n'))
+		return write(data)
 	}
 	if err := send(); err != nil {
 		ended(err)

@@ -86,11 +86,14 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 
 // openStream opens /api/v1/stream and reads its first event; the stream
 // stays open until the test ends.
-func openStream(t *testing.T, url string) {
+func openStream(t *testing.T, url string) { t.Helper(); openStreamQuery(t, url, "") }
+
+// openStreamQuery is openStream with a query string ("?soonest=5").
+func openStreamQuery(t *testing.T, url, query string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/api/v1/stream", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/api/v1/stream"+query, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -254,5 +257,41 @@ func TestStreamConfigValidated(t *testing.T) {
 				t.Fatalf("err = %v, want one naming Config.%s", err, tt.field)
 			}
 		})
+	}
+}
+
+// countingService counts the pages read from the store.
+type countingService struct {
+	*fakeService
+	lists atomic.Int64
+}
+
+func (c *countingService) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
+	c.lists.Add(1)
+	return c.fakeService.ListPending(ctx, q)
+}
+
+// TestStreamsShareOneSnapshot: streams of the same view share the encoded
+// snapshot of a generation, so their cost to the read pool does not grow
+// with their number (500 idle streams moved the fire lateness p99 from 13
+// to 52 ms when each built its own).
+func TestStreamsShareOneSnapshot(t *testing.T) {
+	t.Parallel()
+	svc := &countingService{fakeService: newFake()}
+	h, err := NewHandler(Config{Service: svc, SnapshotInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for range 20 {
+		openStream(t, srv.URL)
+	}
+	if n := svc.lists.Load(); n != 1 {
+		t.Fatalf("20 streams of one generation read %d pages, want 1", n)
+	}
+	openStreamQuery(t, srv.URL, "?soonest=5")
+	if n := svc.lists.Load(); n != 2 {
+		t.Fatalf("a stream of another view read no page of its own (%d reads)", n)
 	}
 }
