@@ -19,7 +19,7 @@ import (
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
 // TestEnsureIsIdempotentAndKeepsEveryCommand checks that Ensure can run
-// twice (both services call it), keeps subjects another service added, and
+// twice (the bootstrap runs at every deployment), keeps subjects another service added, and
 // that the command stream does not let a later command of a key evict an
 // earlier one not consumed yet: a stale republish must never replace the
 // newer command.
