@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 )
 
 // Defaults of Config.
@@ -100,10 +102,12 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// Relay publishes the rows of an outbox table to JetStream. Run it with Run;
-// after committing new rows, call Kick so they go out at once, or hand them
-// over with Handoff so they go out without being read back.
+// Relay publishes the rows of an outbox table to JetStream. Start it with
+// Start and end it with Stop; after committing new rows, call Kick so they
+// go out at once, or hand them over with Handoff so they go out without
+// being read back.
 type Relay struct {
+	startstop.Base
 	cfg  Config
 	pool *pgxpool.Pool
 	js   jetstream.JetStream
@@ -207,11 +211,14 @@ func (r *Relay) Handoff(ctx context.Context, msgs []Message) bool {
 	return true
 }
 
-// Run publishes until ctx ends, then returns nil. Before returning it does
-// not start new batches; a batch in flight when ctx ends is rolled back and
-// left for the next run (use Flush first to drain on shutdown), and so are
-// handed-over rows not yet deleted.
-func (r *Relay) Run(ctx context.Context) error {
+// Start publishes in the background until ctx ends or Stop. When it ends
+// it does not start new batches; a batch in flight is rolled back and left
+// for the next run (use Flush first to drain on shutdown), and so are
+// handed-over rows not yet deleted. Stop returns once every publishing
+// goroutine has returned.
+func (r *Relay) Start(ctx context.Context) { r.Base.Start(ctx, r.run) }
+
+func (r *Relay) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.publishHandedOver(ctx) })
@@ -222,7 +229,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-r.kick:
 		case <-timer.C:
 		}

@@ -274,10 +274,8 @@ func msgIDs(msgs []outbox.Message) []string {
 // runRelay runs relay until the test ends.
 func runRelay(t *testing.T, relay *outbox.Relay) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = relay.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	relay.Start(context.Background())
+	t.Cleanup(relay.Stop)
 }
 
 func poll(t *testing.T, what string, cond func() bool) {

@@ -7,10 +7,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
-// runIngest takes command batches from the source until ctx ends. Each
+// ingester consumes the command source: it validates, commits, acks and
+// applies each batch to the schedule. It starts once recovery has loaded
+// the schedule.
+type ingester struct {
+	startstop.Base
+	cfg   Config
+	src   Source
+	store Store
+	dlq   DeadLetterer
+	sched *schedule.Schedule
+	stats *stats
+	m     Metrics
+	// hard is the context of every batch's I/O: Stop lets the batch in
+	// flight finish, Kill abandons it.
+	hard context.Context
+}
+
+// Start consumes command batches until ctx ends or Stop.
+func (in *ingester) Start(ctx context.Context) { in.Base.Start(ctx, in.run) }
+
+// run takes command batches from the source until ctx ends. Each
 // batch is split into IngestLanes sub-batches by key partition (so the
 // commands of one key stay in order in one lane) that are processed
 // concurrently, each to the end with the hard context: validate,
@@ -19,21 +41,21 @@ import (
 // failed sub-batch is retried as a whole, which is harmless: the upsert
 // ignores versions already stored. Ingest never waits for room in memory:
 // the sets that do not fit are deferred (see admit).
-func (s *Service) runIngest(ctx context.Context) {
-	lanes := make([][]Message, s.cfg.IngestLanes)
+func (in *ingester) run(ctx context.Context) {
+	lanes := make([][]Message, in.cfg.IngestLanes)
 	for {
-		msgs, err := s.src.Next(ctx)
+		msgs, err := in.src.Next(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			s.cfg.Logger.Warn("fetch commands", "err", err)
-			if !sleep(ctx, s.cfg.RetryDelay) {
+			in.cfg.Logger.Warn("fetch commands", "err", err)
+			if !sleep(ctx, in.cfg.RetryDelay) {
 				return
 			}
 			continue
 		}
-		s.m.BatchSize("ingest", len(msgs))
+		in.m.BatchSize("ingest", len(msgs))
 		for i := range lanes {
 			lanes[i] = lanes[i][:0]
 		}
@@ -45,7 +67,7 @@ func (s *Service) runIngest(ctx context.Context) {
 		var wg sync.WaitGroup
 		for _, lane := range lanes {
 			if len(lane) > 0 {
-				wg.Go(func() { s.ingestRetrying(ctx, lane) })
+				wg.Go(func() { in.ingestRetrying(ctx, lane) })
 			}
 		}
 		wg.Wait()
@@ -57,30 +79,30 @@ func (s *Service) runIngest(ctx context.Context) {
 
 // ingestRetrying processes msgs until it succeeds or ctx ends; stopping
 // with them unacked is safe: they are redelivered.
-func (s *Service) ingestRetrying(ctx context.Context, msgs []Message) {
+func (in *ingester) ingestRetrying(ctx context.Context, msgs []Message) {
 	for {
-		err := s.ingest(s.hard, msgs)
+		err := in.ingest(in.hard, msgs)
 		if err == nil {
 			return
 		}
-		s.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)
-		if !sleep(ctx, s.cfg.RetryDelay) {
+		in.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)
+		if !sleep(ctx, in.cfg.RetryDelay) {
 			return
 		}
 	}
 }
 
 // ingest processes one batch.
-func (s *Service) ingest(ctx context.Context, msgs []Message) error {
-	now := s.cfg.Now()
+func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
+	now := in.cfg.Now()
 	cmds := make([]events.Command, 0, len(msgs))
 	valid := make([]Message, 0, len(msgs))
 	keys := make([]string, 0, len(msgs))      // keys[i] is valid[i]'s key
 	newest := make(map[string]int, len(msgs)) // key → index in cmds
 	for _, m := range msgs {
-		cmd, err := s.decode(m, now)
+		cmd, err := in.decode(m, now)
 		if err != nil {
-			if err := s.deadLetter(ctx, m, err, now); err != nil {
+			if err := in.deadLetter(ctx, m, err, now); err != nil {
 				return err
 			}
 			continue
@@ -95,102 +117,54 @@ func (s *Service) ingest(ctx context.Context, msgs []Message) error {
 		newest[cmd.Key] = len(cmds)
 		cmds = append(cmds, cmd)
 	}
-	cmds, deferred, reserved := s.admit(cmds)
-	defer s.unreserve(reserved)
+	// Only sets of keys not held need room; those that find none are
+	// deferred (redelivered after RetryDelay). A set older than a tombstone
+	// that only Postgres holds counts as new: telling it stale would cost a
+	// read. Deferring reorders a key's commands, which is safe: the upsert
+	// keeps the newest version whatever the order of arrival.
+	cmds, deferred, reserved := in.sched.Admit(cmds)
+	defer in.sched.Unreserve(reserved)
 	if len(cmds) > 0 {
-		changes, err := s.store.Apply(ctx, cmds, s.cfg.Partitions, now)
+		changes, err := in.store.Apply(ctx, cmds, in.cfg.Partitions, now)
 		if err != nil {
 			return fmt.Errorf("apply %d commands: %w", len(cmds), err)
 		}
-		defer s.apply(changes)
+		defer in.apply(changes)
 	}
 	for i, m := range valid {
 		if deferred[keys[i]] {
-			if err := m.NakWithDelay(s.cfg.RetryDelay); err != nil {
-				s.cfg.Logger.Warn("defer command", "seq", m.Seq(), "err", err)
+			if err := m.NakWithDelay(in.cfg.RetryDelay); err != nil {
+				in.cfg.Logger.Warn("defer command", "seq", m.Seq(), "err", err)
 			}
 			continue
 		}
 		if err := m.Ack(); err != nil {
 			// Committed already: a redelivery is a harmless no-op.
-			s.cfg.Logger.Warn("ack command", "seq", m.Seq(), "err", err)
+			in.cfg.Logger.Warn("ack command", "seq", m.Seq(), "err", err)
 		}
 	}
 	if len(deferred) > 0 {
-		s.cfg.Logger.Warn("pending timeouts at MaxPending; new sets deferred", "deferred", len(deferred),
-			"max_pending", s.cfg.MaxPending, "retry_in", s.cfg.RetryDelay)
+		in.cfg.Logger.Warn("pending timeouts at MaxPending; new sets deferred", "deferred", len(deferred),
+			"max_pending", in.cfg.MaxPending, "retry_in", in.cfg.RetryDelay)
 	}
 	return nil
 }
 
-// admit reserves room in memory for the sets of cmds whose key is not held
-// there, the only commands that can grow it, and returns the commands to
-// apply, the keys of the sets deferred for want of room (their messages are
-// redelivered after RetryDelay) and the number of slots reserved, to be
-// given back with unreserve once the changes are applied. Clears and sets of
-// a held key (a move, or a stale version) always pass, so a full memory
-// never stops the commands that free it. A set older than a tombstone that
-// only Postgres holds counts as new: telling it stale would cost a read.
-// Deferring reorders a key's commands, which is safe: the upsert keeps the
-// newest version whatever the order of arrival.
-func (s *Service) admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, reserved int) {
-	s.sched.mu.Lock()
-	defer s.sched.mu.Unlock()
-	room := s.cfg.MaxPending - s.sched.x.len() - s.sched.reserved
-	admitted = cmds[:0]
-	for _, c := range cmds {
-		if c.Kind == events.KindSet && !s.sched.has(c.Key) {
-			if reserved == room {
-				if deferred == nil {
-					deferred = make(map[string]bool)
-				}
-				deferred[c.Key] = true
-				continue
-			}
-			reserved++
-		}
-		admitted = append(admitted, c)
-	}
-	s.sched.reserved += reserved
-	return admitted, deferred, reserved
-}
-
-// unreserve gives back n slots reserved by admit.
-func (s *Service) unreserve(n int) {
-	if n == 0 {
-		return
-	}
-	s.sched.mu.Lock()
-	s.sched.reserved -= n
-	s.sched.mu.Unlock()
-}
-
 // apply brings the schedule in line with committed changes.
-func (s *Service) apply(changes []Change) {
-	var set, cleared uint64
-	s.sched.mu.Lock()
-	for _, c := range changes {
-		if c.State != StatePending {
-			s.sched.clearLocked(c.Key, c.Version)
-			cleared++
-			continue
-		}
-		if err := s.sched.setLocked(c.Key, c.Version, c.Deadline, c.Deadline); err != nil {
-			// Pending in Postgres, so the next recovery loads it.
-			s.cfg.Logger.Error("timeout committed but not scheduled in memory", "key", c.Key, "err", err)
-			continue
-		}
-		set++
+func (in *ingester) apply(changes []Change) {
+	sc := make([]schedule.Change, len(changes))
+	for i, c := range changes {
+		sc[i] = schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline}, Clear: c.State != StatePending}
 	}
-	s.sched.mu.Unlock()
-	s.stats.scheduled.Add(set)
-	s.stats.cleared.Add(cleared)
+	set, cleared := in.sched.Apply(sc)
+	in.stats.scheduled.Add(uint64(set))
+	in.stats.cleared.Add(uint64(cleared))
 }
 
 // decode parses a command and applies the service's own rules: the subject
 // matches the key, the fire subject is under an allowed prefix, and the
 // deadline is within MaxHorizon.
-func (s *Service) decode(m Message, now time.Time) (events.Command, error) {
+func (in *ingester) decode(m Message, now time.Time) (events.Command, error) {
 	cmd, err := events.DecodeCommand(m.Data())
 	if err != nil {
 		return cmd, err
@@ -203,32 +177,32 @@ func (s *Service) decode(m Message, now time.Time) (events.Command, error) {
 		return cmd, nil
 	}
 	allowed := false
-	for _, p := range s.cfg.FireSubjectPrefixes {
+	for _, p := range in.cfg.FireSubjectPrefixes {
 		allowed = allowed || strings.HasPrefix(cmd.FireSubject, p)
 	}
 	if !allowed {
 		return cmd, &events.Error{Reason: events.ReasonSubjectNotAllowed, Field: "fire_subject",
-			Detail: fmt.Sprintf("must start with one of %v", s.cfg.FireSubjectPrefixes)}
+			Detail: fmt.Sprintf("must start with one of %v", in.cfg.FireSubjectPrefixes)}
 	}
-	if cmd.Deadline.After(now.Add(s.cfg.MaxHorizon)) {
+	if cmd.Deadline.After(now.Add(in.cfg.MaxHorizon)) {
 		return cmd, &events.Error{Reason: events.ReasonDeadlineOutOfRange, Field: "deadline",
-			Detail: fmt.Sprintf("is more than %v ahead", s.cfg.MaxHorizon)}
+			Detail: fmt.Sprintf("is more than %v ahead", in.cfg.MaxHorizon)}
 	}
 	return cmd, nil
 }
 
 // deadLetter publishes the rejected message with its reason, waits for the
 // PubAck, and terminates it so it is never redelivered.
-func (s *Service) deadLetter(ctx context.Context, m Message, cause error, now time.Time) error {
+func (in *ingester) deadLetter(ctx context.Context, m Message, cause error, now time.Time) error {
 	d := events.NewDeadLetter(m.Subject(), m.Data(), m.Seq(), cause, now)
-	if err := s.dlq.DeadLetter(ctx, d); err != nil {
+	if err := in.dlq.DeadLetter(ctx, d); err != nil {
 		return fmt.Errorf("dead-letter seq %d: %w", m.Seq(), err)
 	}
 	if err := m.Term(); err != nil {
-		s.cfg.Logger.Warn("terminate dead-lettered command", "seq", m.Seq(), "err", err)
+		in.cfg.Logger.Warn("terminate dead-lettered command", "seq", m.Seq(), "err", err)
 	}
-	s.stats.deadLettered.Add(1)
-	s.m.DeadLettered(d.Reason)
-	s.cfg.Logger.Info("command dead-lettered", "subject", m.Subject(), "seq", m.Seq(), "reason", d.Reason, "field", d.Field)
+	in.stats.deadLettered.Add(1)
+	in.m.DeadLettered(d.Reason)
+	in.cfg.Logger.Info("command dead-lettered", "subject", m.Subject(), "seq", m.Seq(), "reason", d.Reason, "field", d.Field)
 	return nil
 }

@@ -96,13 +96,14 @@ func TestIngestNeverWaitsForRoom(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(s.sched.stop)
+			t.Cleanup(s.sched.Stop)
 			for _, k := range tt.held {
-				s.apply([]Change{{Key: k, Version: 1, Deadline: now.Add(time.Hour)}})
+				s.ingest.apply([]Change{{Key: k, Version: 1, Deadline: now.Add(time.Hour)}})
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			go s.runIngest(ctx)
+			s.ingest.Start(ctx)
+			defer s.ingest.Stop()
 			select {
 			case <-src.drained:
 			case <-time.After(5 * time.Second):

@@ -1,26 +1,39 @@
 package timeoutd
 
-import "context"
+import (
+	"context"
 
-// runJanitor retires expired tombstones (cleared and fired keys older than
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
+)
+
+// janitor retires expired tombstones (cleared and fired keys older than
 // TombstoneTTL) into version marks in batches of JanitorBatch every
-// JanitorInterval, until ctx ends. It never deletes a key's version: a
-// stale command must not resurrect the key, however late it comes.
-func (s *Service) runJanitor(ctx context.Context) {
-	for sleep(ctx, s.cfg.JanitorInterval) {
-		before := s.cfg.Now().Add(-s.cfg.TombstoneTTL)
+// JanitorInterval. It never deletes a key's version: a stale command must
+// not resurrect the key, however late it comes.
+type janitor struct {
+	startstop.Base
+	cfg   Config
+	store Store
+}
+
+// Start sweeps until ctx ends or Stop.
+func (j *janitor) Start(ctx context.Context) { j.Base.Start(ctx, j.run) }
+
+func (j *janitor) run(ctx context.Context) {
+	for sleep(ctx, j.cfg.JanitorInterval) {
+		before := j.cfg.Now().Add(-j.cfg.TombstoneTTL)
 		for total := 0; ; {
-			n, err := s.store.RetireTombstones(ctx, before, s.cfg.JanitorBatch)
+			n, err := j.store.RetireTombstones(ctx, before, j.cfg.JanitorBatch)
 			if err != nil {
 				if ctx.Err() == nil {
-					s.cfg.Logger.Warn("retire tombstones", "err", err)
+					j.cfg.Logger.Warn("retire tombstones", "err", err)
 				}
 				break
 			}
 			total += n
-			if n < s.cfg.JanitorBatch {
+			if n < j.cfg.JanitorBatch {
 				if total > 0 {
-					s.cfg.Logger.Debug("tombstones retired", "count", total)
+					j.cfg.Logger.Debug("tombstones retired", "count", total)
 				}
 				break
 			}

@@ -80,10 +80,10 @@ func TestRecoveryHoldsFiresDueDuringCatchup(t *testing.T) {
 			t.Fatalf("k still pending after 5s")
 		}
 	}
-	s.fireMu.Lock() // an onExpire call in progress has started its fires
+	s.fire.mu.Lock() // an onDue call in progress has started its fires
 	//lint:ignore SA2001 a barrier: taking the lock is the point.
-	s.fireMu.Unlock()
-	s.fires.Wait()
+	s.fire.mu.Unlock()
+	s.fire.inFlight.Wait()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if len(st.fired) != 0 {

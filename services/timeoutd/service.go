@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	"github.com/ordertimeout/ordertimeout/pkg/wheel"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
 // Deps are the adapters a Service uses.
@@ -27,33 +28,36 @@ type Deps struct {
 }
 
 // Service is the timeout daemon: it recovers, then ingests commands, fires
-// expired timeouts and sweeps tombstones until its context ends.
+// expired timeouts and sweeps tombstones until its context ends. It wires
+// one component per job (each in its own file) around the schedule:
+// recovery, ingest, the fire path, the janitor, the stats sampler and the
+// outbox relay.
 type Service struct {
 	cfg   Config
 	store Store
 	reads Reader
 	src   Source
-	dlq   DeadLetterer
 	relay Relay
-	m     Metrics
-	sched *schedule
+	sched *schedule.Schedule
 	stats *stats
 
+	recovery *recovery
+	ingest   *ingester
+	fire     *firer
+	janitor  *janitor
+	sampler  *sampler
+
+	m         Metrics
 	ready     chan struct{}
 	readyOnce sync.Once
-	caughtUp  chan struct{} // closed when the held overdue timeouts are released
-	live      atomic.Bool   // ready and not shutting down
-	draining  atomic.Bool   // Unready was called
+	live      atomic.Bool // ready and not shutting down
+	draining  atomic.Bool // Unready was called
 
 	// hard is the context of every I/O; Kill cancels it, so an in-flight
-	// batch is abandoned as in a crash. Set once by Run.
-	hard      context.Context
-	kill      context.CancelFunc
-	runOnce   sync.Once
-	fireMu    sync.Mutex     // held by an onExpire call in progress
-	fireSlots chan struct{}  // one per fire transaction in flight
-	fires     sync.WaitGroup // the fire transactions in flight
-	stopping  atomic.Bool
+	// batch is abandoned as in a crash.
+	hard    context.Context
+	kill    context.CancelFunc
+	runOnce sync.Once
 }
 
 // New returns a Service; it starts the wheel's goroutines, which Run stops.
@@ -78,14 +82,22 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Reads == nil {
 		d.Reads = d.Store
 	}
-	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, dlq: d.DeadLetters, relay: d.Relay, m: d.Metrics,
-		ready: make(chan struct{}), caughtUp: make(chan struct{}), fireSlots: make(chan struct{}, cfg.FireConcurrency)}
+	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, relay: d.Relay, m: d.Metrics,
+		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
-	s.stats = newStats(cfg.Recent)
-	s.sched, err = newSchedule(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.onExpire)
+	s.fire = &firer{cfg: cfg, store: d.Store, relay: d.Relay, stats: s.stats, m: d.Metrics, hard: s.hard,
+		open: make(chan struct{}), slots: make(chan struct{}, cfg.FireConcurrency)}
+	s.sched, err = schedule.New(schedule.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending, Partitions: cfg.Partitions,
+		Partition: PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("timeoutd: %w", err)
 	}
+	s.fire.sched = s.sched
+	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, relay: d.Relay, sched: s.sched, hard: s.hard, open: s.fire.open}
+	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, stats: s.stats,
+		m: d.Metrics, hard: s.hard}
+	s.janitor = &janitor{cfg: cfg, store: d.Store}
+	s.sampler = &sampler{cfg: cfg, sched: s.sched, relay: d.Relay, stats: s.stats}
 	return s, nil
 }
 
@@ -96,7 +108,7 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // waiting at start, or after RecoveryCatchupMax, or when Run's context
 // ends: then the overdue timeouts found by recovery are handed to the wheel,
 // and timeouts fire; none fires before.
-func (s *Service) CaughtUp() <-chan struct{} { return s.caughtUp }
+func (s *Service) CaughtUp() <-chan struct{} { return s.fire.open }
 
 // IsReady reports whether recovery has finished and shutdown has not begun.
 func (s *Service) IsReady() bool { return s.live.Load() }
@@ -113,16 +125,16 @@ func (s *Service) Unready() {
 // NATS operation in flight is cancelled, nothing is drained, flushed or
 // nacked. Run returns soon after. It is for tests of crash recovery.
 func (s *Service) Kill() {
-	s.stopping.Store(true)
+	s.fire.stopping.Store(true)
 	s.kill()
 }
 
-// Run recovers the pending timeouts, reports ready, and then ingests
-// commands, fires expired timeouts, sweeps tombstones and refreshes stats
-// until ctx ends. Then it shuts down gracefully: readiness goes false,
-// fetching stops, the batch in flight finishes, the wheel stops (the
-// timeouts it held stay pending in Postgres), and the outbox is flushed.
-// It returns nil after a graceful shutdown or Kill, or the error that
+// Run recovers the pending timeouts, reports ready, and then runs ingest,
+// the fire path, the janitor and the stats sampler until ctx ends. Then it
+// shuts down gracefully: readiness goes false, ingest finishes the batch in
+// flight, the wheel stops (the timeouts it held stay pending in Postgres),
+// the fires in flight commit, fetching stops and the outbox is flushed. It
+// returns nil after a graceful shutdown or Kill, or the error that
 // prevented recovery. Run may be called once.
 func (s *Service) Run(ctx context.Context) error {
 	first := false
@@ -136,37 +148,40 @@ func (s *Service) Run(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(hard, cancel)
 	defer stop()
-	defer s.sched.stop()
+	defer s.sched.Stop()
 
-	relayCtx, stopRelay := context.WithCancel(hard)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stopRelay()
-	wg.Go(func() { _ = s.relay.Run(relayCtx) })
+	// The relay outlives the loops: it publishes the last fires' events
+	// until the flush below; Kill stops it at once.
+	s.relay.Start(hard)
+	defer s.relay.Stop()
 
-	held, mark, err := s.recover(ctx)
+	start := s.cfg.Now()
+	loaded, err := s.recovery.load(ctx)
 	if err != nil {
-		s.stopping.Store(true)
-		close(s.caughtUp) // lets a waiting onExpire see stopping
-		if ctx.Err() != nil || hard.Err() != nil {
+		s.fire.stopping.Store(true)
+		close(s.fire.open) // lets a waiting onDue see stopping
+		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
+	s.markReady(s.cfg.Now().Sub(start), loaded)
 
-	wg.Go(func() { s.releaseOverdue(ctx, held, mark) })
-	wg.Go(func() { s.runJanitor(ctx) })
-	wg.Go(func() { s.runStats(ctx) })
-	s.runIngest(ctx)
+	components := []startstop.Service{s.recovery, s.ingest, s.janitor, s.sampler}
+	for _, c := range components {
+		c.Start(ctx)
+	}
+	<-ctx.Done()
 
-	// Graceful shutdown (ingest returned because ctx ended or Kill).
+	// Graceful shutdown (ctx ended, or Kill).
 	s.live.Store(false)
-	s.stopping.Store(true)
-	s.sched.stop()
-	s.fireMu.Lock() // waits for an onExpire call starting fire transactions
-	//lint:ignore SA2001 a barrier: taking the lock is the point.
-	s.fireMu.Unlock()
-	s.fires.Wait() // and for the transactions in flight
+	s.ingest.Stop() // the batch in flight commits and is acked
+	for _, c := range components {
+		c.Stop()
+	}
+	s.fire.stopping.Store(true) // a batch the wheel cuts now stays pending
+	s.sched.Stop()
+	s.fire.drain()
 	if hard.Err() != nil {
 		return nil
 	}
@@ -177,16 +192,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		s.cfg.Logger.Warn("flush outbox on shutdown", "err", err)
 	}
-	s.cfg.Logger.Info("timeoutd stopped", "flushed", n, "pending_in_db", s.sched.len())
+	s.cfg.Logger.Info("timeoutd stopped", "flushed", n, "pending_in_db", s.sched.Len())
 	return nil
 }
 
 // markReady reports ready once recovery is done.
-func (s *Service) markReady(took time.Duration) {
+func (s *Service) markReady(took time.Duration, loaded int) {
 	s.readyOnce.Do(func() {
 		s.live.Store(!s.draining.Load())
 		close(s.ready)
 		s.m.RecoveryDuration(took)
+		s.cfg.Logger.Info("recovery done", "pending", loaded, "took", took)
 	})
 }
 
@@ -203,7 +219,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // Pending returns the number of pending timeouts held in memory.
-func (s *Service) Pending() int { return s.sched.len() }
+func (s *Service) Pending() int { return s.sched.Len() }
 
 // ListPending returns a page of pending timeouts from the read store.
 func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {

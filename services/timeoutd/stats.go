@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
 // Horizons of the upcoming buckets in Stats.
@@ -71,13 +73,25 @@ func (st *stats) totals() counters {
 	return counters{st.scheduled.Load(), st.cleared.Load(), st.fired.Load(), st.missed.Load(), st.deadLettered.Load()}
 }
 
-// runStats samples the counters and refreshes the cached store figures
-// every second until ctx ends.
-func (s *Service) runStats(ctx context.Context) {
+// sampler samples the counters for the rates and refreshes the upcoming
+// buckets (from the schedule) and the outbox backlog (from Postgres) every
+// second.
+type sampler struct {
+	startstop.Base
+	cfg   Config
+	sched *schedule.Schedule
+	relay Relay
+	stats *stats
+}
+
+// Start samples until ctx ends or Stop.
+func (sm *sampler) Start(ctx context.Context) { sm.Base.Start(ctx, sm.run) }
+
+func (sm *sampler) run(ctx context.Context) {
 	for {
-		now := s.cfg.Now()
-		s.stats.sample(now)
-		s.refresh(ctx, now)
+		now := sm.cfg.Now()
+		sm.stats.sample(now)
+		sm.refresh(ctx, now)
 		if !sleep(ctx, time.Second) {
 			return
 		}
@@ -86,19 +100,19 @@ func (s *Service) runStats(ctx context.Context) {
 
 // refresh counts the upcoming buckets from the schedule and reads the
 // outbox backlog from Postgres.
-func (s *Service) refresh(ctx context.Context, now time.Time) {
+func (sm *sampler) refresh(ctx context.Context, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	hs := make([]time.Time, len(horizons))
 	for i, h := range horizons {
 		hs[i] = now.Add(h.within)
 	}
-	counts := s.sched.dueBefore(hs)
-	ob, err := s.relay.Stats(ctx)
+	counts := sm.sched.DueBefore(hs)
+	ob, err := sm.relay.Stats(ctx)
 	if err != nil && ctx.Err() == nil {
-		s.cfg.Logger.Warn("read outbox backlog", "err", err)
+		sm.cfg.Logger.Warn("read outbox backlog", "err", err)
 	}
-	st := s.stats
+	st := sm.stats
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	changed := len(st.upcoming) != len(horizons)

@@ -59,7 +59,7 @@ func TestPublishedReadsTaggedAndClaimedEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(s.sched.stop)
+			t.Cleanup(s.sched.Stop)
 			batch := []outbox.Message{message(t, expiry("o-1"), tc.tagged), message(t, expiry("o-2"), tc.tagged),
 				{Subject: "not.an.expiry", Data: []byte("not json")}}
 			s.Published(batch, deadline.Add(7*time.Millisecond))

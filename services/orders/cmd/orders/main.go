@@ -168,9 +168,8 @@ func run(ctx context.Context, getenv func(string) string) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The relay outlives the HTTP server so the last commits are flushed.
-	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRelay()
-	g.Go(func() error { return relay.Run(relayCtx) })
+	relay.Start(context.WithoutCancel(ctx))
+	defer relay.Stop()
 	g.Go(func() error { return consumer.Run(gctx) })
 	g.Go(func() error { return janitor.Run(gctx) })
 	g.Go(func() error { return reconciler.Run(gctx) })
@@ -186,7 +185,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 		log.Info("orders shutting down")
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 		defer cancel()
-		defer stopRelay()
+		defer relay.Stop()
 		if err := srv.Shutdown(sctx); err != nil {
 			return fmt.Errorf("http shutdown: %w", err)
 		}

@@ -1,4 +1,4 @@
-package timeoutd
+package schedule
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package timeoutd
+package schedule
 
 import (
 	"fmt"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ordertimeout/ordertimeout/pkg/wheel"
 )
 
 // BenchmarkScheduleMemory measures the memory of the in-memory schedule
@@ -19,7 +17,7 @@ import (
 // and the process's RSS and peak RSS (/proc/self/status) growth, each per
 // pending timeout. Run it alone, once:
 //
-//	go test -run '^$' -bench ScheduleMemory -benchtime 1x ./services/timeoutd
+//	go test -run '^$' -bench ScheduleMemory -benchtime 1x ./services/timeoutd/internal/schedule
 func BenchmarkScheduleMemory(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("TIMEOUTD_BENCH_PENDING"); v != "" {
@@ -32,27 +30,31 @@ func BenchmarkScheduleMemory(b *testing.B) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	rss0, _ := procStatus(b)
-	s, err := newSchedule(wheel.Config{Tick: time.Millisecond, MaxPending: n}, func([]wheel.Expired[uint64]) {})
+	s, err := New(Config{Tick: time.Millisecond, MaxPending: n, OnDue: func([]Due) {}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.stop()
+	defer s.Stop()
 	base := time.Now().Add(time.Hour)
 	start := time.Now()
-	s.mu.Lock()
+	const batch = 5000
+	changes := make([]Change, 0, batch)
 	for i := range n {
 		dl := base.Add(time.Duration(i) * time.Hour / time.Duration(n))
-		if err := s.setLocked(fmt.Sprintf("ord-%010d", i), 1, dl, dl); err != nil {
-			b.Fatal(err)
+		changes = append(changes, Change{Entry: Entry{Key: fmt.Sprintf("ord-%010d", i), Version: 1, Deadline: dl}})
+		if len(changes) == batch || i == n-1 {
+			if set, _ := s.Apply(changes); set != len(changes) {
+				b.Fatalf("applied %d of %d sets", set, len(changes))
+			}
+			changes = changes[:0]
 		}
 	}
-	s.mu.Unlock()
 	took := time.Since(start)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	rss1, hwm1 := procStatus(b)
-	if s.len() != n {
-		b.Fatalf("len = %d, want %d", s.len(), n)
+	if s.Len() != n {
+		b.Fatalf("len = %d, want %d", s.Len(), n)
 	}
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "heap_B/pending")
 	b.ReportMetric(float64(rss1-rss0)/float64(n), "rss_B/pending")

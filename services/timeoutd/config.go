@@ -1,0 +1,181 @@
+package timeoutd
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// Defaults of Config.
+const (
+	// PartitionsDefault is the number of key partitions stored with each
+	// row, so that instances can later own partitions (see DESIGN).
+	PartitionsDefault = 16
+	// TickDefault is the wheel's resolution; lateness is below one tick plus
+	// the batch's transaction and PubAck.
+	TickDefault = time.Millisecond
+	// MaxPendingDefault bounds the timeouts held in memory.
+	MaxPendingDefault = 20_000_000
+	// MaxHorizonDefault is the furthest accepted deadline from now.
+	MaxHorizonDefault = 400 * 24 * time.Hour
+	// FireBatchDefault is the most timeouts fired in one transaction.
+	FireBatchDefault = 5000
+	// FireConcurrencyDefault is the most fire transactions in flight.
+	FireConcurrencyDefault = 2
+	// IngestLanesDefault is the number of sub-batches of a command batch
+	// upserted concurrently, split by key partition.
+	IngestLanesDefault = 2
+	// RecoveryBatchDefault is the page size of the recovery load.
+	RecoveryBatchDefault = 50_000
+	// RecoveryCatchupMaxDefault bounds how long recovery holds the overdue
+	// timeouts while ingest consumes the commands that waited in the source.
+	RecoveryCatchupMaxDefault = 10 * time.Second
+	// OverdueRateDefault is how many overdue timeouts per second recovery
+	// releases, so a long outage does not flood NATS at once.
+	OverdueRateDefault = 20_000
+	// TombstoneTTLDefault is how long cleared and fired keys keep their
+	// fire data after the clear or the fire; then they shrink to a version
+	// mark.
+	TombstoneTTLDefault = time.Hour
+	// JanitorIntervalDefault is how often the janitor looks for expired
+	// tombstones.
+	JanitorIntervalDefault = 10 * time.Second
+	// JanitorBatchDefault is the most tombstones deleted per statement.
+	JanitorBatchDefault = 10_000
+	// RetryDelayDefault is the pause after a failed database operation.
+	RetryDelayDefault = 500 * time.Millisecond
+	// RecentDefault is the number of recent expiries kept for the API.
+	RecentDefault = 200
+)
+
+// Config configures a Service. The zero value plus the adapters is valid.
+type Config struct {
+	// FireSubjectPrefixes are the allowed fire subject prefixes, each ending
+	// in "."; default [events.OrderCancelSubjectPrefix]. Commands with
+	// another fire subject are dead-lettered (subject_not_allowed).
+	FireSubjectPrefixes []string
+	// Partitions is the number of key partitions; default PartitionsDefault.
+	Partitions int
+	// Tick is the wheel's resolution; default TickDefault.
+	Tick time.Duration
+	// MaxPending bounds the pending timeouts in memory. Only a set for a
+	// key not held in memory needs room: at the bound such sets are
+	// deferred (negatively acknowledged, redelivered after RetryDelay)
+	// while clears and the other commands go on. Default MaxPendingDefault.
+	MaxPending int
+	// MaxHorizon is the furthest accepted deadline from now; further ones
+	// are dead-lettered (deadline_out_of_range). Default MaxHorizonDefault.
+	MaxHorizon time.Duration
+	// IngestLanes is the number of concurrent upserts a command batch is
+	// split into by key partition; default IngestLanesDefault.
+	IngestLanes int
+	// FireBatch is the most timeouts per fire transaction; default
+	// FireBatchDefault.
+	FireBatch int
+	// FireConcurrency is the most fire transactions in flight: the wheel's
+	// next batch is taken while earlier ones commit, so an expiry waits for
+	// its own transaction, not for its predecessors'. Default
+	// FireConcurrencyDefault.
+	FireConcurrency int
+	// RecoveryBatch is the page size of the recovery load; default
+	// RecoveryBatchDefault.
+	RecoveryBatch int
+	// OverdueRate is how many overdue timeouts per second are released after
+	// recovery; default OverdueRateDefault.
+	OverdueRate int
+	// RecoveryCatchupMax bounds how long recovery holds the overdue
+	// timeouts until ingest has consumed every command that was waiting in
+	// the source when the pending rows were loaded (a clear queued during an
+	// outage must win over the overdue timeout it clears); past it they are
+	// released anyway. Default RecoveryCatchupMaxDefault.
+	RecoveryCatchupMax time.Duration
+	// TombstoneTTL is how long a cleared or fired key keeps its fire data
+	// before it shrinks to a version mark; default TombstoneTTLDefault.
+	TombstoneTTL time.Duration
+	// JanitorInterval is the pause between tombstone sweeps; default
+	// JanitorIntervalDefault.
+	JanitorInterval time.Duration
+	// JanitorBatch is the most tombstones deleted per statement; default
+	// JanitorBatchDefault.
+	JanitorBatch int
+	// RetryDelay is the pause after a failed database operation; default
+	// RetryDelayDefault.
+	RetryDelay time.Duration
+	// Recent is the number of recent expiries kept; default RecentDefault.
+	Recent int
+	// Now is the wall clock; default time.Now.
+	Now func() time.Time
+	// Logger receives the service's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with defaults applied, or an error naming the first
+// invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if len(c.FireSubjectPrefixes) == 0 {
+		c.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
+	}
+	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
+	c.Tick = cmp.Or(c.Tick, TickDefault)
+	c.MaxPending = cmp.Or(c.MaxPending, MaxPendingDefault)
+	c.MaxHorizon = cmp.Or(c.MaxHorizon, MaxHorizonDefault)
+	c.FireBatch = cmp.Or(c.FireBatch, FireBatchDefault)
+	c.FireConcurrency = cmp.Or(c.FireConcurrency, FireConcurrencyDefault)
+	c.IngestLanes = cmp.Or(c.IngestLanes, IngestLanesDefault)
+	c.RecoveryBatch = cmp.Or(c.RecoveryBatch, RecoveryBatchDefault)
+	c.OverdueRate = cmp.Or(c.OverdueRate, OverdueRateDefault)
+	c.RecoveryCatchupMax = cmp.Or(c.RecoveryCatchupMax, RecoveryCatchupMaxDefault)
+	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, TombstoneTTLDefault)
+	c.JanitorInterval = cmp.Or(c.JanitorInterval, JanitorIntervalDefault)
+	c.JanitorBatch = cmp.Or(c.JanitorBatch, JanitorBatchDefault)
+	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
+	c.Recent = cmp.Or(c.Recent, RecentDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	for _, p := range c.FireSubjectPrefixes {
+		if !strings.HasSuffix(p, ".") || !events.ValidSubject(strings.TrimSuffix(p, ".")) {
+			return c, fmt.Errorf("timeoutd: FireSubjectPrefixes: %q must be a literal subject followed by '.'", p)
+		}
+	}
+	switch {
+	case c.Partitions < 1 || c.Partitions > 32767:
+		return c, fmt.Errorf("timeoutd: Partitions must be in [1, 32767], got %d", c.Partitions)
+	case c.Tick < 0:
+		return c, fmt.Errorf("timeoutd: Tick must be positive, got %v", c.Tick)
+	case c.MaxPending < 1:
+		return c, fmt.Errorf("timeoutd: MaxPending must be positive, got %d", c.MaxPending)
+	case c.MaxHorizon < 0:
+		return c, fmt.Errorf("timeoutd: MaxHorizon must be positive, got %v", c.MaxHorizon)
+	case c.FireBatch < 1:
+		return c, fmt.Errorf("timeoutd: FireBatch must be positive, got %d", c.FireBatch)
+	case c.FireConcurrency < 1 || c.FireConcurrency > 64:
+		return c, fmt.Errorf("timeoutd: FireConcurrency must be in [1, 64], got %d", c.FireConcurrency)
+	case c.IngestLanes < 1 || c.IngestLanes > 64:
+		return c, fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
+	case c.RecoveryBatch < 1:
+		return c, fmt.Errorf("timeoutd: RecoveryBatch must be positive, got %d", c.RecoveryBatch)
+	case c.OverdueRate < 1:
+		return c, fmt.Errorf("timeoutd: OverdueRate must be positive, got %d", c.OverdueRate)
+	case c.RecoveryCatchupMax < 0:
+		return c, fmt.Errorf("timeoutd: RecoveryCatchupMax must be positive, got %v", c.RecoveryCatchupMax)
+	case c.TombstoneTTL < 0:
+		return c, fmt.Errorf("timeoutd: TombstoneTTL must be positive, got %v", c.TombstoneTTL)
+	case c.JanitorInterval < 0:
+		return c, fmt.Errorf("timeoutd: JanitorInterval must be positive, got %v", c.JanitorInterval)
+	case c.JanitorBatch < 1:
+		return c, fmt.Errorf("timeoutd: JanitorBatch must be positive, got %d", c.JanitorBatch)
+	case c.RetryDelay < 0:
+		return c, fmt.Errorf("timeoutd: RetryDelay must be positive, got %v", c.RetryDelay)
+	case c.Recent < 1:
+		return c, fmt.Errorf("timeoutd: Recent must be positive, got %d", c.Recent)
+	}
+	return c, nil
+}

@@ -1,0 +1,472 @@
+// Package schedule is timeoutd's in-memory set of pending timeouts: a
+// compact key index (index.go) and the pkg/wheel wheel that expires them,
+// behind one type, [Schedule]. The service's loops call its methods and
+// nothing else: ingest admits and applies committed changes, recovery loads
+// rows and releases the held ones, the fire path receives due timeouts and
+// reports their outcome.
+//
+// A timeout handed out for firing stays in memory, keeping its room, until
+// the fire's outcome comes back (Done or Rearm), so a failed fire can always
+// be re-armed. Every handed-out timeout carries a [Ref]; a newer command
+// for the key makes the Ref stale, and a stale Ref is ignored everywhere.
+package schedule
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/wheel"
+)
+
+// Ref identifies one pending timeout at one generation: it goes stale when a
+// newer command replaces or clears the timeout, or when it fired.
+type Ref uint64
+
+// Entry is a pending timeout: its key, version and deadline.
+type Entry struct {
+	Key      string
+	Version  int64
+	Deadline time.Time
+}
+
+// Due is a timeout whose deadline passed by the wall clock, handed to the
+// Config.OnDue callback, in flight until Done or Rearm is called with Ref.
+type Due struct {
+	Entry
+	Ref Ref
+}
+
+// Change is a committed change of a key: a set of Entry, or a clear when
+// Clear is true (then only Key and Version count).
+type Change struct {
+	Entry
+	Clear bool
+}
+
+// Config configures a Schedule.
+type Config struct {
+	// Tick is the wheel's resolution; default wheel.TickDefault.
+	Tick time.Duration
+	// MaxPending bounds the timeouts held, in flight ones included;
+	// required.
+	MaxPending int
+	// Partitions is the number of key partitions (see Partition);
+	// default 1.
+	Partitions int
+	// Partition returns the partition of a key among Partitions; required
+	// when Partitions is above 1.
+	Partition func(key string, partitions int) int
+	// OnDue receives the timeouts whose deadline passed, by the wall clock
+	// Now, in batches; it is never called concurrently with itself, and the
+	// wheel gathers the next batch while it runs. Each timeout is in flight
+	// until Done or Rearm. Required.
+	OnDue func([]Due)
+	// Now is the wall clock: a timer the wheel expires before Now reaches
+	// its deadline (the clock was stepped back) is re-armed, never handed
+	// out early. Default time.Now.
+	Now func() time.Time
+	// Logger receives the timeouts that could not be re-armed; default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Schedule holds the pending timeouts in memory and hands them to
+// Config.OnDue when due. Its mutex guards the index; the wheel has its own
+// locks and never calls back under them. All methods are safe for
+// concurrent use. Costs: Apply, Load and Release are O(1) per timeout
+// (amortised hash-table and wheel operations); DueBefore is O(distinct
+// deadline seconds); Drop is O(timeouts held).
+type Schedule struct {
+	cfg Config
+	w   *wheel.Wheel[Ref]
+
+	mu sync.Mutex
+	x  index
+	// perSecond counts the pending timeouts by deadline second (Unix), for
+	// DueBefore: one entry per distinct second, so a few thousand for an
+	// hour of deadlines.
+	perSecond map[int64]int64
+	// reserved counts the slots reserved by Admit for sets being
+	// committed, so that concurrent ingest lanes never overfill memory.
+	reserved int
+}
+
+// New returns a Schedule; its wheel's goroutines run until Stop.
+func New(cfg Config) (*Schedule, error) {
+	cfg.Partitions = cmp.Or(cfg.Partitions, 1)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.OnDue == nil:
+		return nil, errors.New("schedule: OnDue is nil")
+	case cfg.MaxPending < 1:
+		return nil, fmt.Errorf("schedule: MaxPending must be positive, got %d", cfg.MaxPending)
+	case cfg.Partitions > 1 && cfg.Partition == nil:
+		return nil, errors.New("schedule: Partition is nil")
+	}
+	s := &Schedule{cfg: cfg, x: newIndex(), perSecond: make(map[int64]int64)}
+	w, err := wheel.New(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.expire)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: new wheel: %w", err)
+	}
+	s.w = w
+	return s, nil
+}
+
+// Len returns the number of timeouts held: armed, held and in flight.
+func (s *Schedule) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.x.len()
+}
+
+// Admit reserves room for the sets of cmds whose key is not held, the only
+// commands that can grow the schedule, and returns the commands to apply,
+// the keys of the sets that found no room (to be retried later) and the
+// number of slots reserved, to be given back with Unreserve once the
+// admitted commands are committed and applied. Clears and sets of a held
+// key always pass, so a full schedule never stops the commands that free it.
+func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, reserved int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	room := s.cfg.MaxPending - s.x.len() - s.reserved
+	admitted = cmds[:0]
+	for _, c := range cmds {
+		if c.Kind == events.KindSet {
+			if _, _, held := s.x.find(c.Key); !held {
+				if reserved == room {
+					if deferred == nil {
+						deferred = make(map[string]bool)
+					}
+					deferred[c.Key] = true
+					continue
+				}
+				reserved++
+			}
+		}
+		admitted = append(admitted, c)
+	}
+	s.reserved += reserved
+	return admitted, deferred, reserved
+}
+
+// Unreserve gives back n slots reserved by Admit.
+func (s *Schedule) Unreserve(n int) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.reserved -= n
+	s.mu.Unlock()
+}
+
+// Apply brings the schedule in line with committed changes: a set arms
+// (or moves) the key's timer at its deadline, a clear removes the key; a
+// change whose version is not newer than the one held is ignored. It
+// returns how many sets and clears it saw. A set that cannot be held
+// (the wheel or the index is full) is logged and skipped: it stays
+// pending in Postgres, and the next load takes it.
+func (s *Schedule) Apply(changes []Change) (set, cleared int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range changes {
+		if c.Clear {
+			s.clearLocked(c.Key, c.Version)
+			cleared++
+			continue
+		}
+		if err := s.setLocked(c.Entry, c.Deadline); err != nil {
+			s.cfg.Logger.Error("timeout committed but not scheduled in memory", "key", c.Key, "err", err)
+			continue
+		}
+		set++
+	}
+	return set, cleared
+}
+
+// Load puts pending rows read from the store into the schedule: those due by
+// now are held (in memory, without a timer) and their Refs returned for
+// Release; the others are armed. A row replaces what the schedule holds for
+// its key. It fails when the schedule is full.
+func (s *Schedule) Load(rows []Entry, now time.Time) (held []Ref, err error) {
+	nowNs := now.UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		if r.Deadline.UnixNano() > nowNs {
+			if err := s.setLocked(r, r.Deadline); err != nil {
+				return held, err
+			}
+			continue
+		}
+		h, err := s.holdLocked(r)
+		if err != nil {
+			return held, err
+		}
+		held = append(held, h)
+	}
+	return held, nil
+}
+
+// Release arms the held timeouts of refs spread at rate per second from
+// now, and returns how many it armed: a Ref made stale by a newer command
+// meanwhile is skipped.
+func (s *Schedule) Release(refs []Ref, now time.Time, rate int) int {
+	released := 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		i, sl := s.x.valid(uint64(r))
+		if sl == nil || sl.h != 0 {
+			continue
+		}
+		at := now.Add(time.Duration(released) * time.Second / time.Duration(rate))
+		if err := s.arm(i, sl, at); err != nil {
+			// Still pending in Postgres; the next load takes it.
+			s.removeLocked(s.x.pos(i), i)
+			continue
+		}
+		released++
+	}
+	return released
+}
+
+// Done takes the fired timeouts of refs out of the schedule; stale Refs are
+// ignored (a newer command already replaced or cleared the timeout).
+func (s *Schedule) Done(refs []Ref) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		if i, sl := s.inFlight(r); sl != nil {
+			s.removeLocked(s.x.pos(i), i)
+		}
+	}
+}
+
+// Rearm gives the in-flight timeouts of refs, whose fire failed, a timer
+// expiring at at; stale Refs are ignored. It cannot meet a full wheel: an
+// in-flight timeout kept its room.
+func (s *Schedule) Rearm(refs []Ref, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		if i, sl := s.inFlight(r); sl != nil {
+			if err := s.arm(i, sl, at); err != nil {
+				// Only after Stop: the row stays pending in Postgres.
+				s.cfg.Logger.Error("re-arm timeout after a failed fire", "key", s.x.key(i), "err", err)
+			}
+		}
+	}
+}
+
+// Drop takes every timeout of the partitions for which drop reports true
+// out of the schedule, armed, held and in flight alike (an in-flight fire's
+// Done or Rearm then finds a stale Ref), and returns how many it dropped.
+// It is for a partition this process no longer owns: its rows stay in
+// the store for the new owner.
+func (s *Schedule) Drop(drop func(partition int) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for i := range s.x.slots.used {
+		sl := s.x.slots.at(i)
+		if sl.keyLen() == 0 {
+			continue // free
+		}
+		if !drop(s.partition(s.x.key(i))) {
+			continue
+		}
+		if sl.h != 0 {
+			s.w.Cancel(wheel.Handle(sl.h))
+		}
+		s.removeLocked(s.x.pos(i), i)
+		n++
+	}
+	return n
+}
+
+// Count returns the number of timeouts held per partition.
+func (s *Schedule) Count() []int {
+	out := make([]int, s.cfg.Partitions)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.x.slots.used {
+		if s.x.slots.at(i).keyLen() != 0 {
+			out[s.partition(s.x.key(i))]++
+		}
+	}
+	return out
+}
+
+// partition returns key's partition.
+func (s *Schedule) partition(key string) int {
+	if s.cfg.Partitions == 1 {
+		return 0
+	}
+	return s.cfg.Partition(key, s.cfg.Partitions)
+}
+
+// DueBefore returns, for each horizon, the timeouts held whose deadline is
+// before it (rounded to whole seconds).
+func (s *Schedule) DueBefore(horizons []time.Time) []int64 {
+	out := make([]int64, len(horizons))
+	secs := make([]int64, len(horizons))
+	for i, h := range horizons {
+		secs[i] = h.Unix()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sec, n := range s.perSecond {
+		for i, h := range secs {
+			if sec < h {
+				out[i] += n
+			}
+		}
+	}
+	return out
+}
+
+// Stop stops the wheel: no timeout is handed out after it returns (the
+// timeouts held stay pending in the store).
+func (s *Schedule) Stop() { s.w.Stop() }
+
+// expire is the wheel's callback: it checks every expired timer against the
+// wall clock, re-arms the ones not yet due, marks the due ones in flight and
+// hands them to OnDue.
+func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
+	nowNs := s.cfg.Now().UnixNano()
+	due := make([]Due, 0, len(batch))
+	s.mu.Lock()
+	for _, e := range batch {
+		i, sl := s.x.valid(uint64(e.Value))
+		if sl == nil {
+			continue // replaced or cleared after the wheel cut it
+		}
+		if sl.deadline > nowNs {
+			if err := s.arm(i, sl, time.Unix(0, sl.deadline)); err != nil {
+				s.cfg.Logger.Error("reschedule early timer", "key", s.x.key(i), "err", err)
+				s.removeLocked(s.x.pos(i), i)
+			}
+			continue
+		}
+		// In flight: the slot stays (keeping its room) without a timer,
+		// under a new Ref that the fire's outcome is applied to.
+		sl.bumpGen()
+		sl.h = 0
+		due = append(due, Due{Entry: Entry{Key: s.x.key(i), Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC()},
+			Ref: Ref(ref(i, sl))})
+	}
+	s.mu.Unlock()
+	if len(due) > 0 {
+		s.cfg.OnDue(due)
+	}
+}
+
+// setLocked schedules e, to be handed to the wheel at at (normally the
+// deadline). A version not newer than the one held is ignored.
+func (s *Schedule) setLocked(e Entry, at time.Time) error {
+	pos, i, ok := s.x.find(e.Key)
+	if ok {
+		sl := s.x.slots.at(i)
+		if sl.version >= e.Version {
+			return nil
+		}
+		s.count(sl.deadline, -1)
+		sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
+		s.count(sl.deadline, 1)
+		if s.w.Reset(wheel.Handle(sl.h), at) {
+			return nil
+		}
+		// No live timer (held, or in flight): the old Ref becomes stale and
+		// the slot gets a new timer.
+		sl.bumpGen()
+		if err := s.arm(i, sl, at); err != nil {
+			s.removeLocked(pos, i)
+			return err
+		}
+		return nil
+	}
+	i, err := s.x.add(e.Key)
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", e.Key, err)
+	}
+	sl := s.x.slots.at(i)
+	sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
+	s.count(sl.deadline, 1)
+	if err := s.arm(i, sl, at); err != nil {
+		s.removeLocked(s.x.pos(i), i)
+		return err
+	}
+	return nil
+}
+
+// arm gives slot i a wheel timer expiring at at.
+func (s *Schedule) arm(i uint32, sl *slot, at time.Time) error {
+	h, err := s.w.Schedule(at, Ref(ref(i, sl)))
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", s.x.key(i), err)
+	}
+	sl.h = uint64(h)
+	return nil
+}
+
+// holdLocked puts e in the index without a wheel timer (held: h is 0, which
+// the wheel treats as stale), replacing what the key held, and returns its
+// Ref for Release.
+func (s *Schedule) holdLocked(e Entry) (Ref, error) {
+	if pos, i, ok := s.x.find(e.Key); ok {
+		s.w.Cancel(wheel.Handle(s.x.slots.at(i).h))
+		s.removeLocked(pos, i)
+	}
+	i, err := s.x.add(e.Key)
+	if err != nil {
+		return 0, fmt.Errorf("hold %s: %w", e.Key, err)
+	}
+	sl := s.x.slots.at(i)
+	sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
+	s.count(sl.deadline, 1)
+	return Ref(ref(i, sl)), nil
+}
+
+// inFlight returns the slot of an in-flight Ref, or nil when a newer command
+// replaced or cleared it.
+func (s *Schedule) inFlight(r Ref) (uint32, *slot) {
+	i, sl := s.x.valid(uint64(r))
+	if sl == nil || sl.h != 0 {
+		return 0, nil
+	}
+	return i, sl
+}
+
+// clearLocked removes key when its version is older than version.
+func (s *Schedule) clearLocked(key string, version int64) {
+	if pos, i, ok := s.x.find(key); ok && s.x.slots.at(i).version < version {
+		s.w.Cancel(wheel.Handle(s.x.slots.at(i).h))
+		s.removeLocked(pos, i)
+	}
+}
+
+// removeLocked takes slot i, at table position pos, out of the index.
+func (s *Schedule) removeLocked(pos uint64, i uint32) {
+	s.count(s.x.slots.at(i).deadline, -1)
+	s.x.remove(pos, i)
+}
+
+// count adds d to the deadline second of deadlineNs.
+func (s *Schedule) count(deadlineNs int64, d int64) {
+	sec := deadlineNs / 1e9
+	if n := s.perSecond[sec] + d; n != 0 {
+		s.perSecond[sec] = n
+	} else {
+		delete(s.perSecond, sec)
+	}
+}
