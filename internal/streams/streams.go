@@ -100,6 +100,11 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 	}
 	commands := base(events.StreamCommands, []string{events.CommandSubjects}, 0)
 	commands.Retention = jetstream.WorkQueuePolicy
+	// Each command is filed under its partition (timeouts.cmd.<p>.<key>),
+	// so that each partition's owner consumes it alone; producers keep
+	// publishing on timeouts.cmd.<key>.
+	commands.SubjectTransform = &jetstream.SubjectTransformConfig{
+		Source: events.CommandTransformSource, Destination: events.CommandTransformDestination}
 	return []jetstream.StreamConfig{
 		commands,
 		base(events.StreamExpiries, expirySubjects, cfg.MaxAge),
@@ -127,8 +132,18 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
+	// timeoutd's single consumer of every command, from before the command
+	// stream was partitioned: its filter overlaps the partitions' consumers,
+	// which a work queue refuses.
+	if err := js.DeleteConsumer(ctx, events.StreamCommands, LegacyCommandConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete the unpartitioned command consumer: %w", err)
+	}
 	return nil
 }
+
+// LegacyCommandConsumer is the durable name of timeoutd's consumer of every
+// command before the command stream was partitioned; Ensure deletes it.
+const LegacyCommandConsumer = "timeoutd"
 
 // Verify checks, reading only, that every stream of Specs(cfg) named in
 // names exists and captures every subject of its spec: the services call it

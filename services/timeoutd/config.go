@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -12,9 +13,6 @@ import (
 
 // Defaults of Config.
 const (
-	// PartitionsDefault is the number of key partitions stored with each
-	// row, so that instances can later own partitions (see DESIGN).
-	PartitionsDefault = 16
 	// TickDefault is the wheel's resolution; lateness is below one tick plus
 	// the batch's transaction and PubAck.
 	TickDefault = time.Millisecond
@@ -48,6 +46,12 @@ const (
 	JanitorBatchDefault = 10_000
 	// RetryDelayDefault is the pause after a failed database operation.
 	RetryDelayDefault = 500 * time.Millisecond
+	// LeaseTTLDefault is how long a partition lease lasts without renewal,
+	// by Postgres's clock: a crashed instance's partitions move after it.
+	LeaseTTLDefault = 3 * time.Second
+	// LeaseRenewIntervalDefault is how often leases are renewed and the
+	// partitions rebalanced.
+	LeaseRenewIntervalDefault = time.Second
 	// RecentDefault is the number of recent expiries kept for the API.
 	RecentDefault = 200
 )
@@ -58,8 +62,6 @@ type Config struct {
 	// in "."; default [events.OrderCancelSubjectPrefix]. Commands with
 	// another fire subject are dead-lettered (subject_not_allowed).
 	FireSubjectPrefixes []string
-	// Partitions is the number of key partitions; default PartitionsDefault.
-	Partitions int
 	// Tick is the wheel's resolution; default TickDefault.
 	Tick time.Duration
 	// MaxPending bounds the pending timeouts in memory. Only a set for a
@@ -107,6 +109,20 @@ type Config struct {
 	RetryDelay time.Duration
 	// Recent is the number of recent expiries kept; default RecentDefault.
 	Recent int
+	// InstanceID names this instance in the lease table; it must be unique
+	// among the live instances and may be reused by the same instance after
+	// a restart (its leases are then taken over at once instead of after
+	// LeaseTTL). Default: the host name.
+	InstanceID string
+	// LeaseTTL is how long a partition lease lasts without renewal; default
+	// LeaseTTLDefault. Without a renewal for two thirds of it (the renew
+	// deadline, from before the last renewal was sent), the instance stops
+	// every partition, before the lease can expire anywhere else.
+	LeaseTTL time.Duration
+	// LeaseRenewInterval is the pause between lease rounds (heartbeat,
+	// renewal, rebalance); below the renew deadline. Default
+	// LeaseRenewIntervalDefault.
+	LeaseRenewInterval time.Duration
 	// Now is the wall clock; default time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; default slog.Default().
@@ -119,7 +135,6 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.FireSubjectPrefixes) == 0 {
 		c.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
 	}
-	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
 	c.Tick = cmp.Or(c.Tick, TickDefault)
 	c.MaxPending = cmp.Or(c.MaxPending, MaxPendingDefault)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, MaxHorizonDefault)
@@ -134,6 +149,15 @@ func (c Config) withDefaults() (Config, error) {
 	c.JanitorBatch = cmp.Or(c.JanitorBatch, JanitorBatchDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
 	c.Recent = cmp.Or(c.Recent, RecentDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, LeaseRenewIntervalDefault)
+	if c.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return c, fmt.Errorf("timeoutd: InstanceID is empty and the host name is unknown: %v", err)
+		}
+		c.InstanceID = host
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -146,8 +170,6 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	switch {
-	case c.Partitions < 1 || c.Partitions > 32767:
-		return c, fmt.Errorf("timeoutd: Partitions must be in [1, 32767], got %d", c.Partitions)
 	case c.Tick < 0:
 		return c, fmt.Errorf("timeoutd: Tick must be positive, got %v", c.Tick)
 	case c.MaxPending < 1:
@@ -174,8 +196,19 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("timeoutd: JanitorBatch must be positive, got %d", c.JanitorBatch)
 	case c.RetryDelay < 0:
 		return c, fmt.Errorf("timeoutd: RetryDelay must be positive, got %v", c.RetryDelay)
+	case c.LeaseTTL < 300*time.Millisecond:
+		return c, fmt.Errorf("timeoutd: LeaseTTL must be at least 300ms, got %v", c.LeaseTTL)
+	case c.LeaseRenewInterval <= 0 || c.LeaseRenewInterval >= c.renewDeadline():
+		return c, fmt.Errorf("timeoutd: LeaseRenewInterval must be positive and below two thirds of LeaseTTL (%v), got %v",
+			c.renewDeadline(), c.LeaseRenewInterval)
+	case len(c.InstanceID) > 200:
+		return c, fmt.Errorf("timeoutd: InstanceID must be at most 200 bytes, got %d", len(c.InstanceID))
 	case c.Recent < 1:
 		return c, fmt.Errorf("timeoutd: Recent must be positive, got %d", c.Recent)
 	}
 	return c, nil
 }
+
+// renewDeadline is how long after sending a renewal the leases are trusted
+// here without another: two thirds of LeaseTTL.
+func (c Config) renewDeadline() time.Duration { return c.LeaseTTL * 2 / 3 }

@@ -3,6 +3,7 @@ package timeoutd
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,13 +22,11 @@ type firer struct {
 	store Store
 	relay Relay
 	sched *schedule.Schedule
+	own   *ownership
 	stats *stats
 	m     Metrics
 	// hard is the context of every fire transaction; Kill cancels it.
-	hard context.Context
-	// open is closed when timeouts may fire: recovery closes it once the
-	// commands that waited at start are consumed.
-	open     chan struct{}
+	hard     context.Context
 	mu       sync.Mutex     // held by an onDue call in progress
 	slots    chan struct{}  // one per fire transaction in flight
 	inFlight sync.WaitGroup // the fire transactions in flight
@@ -35,20 +34,36 @@ type firer struct {
 }
 
 // onDue is the schedule's OnDue callback, never called concurrently with
-// itself. Until open is closed it waits: no timeout fires before the
-// commands that waited in the source at start (a clear, an extend) are
-// applied. It returns once the last transaction has started, so while the
+// itself. A timeout of a partition still catching up is offered again
+// catchupPoll later: none fires before the commands that waited for its
+// partition (a clear, an extend) are applied; one of a partition no longer
+// owned leaves the schedule. It returns once the last transaction has
+// started, so while the
 // transactions run the wheel gathers the next batch, and blocks while
 // FireConcurrency are in flight, so that batch grows with the backlog
 // instead of the transactions multiplying.
 func (f *firer) onDue(due []schedule.Due) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	<-f.open // closed at the latest when Run's context ends
 	if f.stopping.Load() {
 		return // still pending in Postgres; the next process fires them
 	}
 	now := f.cfg.Now()
+	var wait, gone []schedule.Ref
+	ready := due[:0]
+	for _, d := range due {
+		switch p := events.PartitionOf(d.Key); {
+		case f.own.isOpen(p):
+			ready = append(ready, d)
+		case f.own.owns(p):
+			wait = append(wait, d.Ref)
+		default:
+			gone = append(gone, d.Ref)
+		}
+	}
+	f.sched.Rearm(wait, now.Add(catchupPoll))
+	f.sched.Done(gone)
+	due = ready
 	for len(due) > 0 {
 		n := min(len(due), f.cfg.FireBatch)
 		chunk := due[:n]
@@ -93,11 +108,18 @@ func (f *firer) fire(due []schedule.Due, now time.Time) {
 	}
 	rows := make([]Due, len(due))
 	refs := make([]schedule.Ref, len(due))
+	var parts []int
 	for i, d := range due {
 		rows[i], refs[i] = Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline}, d.Ref
+		if p := events.PartitionOf(d.Key); !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
 	}
 	start := time.Now()
-	msgs, err := f.store.Fire(f.hard, rows, now, build)
+	// Fenced: the rows of a partition this instance no longer holds are
+	// not fired (and leave the schedule with the others: the owner fires
+	// them).
+	msgs, err := f.store.Fire(f.hard, f.own.fence(parts), rows, now, build)
 	f.cfg.Logger.Debug("fire batch", "size", len(due), "took", time.Since(start), "behind", time.Since(now))
 	if err != nil {
 		if f.hard.Err() != nil {

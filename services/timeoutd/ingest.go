@@ -3,6 +3,7 @@ package timeoutd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ type ingester struct {
 	store Store
 	dlq   DeadLetterer
 	sched *schedule.Schedule
+	own   *ownership
 	stats *stats
 	m     Metrics
 	// hard is the context of every batch's I/O: Stop lets the batch in
@@ -60,8 +62,8 @@ func (in *ingester) run(ctx context.Context) {
 			lanes[i] = lanes[i][:0]
 		}
 		for _, m := range msgs {
-			key := strings.TrimPrefix(m.Subject(), events.CommandSubjectPrefix)
-			l := PartitionOf(key, len(lanes))
+			key, _ := events.KeyOfStoredCommand(m.Subject()) // "" when malformed: dead-lettered in lane 0's partition
+			l := events.PartitionOf(key) % len(lanes)
 			lanes[l] = append(lanes[l], m)
 		}
 		var wg sync.WaitGroup
@@ -124,14 +126,33 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 	// keeps the newest version whatever the order of arrival.
 	cmds, deferred, reserved := in.sched.Admit(cmds)
 	defer in.sched.Unreserve(reserved)
+	// The fence: only the partitions this instance owns, at their epoch, are
+	// written; the commands of the others are negatively acknowledged at
+	// once, so their owner gets them.
+	refused := map[int]bool{}
 	if len(cmds) > 0 {
-		changes, err := in.store.Apply(ctx, cmds, in.cfg.Partitions, now)
+		parts := make([]int, 0, len(cmds))
+		for _, c := range cmds {
+			if p := events.PartitionOf(c.Key); !slices.Contains(parts, p) {
+				parts = append(parts, p)
+			}
+		}
+		changes, lost, err := in.store.Apply(ctx, in.own.fence(parts), cmds, now)
 		if err != nil {
 			return fmt.Errorf("apply %d commands: %w", len(cmds), err)
+		}
+		for _, p := range lost {
+			refused[p] = true
 		}
 		defer in.apply(changes)
 	}
 	for i, m := range valid {
+		if refused[events.PartitionOf(keys[i])] {
+			if err := m.NakWithDelay(0); err != nil {
+				in.cfg.Logger.Warn("hand back a command of a partition not owned", "seq", m.Seq(), "err", err)
+			}
+			continue
+		}
 		if deferred[keys[i]] {
 			if err := m.NakWithDelay(in.cfg.RetryDelay); err != nil {
 				in.cfg.Logger.Warn("defer command", "seq", m.Seq(), "err", err)
@@ -152,9 +173,12 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 
 // apply brings the schedule in line with committed changes.
 func (in *ingester) apply(changes []Change) {
-	sc := make([]schedule.Change, len(changes))
-	for i, c := range changes {
-		sc[i] = schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline}, Clear: c.State != StatePending}
+	sc := make([]schedule.Change, 0, len(changes))
+	for _, c := range changes {
+		if !in.own.owns(events.PartitionOf(c.Key)) {
+			continue // lost since the commit: the new owner loads it
+		}
+		sc = append(sc, schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline}, Clear: c.State != StatePending})
 	}
 	set, cleared := in.sched.Apply(sc)
 	in.stats.scheduled.Add(uint64(set))
@@ -169,7 +193,7 @@ func (in *ingester) decode(m Message, now time.Time) (events.Command, error) {
 	if err != nil {
 		return cmd, err
 	}
-	if m.Subject() != cmd.Subject() {
+	if key, ok := events.KeyOfStoredCommand(m.Subject()); !ok || key != cmd.Key {
 		return cmd, &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
 			Detail: fmt.Sprintf("key %q does not match subject %q", cmd.Key, m.Subject())}
 	}
@@ -194,7 +218,13 @@ func (in *ingester) decode(m Message, now time.Time) (events.Command, error) {
 // deadLetter publishes the rejected message with its reason, waits for the
 // PubAck, and terminates it so it is never redelivered.
 func (in *ingester) deadLetter(ctx context.Context, m Message, cause error, now time.Time) error {
-	d := events.NewDeadLetter(m.Subject(), m.Data(), m.Seq(), cause, now)
+	// The subject as the producer published it: the stream filed it under
+	// its partition (timeouts.cmd.<p>.<key>).
+	subject := m.Subject()
+	if key, ok := events.KeyOfStoredCommand(subject); ok {
+		subject = events.CommandSubject(key)
+	}
+	d := events.NewDeadLetter(subject, m.Data(), m.Seq(), cause, now)
 	if err := in.dlq.DeadLetter(ctx, d); err != nil {
 		return fmt.Errorf("dead-letter seq %d: %w", m.Seq(), err)
 	}

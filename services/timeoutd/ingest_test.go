@@ -92,11 +92,12 @@ func TestIngestNeverWaitsForRoom(t *testing.T) {
 			}
 			src := &batchSource{batches: [][]Message{batch}, drained: make(chan struct{})}
 			s, err := New(Config{MaxPending: tt.maxPending, Now: func() time.Time { return now }, RetryDelay: time.Hour},
-				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(s.sched.Stop)
+			ownAll(s)
 			for _, k := range tt.held {
 				s.ingest.apply([]Change{{Key: k, Version: 1, Deadline: now.Add(time.Hour)}})
 			}

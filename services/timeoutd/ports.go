@@ -11,21 +11,25 @@ import (
 // Store is every SQL operation timeoutd performs; package postgres
 // implements it. All methods are safe for concurrent use.
 type Store interface {
-	// Apply upserts the commands in one statement and one transaction: a row
-	// changes only when the command's version is newer than the stored one
-	// (tombstones included). cmds holds at most one command per key. It
-	// returns the rows that changed, once committed. A clear writes a
-	// tombstone whose deadline is now.
-	Apply(ctx context.Context, cmds []events.Command, partitions int, now time.Time) ([]Change, error)
-	// Fire, in one transaction, marks fired the rows of due still pending at
-	// that version (their tombstone time becomes firedAt), calls build for
-	// each such row and inserts the returned messages into the outbox. It
-	// returns the messages, committed, with their outbox IDs set. Rows that
-	// changed since are skipped.
-	Fire(ctx context.Context, due []Due, firedAt time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error)
-	// LoadPending returns up to limit pending rows with key > afterKey, in
-	// key order (only Key, Version and Deadline are set).
-	LoadPending(ctx context.Context, afterKey string, limit int) ([]Timeout, error)
+	// Apply upserts the commands in one transaction, fenced: only the
+	// commands of partitions whose lease fence still grants (same owner,
+	// same epoch, not expired by the database's clock, checked and locked in
+	// the same transaction) are written, and the partitions refused are
+	// returned. A row changes only when the command's version is newer than
+	// the stored one (tombstones included). cmds holds at most one command
+	// per key. It returns the rows that changed, once committed. A clear
+	// writes a tombstone whose deadline is now.
+	Apply(ctx context.Context, fence Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error)
+	// Fire, in one transaction fenced as Apply is, marks fired the rows of
+	// due still pending at that version (their tombstone time becomes
+	// firedAt), calls build for each such row and inserts the returned
+	// messages into the outbox. It returns the messages, committed, with
+	// their outbox IDs set. Rows that changed since, or whose partition the
+	// fence refuses, are skipped.
+	Fire(ctx context.Context, fence Fence, due []Due, firedAt time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error)
+	// LoadPending returns up to limit pending rows of partition with key >
+	// afterKey, in key order (only Key, Version and Deadline are set).
+	LoadPending(ctx context.Context, partition int, afterKey string, limit int) ([]Timeout, error)
 	// RetireTombstones turns up to limit tombstones older than before into
 	// version marks (StateRetired: the key's version and nothing else) and
 	// returns how many it retired.
@@ -33,6 +37,57 @@ type Store interface {
 	Reader
 	// Ping checks the database answers.
 	Ping(ctx context.Context) error
+}
+
+// Lease is an instance's right to act for a partition: the partition and
+// the epoch (the fencing token) it was granted at. Epochs only grow.
+type Lease struct {
+	Partition int
+	Epoch     int64
+}
+
+// Fence is what every write for partitions presents to the store: the
+// writer's instance id and its leases. The store writes for a partition
+// only while its lease row still holds this owner and epoch and has not
+// expired, in the same transaction as the write.
+type Fence struct {
+	Owner  string
+	Leases []Lease
+}
+
+// Leases is the partition lease table and the instance registry; package
+// postgres implements it. Every expiry is computed by the database's
+// clock, never an instance's. All methods are safe for concurrent use.
+type Leases interface {
+	// Heartbeat records instance id as live until ttl from now, with info
+	// (what the cluster view shows of it), and returns the number of live
+	// instances, itself included.
+	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (live int, err error)
+	// Acquire grants id up to n partitions among those free, expired or
+	// recorded as id's own but not in held (a restart under the same id),
+	// skipping rows a write of their owner holds locked; each grant bumps
+	// the epoch and expires ttl from now.
+	Acquire(ctx context.Context, id string, n int, held []int, ttl time.Duration) ([]Lease, error)
+	// Renew extends, to ttl from now, the leases of held that id still holds
+	// at their epoch and that have not expired, and returns those.
+	Renew(ctx context.Context, id string, held []Lease, ttl time.Duration) ([]Lease, error)
+	// Release gives up leases at once (they expire now; the epoch stays, the
+	// next grant bumps it).
+	Release(ctx context.Context, id string, leases []Lease) error
+	// Leave removes instance id from the live instances.
+	Leave(ctx context.Context, id string) error
+	// Instances returns the live instances with their info and the
+	// partitions each holds, by id.
+	Instances(ctx context.Context) ([]Instance, error)
+}
+
+// Instance is one live timeoutd instance as the cluster view shows it.
+type Instance struct {
+	ID         string
+	StartedAt  time.Time
+	Partitions []int
+	// Info is what the instance published with its heartbeat (JSON).
+	Info []byte
 }
 
 // Reader is the read API's queries of pending timeouts. Store includes
@@ -61,22 +116,28 @@ type Message interface {
 	NakWithDelay(delay time.Duration) error
 }
 
-// Source delivers command batches; package jetstream implements it with a
-// durable pull consumer.
+// Source delivers the command batches of the partitions added to it;
+// package jetstream implements it with a durable pull consumer per
+// partition.
 type Source interface {
 	// Next returns the next batch, blocking until at least one message is
 	// available or ctx ends (then it returns ctx's error). A batch holds at
-	// most the source's batch size.
+	// most the source's batch size, of any partitions added.
 	Next(ctx context.Context) ([]Message, error)
+	// Add starts delivering partition p's commands.
+	Add(ctx context.Context, p int) error
+	// Remove stops fetching partition p's commands; those already fetched
+	// may still be returned by Next (the fence refuses them).
+	Remove(p int)
 	// Close stops fetching and naks every message fetched and not yet
 	// returned by Next.
 	Close() error
-	// Mark returns a position covering every command the source holds
-	// now, to be passed to Consumed.
-	Mark(ctx context.Context) (uint64, error)
-	// Consumed reports whether every command up to mark has been acked or
-	// terminated (by this process or a previous one).
-	Consumed(ctx context.Context, mark uint64) (bool, error)
+	// Mark returns a position covering every command of partition p the
+	// source holds now, to be passed to Consumed.
+	Mark(ctx context.Context, p int) (uint64, error)
+	// Consumed reports whether every command of partition p up to mark has
+	// been acked or terminated (by this process or a previous owner).
+	Consumed(ctx context.Context, p int, mark uint64) (bool, error)
 }
 
 // DeadLetterer publishes dead letters and waits for their PubAck.

@@ -6,141 +6,159 @@ import (
 	"math"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
-// recovery rebuilds the schedule from the store at start (load) and then,
-// as a component (Start), holds the fires until the command backlog that
-// waited at start is consumed and releases the overdue timeouts.
+// recovery takes partitions over: it loads their pending rows into the
+// schedule, starts consuming their commands, and opens their fires once the
+// command backlog that waited for them is consumed. It runs at start, for
+// every partition acquired, and whenever the membership acquires more.
 type recovery struct {
-	startstop.Base
 	cfg   Config
 	store Store
 	src   Source
-	relay Relay
 	sched *schedule.Schedule
-	// hard is the context of the store reads and the outbox flush.
+	own   *ownership
+	// hard is the context of the store reads.
 	hard context.Context
-	// open is closed when the backlog is consumed (or after
-	// RecoveryCatchupMax, or when the release loop ends): fires may go.
-	open chan struct{}
-
-	held []schedule.Ref // the overdue timeouts, held by load
-	mark uint64         // the source's backlog at load
 }
 
-// load puts every pending row into the schedule in keyset-paginated
-// batches (the next page is read while the previous one goes into the
-// wheel), reads the source's backlog mark and flushes what a previous
-// process left in the outbox. The overdue rows are held, for Start to
-// release; the others are armed, but none fires before open is closed, so
-// a row due during the catch-up cannot beat a clear queued in the backlog
-// either. A failed page is retried until ctx ends. It returns the number
-// of rows loaded.
-func (r *recovery) load(ctx context.Context) (int, error) {
+// takeover is what load found for a set of partitions, for release.
+type takeover struct {
+	leases []Lease
+	parts  []int
+	held   []schedule.Ref // the overdue timeouts, held
+	marks  []uint64       // per partition, the source's backlog at load
+	loaded int
+}
+
+// load puts every pending row of the leases' partitions into the schedule in
+// keyset-paginated batches, partition by partition (the next page is read
+// while the previous one goes into the wheel), then starts consuming their
+// commands and reads each one's backlog mark. Ingest cannot write for a
+// partition before it is consumed here, so the rows read are every write
+// of the previous owner, which committed before this instance's lease
+// (the fence). The overdue rows are held, for release; the others are
+// armed, but none fires before release opens its partition, so a row due
+// during the catch-up cannot beat a clear queued in the backlog either. A
+// failed page is retried until ctx ends.
+func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) {
+	parts := partitionsOf(leases)
+	t := &takeover{leases: leases, parts: parts, marks: make([]uint64, len(parts))}
 	pages := make(chan []Timeout, 1)
 	loadErr := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { loadErr <- r.loadPages(ctx, pages) }()
-	loaded := 0
+	go func() { loadErr <- r.loadPages(ctx, parts, pages) }()
 	for rows := range pages {
 		entries := make([]schedule.Entry, len(rows))
-		for i, t := range rows {
-			entries[i] = schedule.Entry{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
+		for i, row := range rows {
+			entries[i] = schedule.Entry{Key: row.Key, Version: row.Version, Deadline: row.Deadline}
 		}
 		held, err := r.sched.Load(entries, r.cfg.Now())
-		r.held = append(r.held, held...)
+		t.held = append(t.held, held...)
 		if err != nil {
 			cancel()
 			<-loadErr
-			return loaded, fmt.Errorf("load pending timeouts (%d loaded, MaxPending %d): %w", loaded, r.cfg.MaxPending, err)
+			return t, fmt.Errorf("load pending timeouts (%d loaded, MaxPending %d): %w", t.loaded, r.cfg.MaxPending, err)
 		}
-		loaded += len(rows)
+		t.loaded += len(rows)
 	}
 	if err := <-loadErr; err != nil {
-		return loaded, err
+		return t, err
 	}
-	var err error
-	if r.mark, err = r.src.Mark(ctx); err != nil {
-		// Without a mark the fires wait the whole RecoveryCatchupMax.
-		r.cfg.Logger.Warn("read the command backlog; fires wait RecoveryCatchupMax", "err", err)
-		r.mark = math.MaxUint64
-	}
-	flushed, err := r.relay.Flush(r.hard)
-	if err != nil {
-		// The relay keeps retrying; readiness does not wait for NATS to
-		// come back, the outbox is durable.
-		r.cfg.Logger.Warn("flush outbox at recovery", "err", err)
-	}
-	r.cfg.Logger.Info("pending timeouts loaded", "pending", loaded, "overdue", len(r.held), "outbox_flushed", flushed)
-	return loaded, nil
-}
-
-// loadPages sends the pending rows page by page on pages, then closes it.
-func (r *recovery) loadPages(ctx context.Context, pages chan<- []Timeout) error {
-	defer close(pages)
-	after := ""
-	for {
-		rows, err := r.store.LoadPending(r.hard, after, r.cfg.RecoveryBatch)
+	for i, p := range parts {
+		if err := r.src.Add(ctx, p); err != nil {
+			return t, fmt.Errorf("consume partition %d: %w", p, err)
+		}
+		m, err := r.src.Mark(ctx, p)
 		if err != nil {
-			r.cfg.Logger.Warn("load pending timeouts; retrying", "after", after, "err", err)
-			if !sleep(ctx, r.cfg.RetryDelay) {
-				return fmt.Errorf("load pending timeouts: %w", err)
-			}
-			continue
+			// Without a mark the fires wait the whole RecoveryCatchupMax.
+			r.cfg.Logger.Warn("read the command backlog; fires wait RecoveryCatchupMax", "partition", p, "err", err)
+			m = math.MaxUint64
 		}
-		select {
-		case pages <- rows:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if len(rows) < r.cfg.RecoveryBatch {
-			return nil
-		}
-		after = rows[len(rows)-1].Key
+		t.marks[i] = m
 	}
+	return t, nil
 }
 
-// Start releases the fires once the source has consumed every command up
-// to the mark read by load (the backlog that waited while no process ran:
-// a clear among it must reach Postgres and the schedule before the timeout
-// it clears is fired), or RecoveryCatchupMax passed: it hands the held
-// overdue timeouts to the wheel spread at OverdueRate from now, so a long
-// outage does not flood NATS, and closes open, which lets every fire go.
-// A held timeout that a newer command replaced or cleared meanwhile is
-// skipped. open is closed too when ctx ends first.
-func (r *recovery) Start(ctx context.Context) { r.Base.Start(ctx, r.release) }
-
-func (r *recovery) release(ctx context.Context) {
-	defer close(r.open)
-	start := time.Now()
-	for {
-		done, err := r.src.Consumed(ctx, r.mark)
-		if done {
-			break
+// loadPages sends the pending rows of parts page by page on pages, then
+// closes it.
+func (r *recovery) loadPages(ctx context.Context, parts []int, pages chan<- []Timeout) error {
+	defer close(pages)
+	for _, p := range parts {
+		after := ""
+		for {
+			rows, err := r.store.LoadPending(r.hard, p, after, r.cfg.RecoveryBatch)
+			if err != nil {
+				r.cfg.Logger.Warn("load pending timeouts; retrying", "partition", p, "after", after, "err", err)
+				if !sleep(ctx, r.cfg.RetryDelay) {
+					return fmt.Errorf("load pending timeouts: %w", err)
+				}
+				continue
+			}
+			select {
+			case pages <- rows:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if len(rows) < r.cfg.RecoveryBatch {
+				break
+			}
+			after = rows[len(rows)-1].Key
 		}
-		if err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Warn("check the command backlog", "err", err)
+	}
+	return nil
+}
+
+// release opens the fires of t's partitions once the source has consumed
+// every command of each up to its mark (the backlog that waited while no
+// instance owned it: a clear among it must reach Postgres and the schedule
+// before the timeout it clears is fired), or RecoveryCatchupMax passed: it
+// hands the held overdue timeouts to the wheel spread at OverdueRate from
+// now, so a long outage does not flood NATS, and opens the partitions. A
+// held timeout that a newer command replaced or cleared meanwhile is
+// skipped. It returns early, leaving the partitions closed, when ctx ends.
+func (r *recovery) release(ctx context.Context, t *takeover) bool {
+	start := time.Now()
+	waiting := make([]int, len(t.parts)) // indexes into t.parts
+	for i := range waiting {
+		waiting[i] = i
+	}
+	for len(waiting) > 0 {
+		left := waiting[:0]
+		for _, i := range waiting {
+			done, err := r.src.Consumed(ctx, t.parts[i], t.marks[i])
+			if err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("check the command backlog", "partition", t.parts[i], "err", err)
+			}
+			if !done {
+				left = append(left, i)
+			}
+		}
+		waiting = left
+		if len(waiting) == 0 {
+			break
 		}
 		if time.Since(start) >= r.cfg.RecoveryCatchupMax {
 			r.cfg.Logger.Warn("command backlog not consumed within RecoveryCatchupMax; releasing the fires",
-				"mark", r.mark, "waited", time.Since(start))
+				"partitions", len(waiting), "waited", time.Since(start))
 			break
 		}
 		if !sleep(ctx, catchupPoll) {
-			return
+			return false
 		}
 	}
-	if len(r.held) == 0 {
-		return
+	released := r.sched.Release(t.held, r.cfg.Now(), r.cfg.OverdueRate)
+	for _, l := range t.leases {
+		r.own.openAt(l.Partition, l.Epoch)
 	}
-	released := r.sched.Release(r.held, r.cfg.Now(), r.cfg.OverdueRate)
-	r.cfg.Logger.Info("overdue timeouts released", "held", len(r.held), "released", released, "waited", time.Since(start))
-	r.held = nil
+	r.cfg.Logger.Info("partitions open", "partitions", len(t.parts), "pending", t.loaded, "overdue", len(t.held),
+		"released", released, "waited", time.Since(start))
+	return true
 }
 
-// catchupPoll is how often the release loop asks the source whether the
-// backlog is consumed.
+// catchupPoll is how often release asks the source whether the backlog is
+// consumed, and how soon a timeout of a partition still catching up is
+// offered again.
 const catchupPoll = 20 * time.Millisecond

@@ -40,9 +40,9 @@ func (b *lateBacklogSource) Next(ctx context.Context) ([]Message, error) {
 	return nil, ctx.Err()
 }
 
-func (b *lateBacklogSource) Mark(context.Context) (uint64, error) { return 1, nil }
+func (b *lateBacklogSource) Mark(context.Context, int) (uint64, error) { return 1, nil }
 
-func (b *lateBacklogSource) Consumed(context.Context, uint64) (bool, error) {
+func (b *lateBacklogSource) Consumed(context.Context, int, uint64) (bool, error) {
 	if b.calls.Add(1) == 3 {
 		close(b.ready)
 	}
@@ -60,7 +60,7 @@ func TestRecoveryHoldsFiresDueDuringCatchup(t *testing.T) {
 	st := &fakeStore{rows: map[string]Timeout{}, pending: []Timeout{{Key: "k", Version: 1, Deadline: deadline}}}
 	src := &lateBacklogSource{clear: cmdMsg(t, 1, clearCmd("k", 2)), ready: make(chan struct{})}
 	s, err := New(Config{RecoveryCatchupMax: time.Minute},
-		Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+		Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ type Deps struct {
 	Source      Source
 	DeadLetters DeadLetterer
 	Relay       Relay
+	// Leases is the partition lease table.
+	Leases Leases
 	// Metrics is optional; default NopMetrics.
 	Metrics Metrics
 }
@@ -41,11 +43,15 @@ type Service struct {
 	sched *schedule.Schedule
 	stats *stats
 
-	recovery *recovery
-	ingest   *ingester
-	fire     *firer
-	janitor  *janitor
-	sampler  *sampler
+	own        *ownership
+	membership *membership
+	recovery   *recovery
+	ingest     *ingester
+	fire       *firer
+	janitor    *janitor
+	sampler    *sampler
+	caughtUp   chan struct{}
+	caughtOnce sync.Once
 
 	m         Metrics
 	ready     chan struct{}
@@ -55,9 +61,10 @@ type Service struct {
 
 	// hard is the context of every I/O; Kill cancels it, so an in-flight
 	// batch is abandoned as in a crash.
-	hard    context.Context
-	kill    context.CancelFunc
-	runOnce sync.Once
+	hard      context.Context
+	kill      context.CancelFunc
+	runOnce   sync.Once
+	startedAt atomic.Pointer[time.Time]
 }
 
 // New returns a Service; it starts the wheel's goroutines, which Run stops.
@@ -75,6 +82,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, errors.New("timeoutd: Deps.DeadLetters is nil")
 	case d.Relay == nil:
 		return nil, errors.New("timeoutd: Deps.Relay is nil")
+	case d.Leases == nil:
+		return nil, errors.New("timeoutd: Deps.Leases is nil")
 	}
 	if d.Metrics == nil {
 		d.Metrics = NopMetrics{}
@@ -85,16 +94,20 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, relay: d.Relay, m: d.Metrics,
 		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
-	s.fire = &firer{cfg: cfg, store: d.Store, relay: d.Relay, stats: s.stats, m: d.Metrics, hard: s.hard,
-		open: make(chan struct{}), slots: make(chan struct{}, cfg.FireConcurrency)}
-	s.sched, err = schedule.New(schedule.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending, Partitions: cfg.Partitions,
-		Partition: PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger})
+	s.own = &ownership{id: cfg.InstanceID}
+	s.caughtUp = make(chan struct{})
+	s.fire = &firer{cfg: cfg, store: d.Store, relay: d.Relay, own: s.own, stats: s.stats, m: d.Metrics, hard: s.hard,
+		slots: make(chan struct{}, cfg.FireConcurrency)}
+	s.sched, err = schedule.New(schedule.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending, Partitions: events.Partitions,
+		Partition: events.PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("timeoutd: %w", err)
 	}
 	s.fire.sched = s.sched
-	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, relay: d.Relay, sched: s.sched, hard: s.hard, open: s.fire.open}
-	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, stats: s.stats,
+	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, sched: s.sched, own: s.own, hard: s.hard}
+	s.membership = &membership{cfg: cfg, leases: d.Leases, src: d.Source, sched: s.sched, rec: s.recovery, own: s.own,
+		info: s.instanceInfo, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
+	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
 	s.janitor = &janitor{cfg: cfg, store: d.Store}
 	s.sampler = &sampler{cfg: cfg, sched: s.sched, relay: d.Relay, stats: s.stats}
@@ -108,7 +121,7 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // waiting at start, or after RecoveryCatchupMax, or when Run's context
 // ends: then the overdue timeouts found by recovery are handed to the wheel,
 // and timeouts fire; none fires before.
-func (s *Service) CaughtUp() <-chan struct{} { return s.fire.open }
+func (s *Service) CaughtUp() <-chan struct{} { return s.caughtUp }
 
 // IsReady reports whether recovery has finished and shutdown has not begun.
 func (s *Service) IsReady() bool { return s.live.Load() }
@@ -154,20 +167,19 @@ func (s *Service) Run(ctx context.Context) error {
 	// until the flush below; Kill stops it at once.
 	s.relay.Start(hard)
 	defer s.relay.Stop()
-
-	start := s.cfg.Now()
-	loaded, err := s.recovery.load(ctx)
-	if err != nil {
-		s.fire.stopping.Store(true)
-		close(s.fire.open) // lets a waiting onDue see stopping
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	start := time.Now()
+	s.startedAt.Store(&start)
+	// What a previous process committed to the outbox and did not publish
+	// goes out first; the relay keeps retrying if NATS is away (the outbox
+	// is durable, readiness does not wait for NATS).
+	if n, err := s.relay.Flush(hard); err != nil {
+		s.cfg.Logger.Warn("flush outbox at start", "err", err)
+	} else if n > 0 {
+		s.cfg.Logger.Info("outbox flushed at start", "published", n)
 	}
-	s.markReady(s.cfg.Now().Sub(start), loaded)
-
-	components := []startstop.Service{s.recovery, s.ingest, s.janitor, s.sampler}
+	// The membership takes this instance's share of the partitions over
+	// (load, consume, open) and reports ready; ingest consumes what it adds.
+	components := []startstop.Service{s.membership, s.ingest, s.janitor, s.sampler}
 	for _, c := range components {
 		c.Start(ctx)
 	}
@@ -175,16 +187,20 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Graceful shutdown (ctx ended, or Kill).
 	s.live.Store(false)
-	s.ingest.Stop() // the batch in flight commits and is acked
 	for _, c := range components {
-		c.Stop()
+		c.Stop() // ingest first: the batch in flight commits and is acked
 	}
 	s.fire.stopping.Store(true) // a batch the wheel cuts now stays pending
 	s.sched.Stop()
 	s.fire.drain()
+	s.caughtOnce.Do(func() { close(s.caughtUp) })
 	if hard.Err() != nil {
 		return nil
 	}
+	// Every write is done: hand the partitions over at once.
+	rctx, cancel := context.WithTimeout(hard, s.cfg.LeaseTTL)
+	s.membership.releaseAll(rctx)
+	cancel()
 	if err := s.src.Close(); err != nil {
 		s.cfg.Logger.Warn("close command source", "err", err)
 	}
@@ -192,13 +208,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		s.cfg.Logger.Warn("flush outbox on shutdown", "err", err)
 	}
-	s.cfg.Logger.Info("timeoutd stopped", "flushed", n, "pending_in_db", s.sched.Len())
+	s.cfg.Logger.Info("timeoutd stopped", "flushed", n)
 	return nil
 }
 
-// markReady reports ready once recovery is done.
-func (s *Service) markReady(took time.Duration, loaded int) {
+// markReady reports ready once the first partitions are loaded.
+func (s *Service) markReady(loaded int) {
 	s.readyOnce.Do(func() {
+		took := time.Since(*s.startedAt.Load())
 		s.live.Store(!s.draining.Load())
 		close(s.ready)
 		s.m.RecoveryDuration(took)
@@ -241,3 +258,20 @@ func (s *Service) GetPending(ctx context.Context, key string) (Timeout, error) {
 
 // Check reports whether Postgres answers; readiness also needs IsReady.
 func (s *Service) Check(ctx context.Context) error { return s.store.Ping(ctx) }
+
+// instanceInfo is what this instance's heartbeat publishes.
+func (s *Service) instanceInfo() []byte {
+	return marshalInfo(instanceInfo{Pending: int64(s.sched.Len()), Fired: s.stats.fired.Load() + s.stats.missed.Load()})
+}
+
+// Instances returns the live instances of the cluster, with the partitions
+// each holds.
+func (s *Service) Instances(ctx context.Context) ([]Instance, error) {
+	return s.membership.leases.Instances(ctx)
+}
+
+// InstanceID returns this instance's id in the cluster.
+func (s *Service) InstanceID() string { return s.cfg.InstanceID }
+
+// Owned returns the partitions this instance owns.
+func (s *Service) Owned() []int { return s.own.owned() }

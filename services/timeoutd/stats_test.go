@@ -55,7 +55,7 @@ func TestPublishedReadsTaggedAndClaimedEvents(t *testing.T) {
 			t.Parallel()
 			m := &latencies{}
 			s, err := New(Config{}, Deps{Store: &fakeStore{rows: map[string]Timeout{}}, Source: nopSource{},
-				DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Metrics: m})
+				DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,7 +2,6 @@ package timeoutd
 
 import (
 	"errors"
-	"hash/fnv"
 	"time"
 )
 
@@ -77,12 +76,4 @@ type Query struct {
 	KeyPrefix string
 	// Limit is the page size.
 	Limit int
-}
-
-// PartitionOf returns the partition of key among n: FNV-1a of the key
-// modulo n.
-func PartitionOf(key string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
 }

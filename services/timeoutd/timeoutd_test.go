@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +34,7 @@ type fakeStore struct {
 	pending []Timeout
 }
 
-func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now time.Time) ([]Change, error) {
+func (f *fakeStore) Apply(_ context.Context, fence Fence, cmds []events.Command, now time.Time) ([]Change, []int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = append(f.applied, cmds)
@@ -43,10 +45,10 @@ func (f *fakeStore) Apply(_ context.Context, cmds []events.Command, _ int, now t
 			out[i].State, out[i].Deadline = StateCleared, now
 		}
 	}
-	return out, nil
+	return out, nil, nil
 }
 
-func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error) {
+func (f *fakeStore) Fire(_ context.Context, _ Fence, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error) {
 	f.mu.Lock()
 	before := f.beforeFire
 	f.beforeFire = nil
@@ -73,11 +75,17 @@ func (f *fakeStore) Fire(_ context.Context, due []Due, _ time.Time, build func(T
 	return out, nil
 }
 
-func (f *fakeStore) LoadPending(_ context.Context, after string, _ int) ([]Timeout, error) {
+func (f *fakeStore) LoadPending(_ context.Context, p int, after string, _ int) ([]Timeout, error) {
 	if after != "" {
 		return nil, nil
 	}
-	return f.pending, nil
+	var out []Timeout
+	for _, t := range f.pending {
+		if events.PartitionOf(t.Key) == p {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 func (f *fakeStore) RetireTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
 func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
@@ -106,10 +114,44 @@ func (m *fakeMsg) NakWithDelay(time.Duration) error { m.fate = "nak"; return nil
 
 type nopSource struct{}
 
-func (nopSource) Next(ctx context.Context) ([]Message, error)    { <-ctx.Done(); return nil, ctx.Err() }
-func (nopSource) Close() error                                   { return nil }
-func (nopSource) Mark(context.Context) (uint64, error)           { return 0, nil }
-func (nopSource) Consumed(context.Context, uint64) (bool, error) { return true, nil }
+func (nopSource) Next(ctx context.Context) ([]Message, error)         { <-ctx.Done(); return nil, ctx.Err() }
+func (nopSource) Add(context.Context, int) error                      { return nil }
+func (nopSource) Remove(int)                                          {}
+func (nopSource) Close() error                                        { return nil }
+func (nopSource) Mark(context.Context, int) (uint64, error)           { return 0, nil }
+func (nopSource) Consumed(context.Context, int, uint64) (bool, error) { return true, nil }
+
+// soleLeases grants every partition to whoever asks, at epoch 1: a cluster
+// of one.
+type soleLeases struct{}
+
+func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte) (int, error) {
+	return 1, nil
+}
+func (soleLeases) Acquire(_ context.Context, _ string, n int, held []int, _ time.Duration) ([]Lease, error) {
+	var out []Lease
+	for p := 0; p < events.Partitions && len(out) < n; p++ {
+		if !slices.Contains(held, p) {
+			out = append(out, Lease{Partition: p, Epoch: 1})
+		}
+	}
+	return out, nil
+}
+func (soleLeases) Renew(_ context.Context, _ string, held []Lease, _ time.Duration) ([]Lease, error) {
+	return held, nil
+}
+func (soleLeases) Release(context.Context, string, []Lease) error { return nil }
+func (soleLeases) Leave(context.Context, string) error            { return nil }
+func (soleLeases) Instances(context.Context) ([]Instance, error)  { return nil, nil }
+
+// ownAll makes s the owner of every partition, open: as after the
+// membership's first round, without running it.
+func ownAll(s *Service) {
+	for p := range events.Partitions {
+		s.own.gain(Lease{Partition: p, Epoch: 1})
+		s.own.openAt(p, 1)
+	}
+}
 
 type fakeDLQ struct{ got []events.DeadLetter }
 
@@ -146,12 +188,12 @@ func newTestService(t *testing.T, clk *fakeClock) (*Service, *fakeStore, *fakeDL
 	t.Helper()
 	st, dlq := &fakeStore{rows: map[string]Timeout{}}, &fakeDLQ{}
 	s, err := New(Config{Now: clk.Now, RetryDelay: 10 * time.Millisecond},
-		Deps{Store: st, Source: nopSource{}, DeadLetters: dlq, Relay: &fakeRelay{}})
+		Deps{Store: st, Source: nopSource{}, DeadLetters: dlq, Relay: &fakeRelay{}, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.sched.Stop)
-	close(s.fire.open) // as after recovery: fires may go
+	ownAll(s) // as after the first round: fires may go
 	return s, st, dlq
 }
 
@@ -178,7 +220,7 @@ func cmdMsg(t *testing.T, seq uint64, c events.Command) *fakeMsg {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fakeMsg{subject: c.Subject(), data: data, seq: seq}
+	return &fakeMsg{subject: events.PartitionedCommandSubject(c.Key), data: data, seq: seq}
 }
 
 func TestIngestDedupesValidatesAndAcks(t *testing.T) {
@@ -194,8 +236,8 @@ func TestIngestDedupesValidatesAndAcks(t *testing.T) {
 		cmdMsg(t, 2, set("a", 3)),
 		cmdMsg(t, 3, set("a", 1)),
 		cmdMsg(t, 4, events.Command{Schema: 1, Kind: events.KindClear, Key: "b", Version: 9}),
-		{subject: "timeouts.cmd.c", data: []byte(`{"kind":"clear","key":"other","version":1}`), seq: 5},
-		{subject: "timeouts.cmd.d", data: []byte(`nope`), seq: 6},
+		{subject: events.PartitionedCommandSubject("c"), data: []byte(`{"kind":"clear","key":"other","version":1}`), seq: 5},
+		{subject: events.PartitionedCommandSubject("d"), data: []byte(`nope`), seq: 6},
 	}
 	batch := make([]Message, len(msgs))
 	for i, m := range msgs {
@@ -234,12 +276,14 @@ func TestDecodeRules(t *testing.T) {
 		cmd     events.Command
 		reason  events.Reason // empty: accepted
 	}{
-		{"valid set", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancel.k"}, ""},
-		{"past deadline accepted", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(-time.Hour), FireSubject: "orders.cancel.k"}, ""},
-		{"other key on subject", "timeouts.cmd.j", events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
-		{"prefix not allowed", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancelled.k"}, events.ReasonSubjectNotAllowed},
-		{"deadline before 1678", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
-		{"beyond horizon", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(MaxHorizonDefault + time.Second), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
+		{"valid set", events.PartitionedCommandSubject("k"), events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancel.k"}, ""},
+		{"past deadline accepted", events.PartitionedCommandSubject("k"), events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(-time.Hour), FireSubject: "orders.cancel.k"}, ""},
+		{"other key on subject", events.PartitionedCommandSubject("j"), events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
+		{"prefix not allowed", events.PartitionedCommandSubject("k"), events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Minute), FireSubject: "orders.cancelled.k"}, events.ReasonSubjectNotAllowed},
+		{"deadline before 1678", events.PartitionedCommandSubject("k"), events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
+		{"unpartitioned subject", "timeouts.cmd.k", events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
+		{"wrong partition", "timeouts.cmd.3.k", events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1}, events.ReasonSubjectMismatch},
+		{"beyond horizon", events.PartitionedCommandSubject("k"), events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(MaxHorizonDefault + time.Second), FireSubject: "orders.cancel.k"}, events.ReasonDeadlineOutOfRange},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -334,7 +378,6 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		field string
 	}{
 		{"prefix without dot", Config{FireSubjectPrefixes: []string{"orders.cancel"}}, "FireSubjectPrefixes"},
-		{"partitions", Config{Partitions: -1}, "Partitions"},
 		{"max pending", Config{MaxPending: -5}, "MaxPending"},
 		{"fire batch", Config{FireBatch: -1}, "FireBatch"},
 		{"recovery catch-up", Config{RecoveryCatchupMax: -time.Second}, "RecoveryCatchupMax"},
@@ -347,32 +390,6 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %s", err, tt.field)
 			}
 		})
-	}
-}
-
-// TestPartitionOfIsPinned pins PartitionOf to FNV-1a values computed
-// outside Go (partitions are stored with each row and decide ownership, so
-// they must never change between processes or releases: a per-process hash
-// seed would fail this).
-func TestPartitionOfIsPinned(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		key           string
-		of16, ofSeven int
-	}{
-		{"a", 12, 5},
-		{"b", 5, 6},
-		{"o-1", 8, 4},
-		{"o-2", 1, 5},
-		{"o-3", 14, 0},
-		{"ord_42", 11, 1},
-		{"x", 7, 4},
-		{"019a4b2c-7d1e-7f00-8a3b-123456789abc", 12, 2},
-	}
-	for _, tt := range tests {
-		if got16, got7 := PartitionOf(tt.key, 16), PartitionOf(tt.key, 7); got16 != tt.of16 || got7 != tt.ofSeven {
-			t.Errorf("PartitionOf(%q) = %d of 16, %d of 7; want %d, %d", tt.key, got16, got7, tt.of16, tt.ofSeven)
-		}
 	}
 }
 
@@ -412,7 +429,7 @@ type backlogSource struct {
 	n, calls, tooEarly int
 }
 
-func (b *backlogSource) Consumed(context.Context, uint64) (bool, error) {
+func (b *backlogSource) Consumed(context.Context, int, uint64) (bool, error) {
 	b.calls++
 	b.st.mu.Lock()
 	if len(b.st.fired) > 0 {
@@ -438,28 +455,35 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			st := &fakeStore{rows: map[string]Timeout{}}
 			src := &backlogSource{st: st, n: tt.consumed}
 			s, err := New(Config{RecoveryCatchupMax: 150 * time.Millisecond},
-				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(s.sched.Stop)
+			// a and b share a partition, taken over: one Consumed call a
+			// poll.
+			p := events.PartitionOf("a")
+			b := "b"
+			for i := 0; events.PartitionOf(b) != p; i++ {
+				b = fmt.Sprintf("b%d", i)
+			}
+			lease := Lease{Partition: p, Epoch: 1}
+			s.own.gain(lease)
 			overdue := time.Now().Add(-time.Minute)
-			held, err := s.sched.Load([]schedule.Entry{{Key: "a", Version: 1, Deadline: overdue}, {Key: "b", Version: 1, Deadline: overdue}}, time.Now())
+			held, err := s.sched.Load([]schedule.Entry{{Key: "a", Version: 1, Deadline: overdue}, {Key: b, Version: 1, Deadline: overdue}}, time.Now())
 			if err != nil || len(held) != 2 {
 				t.Fatalf("held %d, err %v; want 2", len(held), err)
 			}
 			// A newer command replaces b while it is held.
-			s.ingest.apply([]Change{{Key: "b", Version: 2, Deadline: time.Now().Add(time.Hour)}})
-			s.recovery.held, s.recovery.mark = held, 7
+			s.ingest.apply([]Change{{Key: b, Version: 2, Deadline: time.Now().Add(time.Hour)}})
+			tk := &takeover{leases: []Lease{lease}, parts: []int{p}, held: held, marks: []uint64{7}}
 			start := time.Now()
-			s.recovery.release(context.Background())
+			s.recovery.release(context.Background(), tk)
 			if waited := time.Since(start); waited < tt.minWaited {
 				t.Fatalf("released after %v, want at least %v", waited, tt.minWaited)
 			}
-			select {
-			case <-s.CaughtUp():
-			default:
-				t.Fatal("CaughtUp not closed")
+			if !s.own.isOpen(p) {
+				t.Fatalf("partition %d not open after release", p)
 			}
 			if src.tooEarly > 0 {
 				t.Fatal("an overdue timeout fired while the backlog was not consumed")
@@ -518,12 +542,12 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 	now := deadline.Add(time.Millisecond)
 	st := &fakeStore{rows: map[string]Timeout{}, failFire: errors.New("connection reset")}
 	s, err := New(Config{MaxPending: 2, Now: newClock(now).Now, RetryDelay: 20 * time.Millisecond},
-		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}})
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.sched.Stop)
-	close(s.fire.open) // as after recovery: fires may go
+	ownAll(s) // as after the first round: fires may go
 	// While the first fire transaction is in flight, ingest takes two new
 	// sets.
 	a, b := cmdMsg(t, 1, setCmd("a", 1, now.Add(time.Hour))), cmdMsg(t, 2, setCmd("b", 1, now.Add(time.Hour)))

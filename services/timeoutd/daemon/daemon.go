@@ -222,6 +222,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
 	envDuration(getenv, "TIMEOUTD_RECOVERY_CATCHUP_MAX", &c.Service.RecoveryCatchupMax, &errs)
 	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
+	envDuration(getenv, "TIMEOUTD_LEASE_TTL", &c.Service.LeaseTTL, &errs)
+	envDuration(getenv, "TIMEOUTD_LEASE_RENEW_INTERVAL", &c.Service.LeaseRenewInterval, &errs)
+	c.Service.InstanceID = getenv("TIMEOUTD_INSTANCE_ID")
 	envDuration(getenv, "TIMEOUTD_STATEMENT_TIMEOUT", &c.StatementTimeout, &errs)
 	envDuration(getenv, "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout, &errs)
 	envDuration(getenv, "TIMEOUTD_RELAY_CLAIM_MIN_AGE", &c.RelayClaimMinAge, &errs)
@@ -240,7 +243,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envInt(getenv, "TIMEOUTD_RELAY_WORKERS", &c.RelayWorkers, &errs)
 	envInt(getenv, "TIMEOUTD_BATCH_SIZE", &c.Consumer.BatchSize, &errs)
 	envInt(getenv, "TIMEOUTD_MAX_PENDING", &c.Service.MaxPending, &errs)
-	envInt(getenv, "TIMEOUTD_PARTITIONS", &c.Service.Partitions, &errs)
 	envInt(getenv, "TIMEOUTD_FIRE_BATCH", &c.Service.FireBatch, &errs)
 	envInt(getenv, "TIMEOUTD_FIRE_CONCURRENCY", &c.Service.FireConcurrency, &errs)
 	envInt(getenv, "TIMEOUTD_OVERDUE_RATE", &c.Service.OverdueRate, &errs)
@@ -375,8 +377,9 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err = timeoutd.New(cfg.Service, timeoutd.Deps{Store: postgres.NewStore(m.pool), Reads: postgres.NewStore(m.reads), Source: src,
-		DeadLetters: tjs.NewDeadLetters(js), Relay: relay, Metrics: metrics})
+	store := postgres.NewStore(m.pool)
+	svc, err = timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads), Source: src,
+		DeadLetters: tjs.NewDeadLetters(js), Relay: relay, Leases: store.Leases(), Metrics: metrics})
 	if err != nil {
 		_ = src.Close()
 		return nil, err

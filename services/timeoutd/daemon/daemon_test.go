@@ -254,7 +254,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	cmd := setCmd("c-1", 1, deadline)
 	// The command is in the stream, unacked, and already committed.
 	e.publish(t, cmd)
-	if _, err := postgres.NewStore(e.pool).Apply(context.Background(), []events.Command{cmd}, 16, time.Now()); err != nil {
+	if _, _, err := postgres.NewStore(e.pool).Apply(context.Background(), e.previous(t), []events.Command{cmd}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.start(t, nil)
@@ -278,11 +278,6 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	cfg := tjs.ConsumerConfig{Durable: tjs.DurableDefault, BatchSize: tjs.BatchSizeDefault, AckWait: time.Second}
-	cons, err := e.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, tjs.ConsumerSettings(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
 	far := time.Now().Add(time.Hour)
 	e.publish(t, setCmd("r-1", 1, far))
 	e.publishRaw(t, "timeouts.cmd.r-bad", []byte(`{"kind":`), "bad-r")
@@ -290,13 +285,22 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 	e.publish(t, clearCmd("r-1", 2))
 	e.publish(t, setCmd("r-3", 1, far))
 	// The dead process: every command delivered, none acked.
-	batch, err := cons.FetchNoWait(10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := tjs.ConsumerConfig{BatchSize: tjs.BatchSizeDefault, AckWait: time.Second}
+	var consumers []jetstream.Consumer
 	delivered := 0
-	for range batch.Messages() {
-		delivered++
+	for _, p := range []int{events.PartitionOf("r-1"), events.PartitionOf("r-bad"), events.PartitionOf("r-2"), events.PartitionOf("r-3")} {
+		cons, err := e.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, tjs.ConsumerSettings(p, cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumers = append(consumers, cons)
+		batch, err := cons.FetchNoWait(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range batch.Messages() {
+			delivered++
+		}
 	}
 	if delivered != 5 {
 		t.Fatalf("fetched %d commands, want 5", delivered)
@@ -319,8 +323,13 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 	})
 	// Each was acked or terminated, so none can be delivered again.
 	eventually(t, 5*time.Second, "no command awaiting an ack", func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.NumPending == 0
+		for _, cons := range consumers {
+			info, err := cons.Info(ctx)
+			if err != nil || info.NumAckPending != 0 || info.NumRedelivered != 0 || info.NumPending != 0 {
+				return false
+			}
+		}
+		return true
 	})
 	if got := d.Service().Stats().DeadLettered; got != 1 {
 		t.Errorf("dead-lettered %d, want 1", got)
@@ -333,12 +342,13 @@ func fireWithoutPublish(t *testing.T, e *env, key string, deadline time.Time) ou
 	t.Helper()
 	ctx := context.Background()
 	st := postgres.NewStore(e.pool)
-	if _, err := st.Apply(ctx, []events.Command{setCmd(key, 1, deadline)}, 16, time.Now()); err != nil {
+	fence := e.previous(t)
+	if _, _, err := st.Apply(ctx, fence, []events.Command{setCmd(key, 1, deadline)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var msg outbox.Message
 	now := time.Now()
-	fired, err := st.Fire(ctx, []timeoutd.Due{{Key: key, Version: 1, Deadline: deadline.UTC()}}, now, func(tm timeoutd.Timeout) outbox.Message {
+	fired, err := st.Fire(ctx, fence, []timeoutd.Due{{Key: key, Version: 1, Deadline: deadline.UTC()}}, now, func(tm timeoutd.Timeout) outbox.Message {
 		ex := events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: tm.Key, Version: tm.Version, Deadline: tm.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(tm.Deadline))}
 		data, _ := json.Marshal(ex)
 		msg = outbox.Message{Subject: tm.FireSubject, MsgID: ex.MsgID(), Data: data}

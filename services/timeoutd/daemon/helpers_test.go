@@ -18,6 +18,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/postgres"
 )
@@ -85,6 +86,7 @@ func (e *env) start(t testing.TB, mutate func(*daemon.Config)) *started {
 	cfg := daemon.Config{DatabaseURL: e.dbURL, NATSURL: e.nats.URL, HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	cfg.Service.JanitorInterval = 200 * time.Millisecond
+	cfg.Service.InstanceID = testInstance
 	cfg.ShutdownDelay = 50 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
@@ -256,4 +258,20 @@ func get(t testing.TB, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// testInstance is the instance id of the daemons a test starts: a daemon
+// started after another one in the same test takes its leases over at
+// once, as a restarted process does.
+const testInstance = "daemon-test"
+
+// previous takes every partition's lease as the daemon's previous process
+// did, and returns its fence, for writes made as that process.
+func (e *env) previous(t testing.TB) timeoutd.Fence {
+	t.Helper()
+	leases, err := postgres.NewStore(e.pool).Leases().Acquire(context.Background(), testInstance, events.Partitions, nil, time.Minute)
+	if err != nil || len(leases) != events.Partitions {
+		t.Fatalf("acquire the leases: %d, %v", len(leases), err)
+	}
+	return timeoutd.Fence{Owner: testInstance, Leases: leases}
 }

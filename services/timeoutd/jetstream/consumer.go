@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,89 +15,130 @@ import (
 
 // Defaults of ConsumerConfig.
 const (
-	// DurableDefault is the durable consumer's name.
-	DurableDefault = "timeoutd"
-	// BatchSizeDefault is the most commands per batch (one upsert each).
+	// DurablePrefix names the durable consumer of each partition's
+	// commands: timeoutd-00 … timeoutd-63.
+	DurablePrefix = "timeoutd-"
+	// BatchSizeDefault is the most commands Next returns at once.
 	BatchSizeDefault = 5000
-	// AckWaitDefault is how long a delivered command may stay unacked
-	// before JetStream redelivers it. It bounds how long the commands a
-	// killed process had fetched wait for the next one, so it is short; a
-	// batch commits in well under a second.
+	// AckWaitDefault is how long a delivered command may stay unacked before
+	// JetStream redelivers it (to the partition's owner of the moment).
 	AckWaitDefault = 10 * time.Second
 )
 
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
-	// Durable is the consumer's durable name; default DurableDefault.
-	Durable string
-	// BatchSize is the most messages Next returns; default
-	// BatchSizeDefault. Twice as many are prefetched, and MaxAckPending is
-	// four times it, which bounds the commands in memory.
+	// BatchSize is the most commands Next returns; default BatchSizeDefault.
 	BatchSize int
-	// AckWait is the redelivery timeout of an unacked command; default
-	// AckWaitDefault.
+	// AckWait is the redelivery timeout of an unacked command (at least 1s);
+	// default AckWaitDefault.
 	AckWait time.Duration
 }
 
-// Consumer is a durable pull consumer on events.CommandSubjects with
-// explicit acks. It implements timeoutd.Source: a goroutine of nats.go
-// prefetches messages into a buffer and Next takes what is there, so a batch
-// grows while the previous one is in Postgres.
+// Consumer delivers the commands of the partitions this instance owns. The
+// command stream files each command under timeouts.cmd.<partition>.<key>
+// (events.CommandSubjectTransform); each partition has a durable pull
+// consumer of its own (DurableName), with explicit acks, that only its
+// owner reads. It implements timeoutd.Source: Add starts a partition's
+// consumer, whose nats.go goroutine prefetches into one buffer shared by
+// every partition, and Next takes what is there, so a batch grows while the
+// previous one is in Postgres.
 type Consumer struct {
 	cfg    ConsumerConfig
+	js     jetstream.JetStream
 	stream jetstream.Stream
-	cc     jetstream.ConsumeContext
 	msgs   chan jetstream.Msg
+
+	mu    sync.Mutex
+	parts map[int]partition
+}
+
+// partition is one owned partition's consumer.
+type partition struct {
+	cons jetstream.Consumer
+	cc   jetstream.ConsumeContext
 }
 
 var _ timeoutd.Source = (*Consumer)(nil)
 
-// ConsumerSettings returns the consumer's JetStream configuration.
-func ConsumerSettings(cfg ConsumerConfig) jetstream.ConsumerConfig {
+// DurableName returns the durable consumer name of partition p.
+func DurableName(p int) string { return fmt.Sprintf("%s%02d", DurablePrefix, p) }
+
+// ConsumerSettings returns the JetStream configuration of partition p's
+// consumer.
+func ConsumerSettings(p int, cfg ConsumerConfig) jetstream.ConsumerConfig {
+	cfg = cfg.withDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:       cfg.Durable,
-		Description:   "timeoutd: timeout commands",
-		FilterSubject: events.CommandSubjects,
+		Durable:       DurableName(p),
+		Description:   fmt.Sprintf("timeoutd: timeout commands of partition %d", p),
+		FilterSubject: events.PartitionCommandSubjects(p),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: 4 * cfg.BatchSize,
+		MaxAckPending: max(4*cfg.BatchSize/events.Partitions, 1000),
 		ReplayPolicy:  jetstream.ReplayInstantPolicy,
 	}
 }
 
-// NewConsumer creates or updates the durable consumer on the command stream
-// (which must exist: see internal/streams) and starts consuming.
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	return c
+}
+
+// NewConsumer returns a Consumer on the command stream, delivering nothing
+// until Add.
 func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) {
-	cfg.Durable = cmp.Or(cfg.Durable, DurableDefault)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
-	cfg.AckWait = cmp.Or(cfg.AckWait, AckWaitDefault)
+	cfg = cfg.withDefaults()
 	if cfg.BatchSize < 1 {
 		return nil, fmt.Errorf("jetstream: BatchSize must be positive, got %d", cfg.BatchSize)
 	}
 	if cfg.AckWait < time.Second {
 		return nil, fmt.Errorf("jetstream: AckWait must be at least 1s, got %v", cfg.AckWait)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamCommands, ConsumerSettings(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", cfg.Durable, err)
-	}
 	stream, err := js.Stream(ctx, events.StreamCommands)
 	if err != nil {
 		return nil, fmt.Errorf("look up stream %s: %w", events.StreamCommands, err)
 	}
-	c := &Consumer{cfg: cfg, stream: stream, msgs: make(chan jetstream.Msg, cfg.BatchSize)}
-	c.cc, err = cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
-		jetstream.PullMaxMessages(2*cfg.BatchSize))
-	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", cfg.Durable, err)
-	}
-	return c, nil
+	return &Consumer{cfg: cfg, js: js, stream: stream, msgs: make(chan jetstream.Msg, cfg.BatchSize), parts: map[int]partition{}}, nil
 }
 
-// Next implements timeoutd.Source: it waits for one message, then takes
-// what else is buffered, up to BatchSize.
+// Add implements timeoutd.Source: it creates (or updates) partition p's
+// durable consumer and starts consuming it.
+func (c *Consumer) Add(ctx context.Context, p int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.parts[p]; ok {
+		return nil
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, ConsumerSettings(p, c.cfg))
+	if err != nil {
+		return fmt.Errorf("create consumer %s: %w", DurableName(p), err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
+		jetstream.PullMaxMessages(max(2*c.cfg.BatchSize/events.Partitions, 100)))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", DurableName(p), err)
+	}
+	c.parts[p] = partition{cons: cons, cc: cc}
+	return nil
+}
+
+// Remove implements timeoutd.Source: it stops consuming partition p. The
+// commands of p already fetched stay in the buffer; the fence of ingest
+// refuses them and they are negatively acknowledged, so the next owner gets
+// them.
+func (c *Consumer) Remove(p int) {
+	c.mu.Lock()
+	part, ok := c.parts[p]
+	delete(c.parts, p)
+	c.mu.Unlock()
+	if ok {
+		part.cc.Stop()
+	}
+}
+
+// Next implements timeoutd.Source.
 func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	var first jetstream.Msg
 	select {
@@ -117,10 +159,8 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	return batch, nil
 }
 
-// Mark implements timeoutd.Source: it returns the command stream's last
-// sequence, so every command stored now has a sequence at most the mark.
-// One JetStream API request.
-func (c *Consumer) Mark(ctx context.Context) (uint64, error) {
+// Mark implements timeoutd.Source: the stream's last sequence now.
+func (c *Consumer) Mark(ctx context.Context, _ int) (uint64, error) {
 	info, err := c.stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("stream info %s: %w", events.StreamCommands, err)
@@ -128,35 +168,42 @@ func (c *Consumer) Mark(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// Consumed implements timeoutd.Source. The command stream is a work queue:
-// a message leaves it when it is acked or terminated, so every command up
-// to mark is consumed when the stream is empty or its first sequence is
-// past mark. One JetStream API request.
-func (c *Consumer) Consumed(ctx context.Context, mark uint64) (bool, error) {
-	info, err := c.stream.Info(ctx)
-	if err != nil {
-		return false, fmt.Errorf("stream info %s: %w", events.StreamCommands, err)
+// Consumed implements timeoutd.Source: partition p's consumer has acked
+// every command up to mark when its ack floor reached mark, or when it has
+// nothing pending or unacked at all.
+func (c *Consumer) Consumed(ctx context.Context, p int, mark uint64) (bool, error) {
+	c.mu.Lock()
+	part, ok := c.parts[p]
+	c.mu.Unlock()
+	if !ok {
+		return false, fmt.Errorf("partition %d is not consumed here", p)
 	}
-	return info.State.Msgs == 0 || info.State.FirstSeq > mark, nil
+	info, err := part.cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("consumer info %s: %w", DurableName(p), err)
+	}
+	return info.AckFloor.Stream >= mark || (info.NumPending == 0 && info.NumAckPending == 0), nil
 }
 
-// Close implements timeoutd.Source: it stops consuming and naks the
-// buffered messages so another process gets them at once.
+// Close implements timeoutd.Source: it stops every partition's consumer and
+// negatively acknowledges what was fetched and not returned by Next.
 func (c *Consumer) Close() error {
-	c.cc.Stop()
+	c.mu.Lock()
+	parts := c.parts
+	c.parts = map[int]partition{}
+	c.mu.Unlock()
+	for _, part := range parts {
+		part.cc.Stop()
+	}
+	for _, part := range parts {
+		<-part.cc.Closed()
+	}
 	for {
 		select {
 		case m := <-c.msgs:
 			_ = m.Nak()
-		case <-c.cc.Closed():
-			for {
-				select {
-				case m := <-c.msgs:
-					_ = m.Nak()
-				default:
-					return nil
-				}
-			}
+		default:
+			return nil
 		}
 	}
 }
@@ -164,7 +211,7 @@ func (c *Consumer) Close() error {
 // msg adapts a jetstream.Msg to timeoutd.Message.
 type msg struct{ jetstream.Msg }
 
-// Seq returns the stream sequence, or 0 when the metadata is unreadable.
+// Seq returns the message's stream sequence.
 func (m msg) Seq() uint64 {
 	md, err := m.Metadata()
 	if err != nil {

@@ -69,22 +69,41 @@ var _ timeoutd.Store = (*Store)(nil)
 // NewStore returns a Store on pool; run Migrate first.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
+// fenceSQL share-locks, in partition order, the lease rows that $3 holds
+// at the epochs of $1/$2 and that have not expired by Postgres's clock, and
+// returns their partitions. Held until the transaction ends, the locks make
+// an acquisition by another instance (which updates the row) wait for the
+// commit: the new owner then loads what this transaction wrote.
+const fenceSQL = `
+SELECT l.part FROM timeout_leases l
+JOIN unnest($1::int2[], $2::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+WHERE l.owner = $3 AND l.expires_at > now()
+ORDER BY l.part
+FOR SHARE OF l`
+
+// applySQL upserts the commands of the partitions whose lease rows fenceSQL
+// locked earlier in the same transaction (the same condition, on $9..$11).
 const applySQL = `
 INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload)
 SELECT v, d, NULLIF(l, 0), p, s, k, f, pl
 FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::bytea[], $7::text[], $8::bytea[]) AS u(v, d, l, p, s, k, f, pl)
+WHERE p IN (SELECT l.part FROM timeout_leases l
+	JOIN unnest($9::int2[], $10::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+	WHERE l.owner = $11 AND l.expires_at > now())
 ON CONFLICT (key) DO UPDATE SET
 	version = EXCLUDED.version, deadline_ns = EXCLUDED.deadline_ns, max_lateness_ms = EXCLUDED.max_lateness_ms,
 	state = EXCLUDED.state, fire_subject = EXCLUDED.fire_subject, payload = EXCLUDED.payload
 WHERE t.version < EXCLUDED.version
 RETURNING key, version, state, deadline_ns`
 
-// Apply implements timeoutd.Store: one INSERT … ON CONFLICT DO UPDATE …
-// WHERE version is newer, over unnest arrays, in its own transaction. A
-// max_lateness_ms of 0 is stored as NULL, which takes no byte of the row.
-// The rows go in the order of their stored keys (key.go), so the upsert
-// locks them in the order Fire does and the two never deadlock.
-func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int, now time.Time) ([]timeoutd.Change, error) {
+// Apply implements timeoutd.Store: in one transaction, pipelined in one
+// round trip, the fence (fenceSQL) and one INSERT … ON CONFLICT DO UPDATE …
+// WHERE version is newer, over unnest arrays, of the commands of the
+// partitions the fence grants. A max_lateness_ms of 0 is stored as NULL,
+// which takes no byte of the row. The rows go in the order of their stored
+// keys (key.go), so the upsert locks them in the order Fire does and the two
+// never deadlock.
+func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.Command, now time.Time) ([]timeoutd.Change, []int, error) {
 	n := len(cmds)
 	order := make([]int, n)
 	stored := make([][]byte, n)
@@ -98,14 +117,14 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 	for i, j := range order {
 		c := cmds[j]
 		versions[i], keys[i] = c.Version, stored[j]
-		parts[i] = int16(timeoutd.PartitionOf(c.Key, partitions))
+		parts[i] = int16(events.PartitionOf(c.Key))
 		if c.Kind == events.KindClear {
 			states[i], deadlines[i] = int16(timeoutd.StateCleared), now.UnixNano()
 			continue
 		}
 		if err := events.CheckTime("deadline", c.Deadline); err != nil {
 			// Validated commands never get here: the deadline would wrap.
-			return nil, fmt.Errorf("upsert timeout %s: %w", c.Key, err)
+			return nil, nil, fmt.Errorf("upsert timeout %s: %w", c.Key, err)
 		}
 		states[i], deadlines[i] = int16(timeoutd.StatePending), c.Deadline.UnixNano()
 		lateness[i] = int32(min(c.MaxLatenessMs, math.MaxInt32))
@@ -116,32 +135,87 @@ func (s *Store) Apply(ctx context.Context, cmds []events.Command, partitions int
 			payloads[i] = c.Payload
 		}
 	}
-	rows, err := s.pool.Query(ctx, applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads)
-	if err != nil {
-		return nil, fmt.Errorf("upsert timeouts: %w", err)
-	}
-	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Change, error) {
-		var c timeoutd.Change
-		var state int16
-		var deadline int64
-		err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline)
-		c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
-		return c, err
+	fp, fe := fenceArrays(fence)
+	var granted []int16
+	var changes []timeoutd.Change
+	err := s.inTx(ctx, func(b *pgx.Batch) {
+		queueFence(b, fp, fe, fence.Owner, &granted)
+		b.Queue(applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads, fp, fe, fence.Owner).Query(func(rows pgx.Rows) error {
+			var err error
+			changes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Change, error) {
+				var c timeoutd.Change
+				var state int16
+				var deadline int64
+				err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline)
+				c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
+				return c, err
+			})
+			return err
+		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("upsert timeouts: %w", err)
+		return nil, nil, fmt.Errorf("upsert timeouts: %w", err)
 	}
-	return changes, nil
+	return changes, refused(parts, granted), nil
 }
 
-// fireSQL locks the due rows still pending at their version in key order
-// (the order Apply's upsert takes them in, so the two cannot deadlock),
-// then marks them fired.
+// fenceArrays returns the partitions and epochs of fence's leases.
+func fenceArrays(fence timeoutd.Fence) ([]int16, []int64) {
+	parts, epochs := make([]int16, len(fence.Leases)), make([]int64, len(fence.Leases))
+	for i, l := range fence.Leases {
+		parts[i], epochs[i] = int16(l.Partition), l.Epoch
+	}
+	return parts, epochs
+}
+
+// queueFence queues fenceSQL, collecting the granted partitions.
+func queueFence(b *pgx.Batch, parts []int16, epochs []int64, owner string, granted *[]int16) {
+	b.Queue(fenceSQL, parts, epochs, owner).Query(func(rows pgx.Rows) error {
+		var err error
+		*granted, err = pgx.CollectRows(rows, pgx.RowTo[int16])
+		return err
+	})
+}
+
+// refused returns the distinct partitions of parts not among granted.
+func refused(parts, granted []int16) []int {
+	var out []int
+	for _, p := range parts {
+		if !slices.Contains(granted, p) && !slices.Contains(out, int(p)) {
+			out = append(out, int(p))
+		}
+	}
+	return out
+}
+
+// inTx runs the statements queue adds in one transaction, pipelined in one
+// round trip with BEGIN and COMMIT. A connection left inside the
+// transaction by a failure is closed by the pool on release, which rolls
+// the transaction back.
+func (s *Store) inTx(ctx context.Context, queue func(*pgx.Batch)) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	queue(b)
+	b.Queue("COMMIT")
+	return conn.SendBatch(ctx, b).Close()
+}
+
+// fireSQL locks the due rows still pending at their version, of the
+// partitions the fence grants (locked by fenceSQL in the same
+// transaction), in key order (the order Apply's upsert takes them in, so
+// the two cannot deadlock), then marks them fired.
 const fireSQL = `
 WITH locked AS (
 	SELECT t.key FROM timeouts t
 	JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
-	WHERE t.state = 0
+	WHERE t.state = 0 AND t.part IN (SELECT l.part FROM timeout_leases l
+		JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+		WHERE l.owner = $6 AND l.expires_at > now())
 	ORDER BY t.key
 	FOR UPDATE OF t)
 UPDATE timeouts t SET state = 2, deadline_ns = $3
@@ -149,16 +223,16 @@ FROM locked
 WHERE t.key = locked.key AND t.state = 0
 RETURNING t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload`
 
-// Fire implements timeoutd.Store: the conditional update and the outbox
-// insert share one transaction, pipelined in two round trips (BEGIN and the
-// update; the insert and COMMIT) instead of four, which under a storm's
+// Fire implements timeoutd.Store: the fence, the conditional update and
+// the outbox insert share one transaction, pipelined in two round trips
+// (BEGIN, the fence and the update; the insert and COMMIT) instead of five, which under a storm's
 // load saves two wake-ups of the connection and of its backend per batch.
 // The insert's statement needs the update's rows, so it cannot join the
 // first trip. If reading the insert's ids fails after Postgres ran it, the
 // COMMIT has already been sent: the rows are fired and their events are in
 // the outbox, which the relay's polls publish, and the error makes the
 // caller retry timeouts that are no longer pending, which does nothing.
-func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []outbox.Message, err error) {
+func (s *Store) Fire(ctx context.Context, fence timeoutd.Fence, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []outbox.Message, err error) {
 	keys, versions := make([][]byte, len(due)), make([]int64, len(due))
 	deadlines := make(map[string]time.Time, len(due))
 	for i, d := range due {
@@ -173,9 +247,12 @@ func (s *Store) Fire(ctx context.Context, due []timeoutd.Due, firedAt time.Time,
 	// the pool on release, which rolls the transaction back.
 	defer conn.Release()
 	var msgs []outbox.Message
+	fp, fe := fenceArrays(fence)
+	var granted []int16
 	mark := &pgx.Batch{}
 	mark.Queue("BEGIN")
-	mark.Queue(fireSQL, keys, versions, firedAt.UnixNano()).Query(func(rows pgx.Rows) error {
+	queueFence(mark, fp, fe, fence.Owner, &granted)
+	mark.Queue(fireSQL, keys, versions, firedAt.UnixNano(), fp, fe, fence.Owner).Query(func(rows pgx.Rows) error {
 		var err error
 		msgs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Message, error) {
 			var t timeoutd.Timeout
@@ -211,11 +288,13 @@ func fireSubject(key string, stored *string) string {
 }
 
 const loadPendingSQL = `SELECT key, version, deadline_ns FROM timeouts
-	WHERE key > $1 AND state = 0 ORDER BY key LIMIT $2`
+	WHERE (part, key) > ($1, $2) AND part = $1 AND state = 0 ORDER BY part, key LIMIT $3`
 
-// LoadPending implements timeoutd.Store with a keyset scan of the primary key.
-func (s *Store) LoadPending(ctx context.Context, afterKey string, limit int) ([]timeoutd.Timeout, error) {
-	rows, err := s.pool.Query(ctx, loadPendingSQL, encodeKey(afterKey), limit)
+// LoadPending implements timeoutd.Store with a keyset scan of the
+// partition's pending rows (index timeouts_pending_part; the row
+// comparison lets a generic plan use it too).
+func (s *Store) LoadPending(ctx context.Context, partition int, afterKey string, limit int) ([]timeoutd.Timeout, error) {
+	rows, err := s.pool.Query(ctx, loadPendingSQL, int16(partition), encodeKey(afterKey), limit)
 	if err != nil {
 		return nil, fmt.Errorf("load pending: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,14 +100,14 @@ func TestListPendingPagesEveryRowOnce(t *testing.T) {
 			want = append(want, row{d, key})
 		}
 	}
-	if _, err := s.Apply(ctx, cmds, 16, time.Now()); err != nil {
+	if _, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var clears []events.Command
 	for i := 0; i < 1000; i += 5 {
 		clears = append(clears, events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: cmds[i].Key, Version: 2})
 	}
-	if _, err := s.Apply(ctx, clears, 16, time.Now()); err != nil {
+	if _, _, err := s.Apply(ctx, fenceAll(t, s), clears, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Keys of equal deadlines come in the order of their stored form.
@@ -149,7 +150,7 @@ func TestMaxLatenessRoundTrip(t *testing.T) {
 	s, pool := newStore(t)
 	ctx := context.Background()
 	d := time.Now().Add(time.Hour).UTC()
-	if _, err := s.Apply(ctx, []events.Command{setCmd("none", 1, d, 0), setCmd("bounded", 1, d, 1500)}, 16, time.Now()); err != nil {
+	if _, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{setCmd("none", 1, d, 0), setCmd("bounded", 1, d, 1500)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var nulls int
@@ -174,7 +175,7 @@ func TestMaxLatenessRoundTrip(t *testing.T) {
 	}
 	due := []timeoutd.Due{{Key: "none", Version: 1, Deadline: d}, {Key: "bounded", Version: 1, Deadline: d}}
 	built := map[string]time.Duration{} // the bound each fired timeout was built with
-	fired, err := s.Fire(ctx, due, d, func(f timeoutd.Timeout) outbox.Message {
+	fired, err := s.Fire(ctx, fenceAll(t, s), due, d, func(f timeoutd.Timeout) outbox.Message {
 		built[f.Key] = f.MaxLateness
 		return outbox.Message{Subject: f.FireSubject, MsgID: f.Key, Data: []byte("{}")}
 	})
@@ -245,6 +246,10 @@ func literal(v any) string {
 		return "ARRAY[" + strings.Join(lits, ", ") + "]"
 	case []int64:
 		return strings.ReplaceAll(fmt.Sprintf("ARRAY%v", v), " ", ", ")
+	case []int16:
+		return strings.ReplaceAll(fmt.Sprintf("ARRAY%v", v), " ", ", ") + "::int2[]"
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
 	default:
 		return fmt.Sprint(v)
 	}
@@ -291,10 +296,10 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"ListPending wide key prefix", listPendingSQL(true, false), ranges("order-"), "timeouts_pending", ""},
 		{"ListPending narrow key prefix", listPendingSQL(true, false), ranges("order-012345"), "timeouts_pkey", ""},
 		{"ListPending UUID key prefix", listPendingSQL(true, true), ranges("0190"), "timeouts_pkey", ""},
-		{"LoadPending", loadPendingSQL, []any{encodeKey("order-0125000"), 5000}, "timeouts_pkey", "timeouts_pkey"},
+		{"LoadPending", loadPendingSQL, []any{int16(3), encodeKey("order-0125000"), 5000}, "timeouts_pending_part", "timeouts_pending_part"},
 		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey"},
 		{"RetireTombstones", retireTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
-		{"Fire", fireSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now}, "timeouts_pkey", "timeouts_pkey"},
+		{"Fire", fireSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, generic := range []bool{false, true} {
@@ -340,7 +345,7 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	keySize := func() int {
 		t.Helper()
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT octet_length(key) FROM timeouts WHERE version = 1 AND part = 0 AND octet_length(key) IN (17, 36)`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT octet_length(key) FROM timeouts WHERE version = 1 AND octet_length(key) IN (17, 36)`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -392,7 +397,24 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	if g, err := s.GetPending(ctx, uuidKey); err != nil || g.Key != uuidKey || keySize() != 17 {
 		t.Fatalf("after up: UUID key read as %q (%v), stored in %d bytes; want it in 17", g.Key, err, keySize())
 	}
-	if _, err := s.Apply(ctx, []events.Command{setCmd("new-none", 1, d.Add(time.Second), 0)}, 16, time.Now()); err != nil {
+	// 00005: every row's partition is events.PartitionOf of its key.
+	rows, err := pool.Query(ctx, `SELECT key, part FROM timeouts`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var k string
+		var p int16
+		err := r.Scan((*keyDest)(&k), &p)
+		if err == nil && int(p) != events.PartitionOf(k) {
+			t.Errorf("after up: %s in partition %d, want %d", k, p, events.PartitionOf(k))
+		}
+		return k, err
+	})
+	if err != nil || len(parts) != 4 {
+		t.Fatalf("after up: %d rows (%v), want 4", len(parts), err)
+	}
+	if _, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{setCmd("new-none", 1, d.Add(time.Second), 0)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.DownTo(ctx, 1); err != nil {
@@ -443,7 +465,7 @@ func TestFireAndApplyDoNotDeadlock(t *testing.T) {
 		return outbox.Message{Subject: f.FireSubject, MsgID: fmt.Sprintf("%s:%d", f.Key, f.Version), Data: []byte("{}")}
 	}
 	for round := int64(1); round <= 15; round++ {
-		if _, err := s.Apply(ctx, set(2*round-1, keys), 1, time.Now()); err != nil {
+		if _, _, err := s.Apply(ctx, fenceAll(t, s), set(2*round-1, keys), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		due := make([]timeoutd.Due, n)
@@ -452,11 +474,11 @@ func TestFireAndApplyDoNotDeadlock(t *testing.T) {
 		}
 		errs := make(chan error, 2)
 		go func() {
-			_, err := s.Fire(ctx, due, deadline, build)
+			_, err := s.Fire(ctx, fenceAll(t, s), due, deadline, build)
 			errs <- err
 		}()
 		go func() {
-			_, err := s.Apply(ctx, set(2*round, reversed), 1, time.Now())
+			_, _, err := s.Apply(ctx, fenceAll(t, s), set(2*round, reversed), time.Now())
 			errs <- err
 		}()
 		for range 2 {
@@ -483,7 +505,7 @@ func TestFireIsAtomic(t *testing.T) {
 		cmds = append(cmds, setCmd(k, 1, d, 0))
 		due = append(due, timeoutd.Due{Key: k, Version: 1, Deadline: d})
 	}
-	if _, err := s.Apply(ctx, cmds, 16, time.Now()); err != nil {
+	if _, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	count := func(sql string) int {
@@ -504,7 +526,7 @@ func TestFireIsAtomic(t *testing.T) {
 		{"insert succeeds: committed", func(f timeoutd.Timeout) string { return f.FireSubject }, false, 0},
 	}
 	for _, tc := range tests { // sequential: the second fires what the first left
-		msgs, err := s.Fire(ctx, due, d, func(f timeoutd.Timeout) outbox.Message {
+		msgs, err := s.Fire(ctx, fenceAll(t, s), due, d, func(f timeoutd.Timeout) outbox.Message {
 			return outbox.Message{Subject: tc.subject(f), MsgID: f.Key, Data: []byte("{}")}
 		})
 		if (err != nil) != tc.wantErr {
@@ -538,12 +560,12 @@ func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
 		end  func(t *testing.T, s *Store, v1 events.Command) // clears or fires v1
 	}{
 		{"cleared", func(t *testing.T, s *Store, v1 events.Command) {
-			if _, err := s.Apply(ctx, []events.Command{{Schema: 1, Kind: events.KindClear, Key: v1.Key, Version: 2}}, 16, now); err != nil {
+			if _, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{{Schema: 1, Kind: events.KindClear, Key: v1.Key, Version: 2}}, now); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"fired", func(t *testing.T, s *Store, v1 events.Command) {
-			msgs, err := s.Fire(ctx, []timeoutd.Due{{Key: v1.Key, Version: 1, Deadline: v1.Deadline}}, now,
+			msgs, err := s.Fire(ctx, fenceAll(t, s), []timeoutd.Due{{Key: v1.Key, Version: 1, Deadline: v1.Deadline}}, now,
 				func(timeoutd.Timeout) outbox.Message {
 					return outbox.Message{Subject: "s", MsgID: "m", Data: []byte("{}")}
 				})
@@ -558,7 +580,7 @@ func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
 			s, _ := newStore(t)
 			v1 := setCmd("o-1", 1, now.Add(-time.Second), 0)
 			v1.Payload = []byte(`{"a":1}`)
-			if _, err := s.Apply(ctx, []events.Command{v1}, 16, now); err != nil {
+			if _, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{v1}, now); err != nil {
 				t.Fatal(err)
 			}
 			tt.end(t, s, v1)
@@ -568,7 +590,7 @@ func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
 				t.Fatalf("janitor: %d tombstones, %v; want 1", n, err)
 			}
 			// v1 is replayed.
-			changes, err := s.Apply(ctx, []events.Command{v1}, 16, now.Add(3*timeoutd.TombstoneTTLDefault))
+			changes, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{v1}, now.Add(3*timeoutd.TombstoneTTLDefault))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -578,12 +600,12 @@ func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
 			if _, err := s.GetPending(ctx, v1.Key); !errors.Is(err, timeoutd.ErrNotFound) {
 				t.Fatalf("GetPending = %v, want ErrNotFound: nothing pending", err)
 			}
-			if rows, err := s.LoadPending(ctx, "", 10); err != nil || len(rows) != 0 {
+			if rows, err := s.LoadPending(ctx, events.PartitionOf(v1.Key), "", 10); err != nil || len(rows) != 0 {
 				t.Fatalf("recovery would load %+v (%v): nothing may fire", rows, err)
 			}
 			// A newer set still takes the key.
 			v3 := setCmd("o-1", 3, now.Add(time.Hour), 0)
-			if changes, err := s.Apply(ctx, []events.Command{v3}, 16, now); err != nil || len(changes) != 1 {
+			if changes, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{v3}, now); err != nil || len(changes) != 1 {
 				t.Fatalf("newer set: %+v, %v", changes, err)
 			}
 			got, err := s.GetPending(ctx, v3.Key)
@@ -602,11 +624,30 @@ func TestApplyRefusesDeadlineOutOfRange(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	c := setCmd("o-1500", 1, time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), 0)
-	_, err := s.Apply(ctx, []events.Command{c}, 16, time.Now())
+	_, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{c}, time.Now())
 	if events.ReasonOf(err) != events.ReasonDeadlineOutOfRange || !strings.Contains(err.Error(), "deadline") {
 		t.Fatalf("err = %v, want %s naming deadline", err, events.ReasonDeadlineOutOfRange)
 	}
 	if got, err := s.GetPending(ctx, c.Key); !errors.Is(err, timeoutd.ErrNotFound) {
 		t.Fatalf("stored %+v (%v)", got, err)
 	}
+}
+
+// fences holds each test store's fence: every partition, acquired once.
+var fences sync.Map // *Store → timeoutd.Fence
+
+// fenceAll returns a fence granting every partition on s's database, to
+// the owner "test", acquiring the leases at the first call.
+func fenceAll(t testing.TB, s *Store) timeoutd.Fence {
+	t.Helper()
+	if f, ok := fences.Load(s); ok {
+		return f.(timeoutd.Fence)
+	}
+	leases, err := s.Leases().Acquire(context.Background(), "test", events.Partitions, nil, time.Hour)
+	if err != nil || len(leases) != events.Partitions {
+		t.Fatalf("acquire every lease: %d, %v", len(leases), err)
+	}
+	f := timeoutd.Fence{Owner: "test", Leases: leases}
+	fences.Store(s, f)
+	return f
 }

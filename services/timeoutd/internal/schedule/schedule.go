@@ -58,9 +58,9 @@ type Config struct {
 	// Partitions is the number of key partitions (see Partition);
 	// default 1.
 	Partitions int
-	// Partition returns the partition of a key among Partitions; required
-	// when Partitions is above 1.
-	Partition func(key string, partitions int) int
+	// Partition returns the partition of a key, in [0, Partitions);
+	// required when Partitions is above 1.
+	Partition func(key string) int
 	// OnDue receives the timeouts whose deadline passed, by the wall clock
 	// Now, in batches; it is never called concurrently with itself, and the
 	// wheel gathers the next batch while it runs. Each timeout is in flight
@@ -312,7 +312,7 @@ func (s *Schedule) partition(key string) int {
 	if s.cfg.Partitions == 1 {
 		return 0
 	}
-	return s.cfg.Partition(key, s.cfg.Partitions)
+	return s.cfg.Partition(key)
 }
 
 // DueBefore returns, for each horizon, the timeouts held whose deadline is

@@ -42,10 +42,10 @@ func (r *recorder) waitDue(t *testing.T, n int) []Due {
 	}
 }
 
-func fnvPartition(key string, n int) int {
+func fnvPartition(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
+	return int(h.Sum32() % 8)
 }
 
 // newTest returns a Schedule whose wall clock is *now (guarded by mu) and
@@ -235,14 +235,14 @@ func TestDropTakesWholePartitions(t *testing.T) {
 	for i := range 200 {
 		k := fmt.Sprintf("ord-%d", i)
 		changes = append(changes, set(k, 1, now.Add(time.Hour)))
-		want[fnvPartition(k, 8)]++
+		want[fnvPartition(k)]++
 	}
 	s.Apply(changes)
 	held, _ := s.Load([]Entry{{Key: "overdue", Version: 1, Deadline: now.Add(-time.Second)}}, now)
-	want[fnvPartition("overdue", 8)]++
+	want[fnvPartition("overdue")]++
 	s.Apply([]Change{set("due", 1, now)})
 	inFlight := r.waitDue(t, 1)[0]
-	want[fnvPartition("due", 8)]++
+	want[fnvPartition("due")]++
 	if got := s.Count(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("count = %v, want %v", got, want)
 	}
@@ -264,7 +264,7 @@ func TestDropTakesWholePartitions(t *testing.T) {
 	s.Release(held, now, 1000)
 	s.Rearm([]Ref{inFlight.Ref}, now)
 	time.Sleep(20 * time.Millisecond)
-	if fnvPartition("due", 8)%2 == 1 && len(r.got()) != 1 {
+	if fnvPartition("due")%2 == 1 && len(r.got()) != 1 {
 		t.Fatalf("a dropped in-flight timeout was re-armed: %+v", r.got())
 	}
 	if s.Len() != 201-dropped+1 {
