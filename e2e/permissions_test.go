@@ -53,6 +53,8 @@ type permFixture struct {
 	// held are in-flight messages whose ack must be refused to everyone;
 	// own are in-flight messages their owner acks.
 	heldOrders, ownOrders, heldTimeoutd, ownTimeoutd jetstream.Msg
+	// partition is the command partition whose consumer timeoutd holds.
+	partition int
 	// created is the subject of an order event the observer reads.
 	created string
 }
@@ -141,16 +143,24 @@ func startPermFixture(t *testing.T) *permFixture {
 	if err != nil {
 		t.Fatalf("orders creates its consumer: %v", err)
 	}
+	// timeoutd's consumer of one partition, holding two commands of it.
+	held := []string{fmt.Sprintf("perm-%d-held-0", run)}
+	f.partition = events.PartitionOf(held[0])
+	for i := 1; len(held) < 2; i++ {
+		if k := fmt.Sprintf("perm-%d-held-%d", run, i); events.PartitionOf(k) == f.partition {
+			held = append(held, k)
+		}
+	}
 	tc, err := timeoutd.js.CreateOrUpdateConsumer(ctx, events.StreamCommands,
-		tjs.ConsumerSettings(tjs.ConsumerConfig{Durable: tjs.DurableDefault, AckWait: time.Minute, BatchSize: 10}))
+		tjs.ConsumerSettings(f.partition, tjs.ConsumerConfig{AckWait: time.Minute, BatchSize: 10}))
 	if err != nil {
 		t.Fatalf("timeoutd creates its consumer: %v", err)
 	}
-	for i := range 2 {
-		if _, err := timeoutd.js.Publish(ctx, events.OrderCancelSubject(fmt.Sprintf("perm-%d-held-%d", run, i)), []byte(`{}`)); err != nil {
+	for _, key := range held {
+		if _, err := timeoutd.js.Publish(ctx, events.OrderCancelSubject(key), []byte(`{}`)); err != nil {
 			t.Fatalf("timeoutd publishes a cancel event: %v", err)
 		}
-		if _, err := orders.js.Publish(ctx, events.CommandSubject(fmt.Sprintf("perm-%d-held-%d", run, i)), []byte(`{}`)); err != nil {
+		if _, err := orders.js.Publish(ctx, events.CommandSubject(key), []byte(`{}`)); err != nil {
 			t.Fatalf("orders publishes a command: %v", err)
 		}
 	}
@@ -277,7 +287,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 			held, own           jetstream.Msg
 		}{
 			{userOrders, events.StreamExpiries, ojs.DurableDefault, f.heldOrders, f.ownOrders},
-			{userTimeoutd, events.StreamCommands, tjs.DurableDefault, f.heldTimeoutd, f.ownTimeoutd},
+			{userTimeoutd, events.StreamCommands, tjs.DurableName(f.partition), f.heldTimeoutd, f.ownTimeoutd},
 		} {
 			whose := cons.owner + "'s consumer " + cons.name
 			add(u, "delete "+whose, false, api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), request(api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), ""))
@@ -315,6 +325,9 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userOrders, events.OrderEventSubject(events.OrderCreated, fmt.Sprintf("perm-%d-2", run)), true},
 		{userOrders, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-3", run)), true},
 		{userOrders, events.DeadLetterSubject("orders", events.ReasonMalformed), true},
+		// Commands go in on timeouts.cmd.<key> only: the stream files them
+		// under their partition, nobody else may.
+		{userOrders, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-1b", run)), false},
 		{userOrders, events.OrderCancelSubject(fmt.Sprintf("perm-%d-4", run)), false},
 		{userOrders, events.MissedSubject(fmt.Sprintf("perm-%d-5", run)), false},
 		{userOrders, events.DeadLetterSubject("timeoutd", events.ReasonInvalidKey), false},
@@ -437,7 +450,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		user, stream, name, filter string
 	}{
 		{userOrders, events.StreamExpiries, ojs.DurableDefault, events.OrderCancelSubjects},
-		{userTimeoutd, events.StreamCommands, tjs.DurableDefault, events.CommandSubjects},
+		{userTimeoutd, events.StreamCommands, tjs.DurableName(f.partition), events.PartitionCommandSubjects(f.partition)},
 	} {
 		c, err := f.connect(t, cons.user).js.Consumer(ctx, cons.stream, cons.name)
 		if err != nil {

@@ -1,0 +1,184 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+// TestFencingRefusesAFormerOwner is the fence, shown on Postgres: once
+// another instance holds a partition's lease (a new epoch), every write the
+// former owner makes for it with its old epoch is refused in its own
+// transaction, whatever the former owner believes: no upsert, no fired row,
+// no outbox row; its writes for partitions it still holds go through.
+func TestFencingRefusesAFormerOwner(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	leases := s.Leases()
+	a, err := leases.Acquire(ctx, "a", events.Partitions, nil, time.Hour)
+	if err != nil || len(a) != events.Partitions {
+		t.Fatalf("a acquires every partition: %d, %v", len(a), err)
+	}
+	fenceA := timeoutd.Fence{Owner: "a", Leases: a}
+	lost, kept := "k-lost", "k-kept"
+	for i := 0; events.PartitionOf(kept) == events.PartitionOf(lost); i++ {
+		kept = fmt.Sprintf("k-kept-%d", i)
+	}
+	deadline := time.Now().Add(-time.Second).UTC()
+	if _, refused, err := s.Apply(ctx, fenceA, []events.Command{setCmd(lost, 1, deadline, 0), setCmd(kept, 1, deadline, 0)}, time.Now()); err != nil || len(refused) != 0 {
+		t.Fatalf("a's first writes: refused %v, %v", refused, err)
+	}
+	// a pauses; the lease of lost's partition expires by Postgres's clock
+	// (set here, as the time a pause would take); b takes it (epoch + 1).
+	pLost := events.PartitionOf(lost)
+	if _, err := pool.Exec(ctx, `UPDATE timeout_leases SET expires_at = now() - interval '1 second' WHERE part = $1`, pLost); err != nil {
+		t.Fatal(err)
+	}
+	b, err := leases.Acquire(ctx, "b", events.Partitions, nil, time.Hour)
+	if err != nil || len(b) != 1 || b[0].Partition != pLost || b[0].Epoch != a[pLost].Epoch+1 {
+		t.Fatalf("b acquires %v, %v; want partition %d at epoch %d", b, err, pLost, a[pLost].Epoch+1)
+	}
+	// a wakes up: its renewal no longer returns the lost partition, but a
+	// writes before it notices, with every lease it believes it holds.
+	if renewed, err := leases.Renew(ctx, "a", a, time.Hour); err != nil || len(renewed) != events.Partitions-1 {
+		t.Fatalf("a renews %d leases, %v; want all but one", len(renewed), err)
+	}
+	stale := fenceA
+	changes, refused, err := s.Apply(ctx, stale, []events.Command{
+		{Schema: 1, Kind: events.KindClear, Key: lost, Version: 2},
+		setCmd(kept, 2, deadline, 0),
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 1 || refused[0] != pLost || len(changes) != 1 || changes[0].Key != kept {
+		t.Fatalf("stale apply: changes %+v, refused %v; want only %s written, partition %d refused", changes, refused, kept, pLost)
+	}
+	if st, v := stateOf(t, s, lost); st != timeoutd.StatePending || v != 1 {
+		t.Fatalf("%s after a's stale clear: state %d version %d, want pending at 1", lost, st, v)
+	}
+	build := func(tm timeoutd.Timeout) outbox.Message {
+		e := events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: tm.Key, Version: tm.Version, Deadline: tm.Deadline}
+		data, _ := json.Marshal(e)
+		return outbox.Message{Subject: tm.FireSubject, MsgID: e.MsgID(), Data: data}
+	}
+	msgs, err := s.Fire(ctx, stale, []timeoutd.Due{{Key: lost, Version: 1, Deadline: deadline}, {Key: kept, Version: 2, Deadline: deadline}}, time.Now(), build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].MsgID != "fired:"+kept+":2" {
+		t.Fatalf("stale fire published %+v, want %s only", msgs, kept)
+	}
+	var outboxLost int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE msg_id LIKE $1`, "%:"+lost+":%").Scan(&outboxLost); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := stateOf(t, s, lost); st != timeoutd.StatePending || outboxLost != 0 {
+		t.Fatalf("%s after a's stale fire: state %d, %d outbox rows; want pending and none", lost, st, outboxLost)
+	}
+	// The owner of the new epoch writes and fires it.
+	fenceB := timeoutd.Fence{Owner: "b", Leases: b}
+	if msgs, err := s.Fire(ctx, fenceB, []timeoutd.Due{{Key: lost, Version: 1, Deadline: deadline}}, time.Now(), build); err != nil || len(msgs) != 1 {
+		t.Fatalf("b fires %s: %+v, %v", lost, msgs, err)
+	}
+}
+
+// TestAcquireWaitsForTheOwnersWriteInFlight: a fenced write holds its lease
+// rows until it commits, so a takeover of an expired lease neither skips
+// past a write in flight nor sees the partition before it.
+func TestAcquireSkipsALeaseWithAWriteInFlight(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	a, err := s.Leases().Acquire(ctx, "a", 1, nil, 100*time.Millisecond)
+	if err != nil || len(a) != 1 {
+		t.Fatalf("acquire: %v, %v", a, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// a's write in flight: the fence's share lock, taken while the lease
+	// was valid.
+	if _, err := tx.Exec(ctx, fenceSQL, []int16{int16(a[0].Partition)}, []int64{a[0].Epoch}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond) // the lease expires meanwhile
+	got, err := s.Leases().Acquire(ctx, "b", events.Partitions, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range got {
+		if l.Partition == a[0].Partition {
+			t.Fatalf("b took partition %d while a's write held it", l.Partition)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Leases().Acquire(ctx, "b", 1, timeoutdParts(got), time.Hour)
+	if err != nil || len(got) != 1 || got[0].Partition != a[0].Partition || got[0].Epoch != a[0].Epoch+1 {
+		t.Fatalf("after a's commit b acquires %v, %v; want partition %d at epoch %d", got, err, a[0].Partition, a[0].Epoch+1)
+	}
+}
+
+func TestMembership(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	l := s.Leases()
+	for _, id := range []string{"a", "b"} {
+		if _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`))
+	if err != nil || live != 3 {
+		t.Fatalf("live = %d, %v; want 3", live, err)
+	}
+	got, err := l.Acquire(ctx, "a", 5, nil, time.Hour)
+	if err != nil || len(got) != 5 {
+		t.Fatalf("a acquires %v, %v", got, err)
+	}
+	if err := l.Release(ctx, "a", got[3:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Leave(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond) // c's heartbeat expires
+	in, err := l.Instances(ctx)
+	if err != nil || len(in) != 1 || in[0].ID != "a" || len(in[0].Partitions) != 3 || string(in[0].Info) != `{"pending": 1}` {
+		t.Fatalf("instances = %+v, %v; want a with 3 partitions", in, err)
+	}
+	if live, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil || live != 1 {
+		t.Fatalf("live = %d, %v; want 1", live, err)
+	}
+}
+
+func timeoutdParts(leases []timeoutd.Lease) []int {
+	out := make([]int, len(leases))
+	for i, l := range leases {
+		out[i] = l.Partition
+	}
+	return out
+}
+
+// stateOf returns key's stored state and version.
+func stateOf(t *testing.T, s *Store, key string) (timeoutd.State, int64) {
+	t.Helper()
+	var st int16
+	var v int64
+	if err := s.pool.QueryRow(context.Background(), `SELECT state, version FROM timeouts WHERE key = $1`, encodeKey(key)).Scan(&st, &v); err != nil {
+		t.Fatal(err)
+	}
+	return timeoutd.State(st), v
+}
