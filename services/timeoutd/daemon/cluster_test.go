@@ -1,0 +1,171 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+)
+
+// startMember starts a cluster member named id with short leases.
+func (e *env) startMember(t *testing.T, id string) *started {
+	t.Helper()
+	return e.start(t, func(c *daemon.Config) {
+		c.Service.InstanceID = id
+		c.Service.LeaseTTL = 1500 * time.Millisecond
+		c.Service.LeaseRenewInterval = 400 * time.Millisecond
+	})
+}
+
+// expiries reads every cancel event on the expiry stream.
+func (e *env) expiries(t *testing.T) []events.Expiry {
+	t.Helper()
+	ctx := context.Background()
+	c, err := e.js.OrderedConsumer(ctx, events.StreamExpiries, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OrderCancelSubjects}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.Expiry
+	for {
+		b, err := c.FetchNoWait(1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range b.Messages() {
+			n++
+			var ex events.Expiry
+			if err := json.Unmarshal(m.Data(), &ex); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ex)
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// TestClusterSharesFailsOverAndHandsOver runs three instances on one
+// Postgres and one NATS: the 64 partitions spread evenly; an instance
+// killed (as SIGKILL) has every deadline of its partitions fired by the
+// survivors, within 5 s of the kill; one stopped gracefully hands its
+// partitions over at once. Every deadline fires once, never early.
+func TestClusterSharesFailsOverAndHandsOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	members := map[string]*started{}
+	for _, id := range []string{"c1", "c2", "c3"} {
+		members[id] = e.startMember(t, id)
+	}
+	owned := func() map[string]int {
+		out := map[string]int{}
+		for id, m := range members {
+			out[id] = len(m.Service().Owned())
+		}
+		return out
+	}
+	eventually(t, 20*time.Second, "64 partitions spread over three", func() bool {
+		sum, lo, hi := 0, events.Partitions, 0
+		for _, n := range owned() {
+			sum, lo, hi = sum+n, min(lo, n), max(hi, n)
+		}
+		// Each takes at most ceil(64/3) = 22, the last the rest.
+		return sum == events.Partitions && lo >= 20 && hi <= 22
+	})
+	t.Logf("distribution with 3 instances: %v", owned())
+
+	// 640 deadlines, one every 10 ms from 3 s on; the kill comes at 4 s.
+	start := time.Now()
+	const n = 640
+	deadlines := map[string]time.Time{}
+	for i := range n {
+		key := fmt.Sprintf("cl-%03d", i)
+		deadlines[key] = start.Add(3*time.Second + time.Duration(i)*10*time.Millisecond).UTC()
+		e.publish(t, setCmd(key, 1, deadlines[key]))
+	}
+	victim := "c1"
+	for id, k := range owned() {
+		if k > owned()[victim] {
+			victim = id
+		}
+	}
+	victimParts := members[victim].Service().Owned()
+	time.Sleep(time.Until(start.Add(4 * time.Second)))
+	killedAt := time.Now()
+	members[victim].Kill()
+	<-members[victim].done
+	delete(members, victim)
+
+	var got []events.Expiry
+	eventually(t, 30*time.Second, "every deadline fired", func() bool {
+		got = e.expiries(t)
+		return len(got) >= n
+	})
+	seen := map[string]int{}
+	firstAfterKill := map[int]time.Time{}
+	var worst time.Duration
+	for _, ex := range got {
+		seen[ex.Key]++
+		if ex.FiredAt.Before(ex.Deadline) || !ex.Deadline.Equal(deadlines[ex.Key]) {
+			t.Errorf("%s fired at %v, deadline %v (sent %v)", ex.Key, ex.FiredAt, ex.Deadline, deadlines[ex.Key])
+		}
+		p := events.PartitionOf(ex.Key)
+		if slices.Contains(victimParts, p) && ex.FiredAt.After(killedAt) {
+			if f, ok := firstAfterKill[p]; !ok || ex.FiredAt.Before(f) {
+				firstAfterKill[p] = ex.FiredAt
+			}
+			worst = max(worst, ex.FiredAt.Sub(ex.Deadline))
+		}
+	}
+	for key := range deadlines {
+		if seen[key] != 1 {
+			t.Errorf("%s fired %d times, want once", key, seen[key])
+		}
+	}
+	var failover time.Duration
+	for p, f := range firstAfterKill {
+		d := f.Sub(killedAt)
+		failover = max(failover, d)
+		if d > 5*time.Second {
+			t.Errorf("partition %d: first fire by its new owner %v after the kill, want at most 5s", p, d)
+		}
+	}
+	t.Logf("killed %s (%d partitions): failover (kill to the first fire of each partition's new owner) at most %v over %d partitions; worst lateness of their deadlines %v",
+		victim, len(victimParts), failover.Round(time.Millisecond), len(firstAfterKill), worst.Round(time.Millisecond))
+	if worst > 5*time.Second {
+		t.Errorf("a deadline of the killed instance's partitions fired %v late, want at most 5s", worst)
+	}
+	eventually(t, 10*time.Second, "the survivors own every partition", func() bool {
+		sum := 0
+		for _, k := range owned() {
+			sum += k
+		}
+		return sum == events.Partitions
+	})
+	t.Logf("distribution with 2 instances: %v", owned())
+
+	// A graceful stop hands over at once, not after the lease TTL.
+	var leaving, staying string
+	for id := range members {
+		if leaving == "" {
+			leaving = id
+		} else {
+			staying = id
+		}
+	}
+	stoppedAt := time.Now()
+	members[leaving].stop(t)
+	delete(members, leaving)
+	eventually(t, 10*time.Second, "the last instance owns every partition", func() bool {
+		return len(members[staying].Service().Owned()) == events.Partitions
+	})
+	t.Logf("graceful handover of %s to %s: %v", leaving, staying, time.Since(stoppedAt).Round(time.Millisecond))
+}
