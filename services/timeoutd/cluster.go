@@ -292,7 +292,6 @@ func partitionsOf(leases []Lease) []int {
 type instanceInfo struct {
 	Pending int64  `json:"pending"`
 	Fired   uint64 `json:"fired"`
-	Addr    string `json:"addr,omitempty"`
 }
 
 func marshalInfo(i instanceInfo) []byte {

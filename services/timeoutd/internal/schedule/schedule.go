@@ -294,19 +294,6 @@ func (s *Schedule) Drop(drop func(partition int) bool) int {
 	return n
 }
 
-// Count returns the number of timeouts held per partition.
-func (s *Schedule) Count() []int {
-	out := make([]int, s.cfg.Partitions)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range s.x.slots.used {
-		if s.x.slots.at(i).keyLen() != 0 {
-			out[s.partition(s.x.key(i))]++
-		}
-	}
-	return out
-}
-
 // partition returns key's partition.
 func (s *Schedule) partition(key string) int {
 	if s.cfg.Partitions == 1 {
