@@ -14,9 +14,10 @@
 // whose answer keeps the raw body and decodes it into the field of its
 // status: JSON201 or JSON200 for an [Order], ApplicationProblemJSON409 for a
 // [Problem]. [Check] wraps such a call and turns every answer that is not
-// 2xx into a *Problem error, so callers test one error:
+// 2xx into a *Problem error, so callers test one error; [OrderOf] does the
+// same and returns the order of a create, get, pay, cancel or extend:
 //
-//	r, err := ordersclient.Check(c.PayOrderWithResponse(ctx, id))
+//	o, err := ordersclient.OrderOf(c.PayOrderWithResponse(ctx, id))
 //	var p *ordersclient.Problem
 //	if errors.As(err, &p) && p.Status == http.StatusConflict { … }
 //

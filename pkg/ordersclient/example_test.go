@@ -51,7 +51,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	created, err := ordersclient.Check(c.CreateOrderWithResponse(ctx, nil, ordersclient.CreateOrder{
+	o, err := ordersclient.OrderOf(c.CreateOrderWithResponse(ctx, nil, ordersclient.CreateOrder{
 		CustomerID: "c-42",
 		Currency:   "EUR",
 		Items:      []ordersclient.Item{{SKU: "A-1", Quantity: 2, UnitPriceMinor: 1250}},
@@ -60,10 +60,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	o := created.JSON201
 	fmt.Println(o.ID, o.Status, o.AmountMinor, o.PayBy.Format(time.RFC3339))
 
-	_, err = ordersclient.Check(c.PayOrderWithResponse(ctx, o.ID))
+	_, err = ordersclient.OrderOf(c.PayOrderWithResponse(ctx, o.ID))
 	var p *ordersclient.Problem
 	if errors.As(err, &p) && p.Status == http.StatusConflict {
 		fmt.Println(p.Type, p.OrderStatus)

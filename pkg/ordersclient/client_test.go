@@ -91,3 +91,49 @@ func TestCheckPassesCallErrors(t *testing.T) {
 		t.Fatalf("err = %v, want the call's error, not a problem", err)
 	}
 }
+
+func TestOrderOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		status      int
+		ctype, body string
+		wantErr     string // substring; empty: the order
+	}{
+		{name: "201 of a create", status: 201, ctype: "application/json", body: `{"id":"o-1","status":"paid"}`},
+		{name: "200 of a payment", status: 200, ctype: "application/json", body: `{"id":"o-1","status":"paid"}`},
+		{name: "problem", status: 404, ctype: "application/problem+json", body: `{"title":"Order not found","status":404,"detail":"no order o-1"}`,
+			wantErr: "ordersclient: 404 Order not found: no order o-1"},
+		{name: "2xx that is not JSON", status: 200, ctype: "text/plain", body: "ok", wantErr: `200 answer without an order (Content-Type "text/plain")`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tt.ctype)
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			t.Cleanup(srv.Close)
+			c, err := ordersclient.NewClientWithResponses(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var o ordersclient.Order
+			if tt.status == 201 {
+				o, err = ordersclient.OrderOf(c.CreateOrderWithResponse(t.Context(), nil, ordersclient.CreateOrder{}))
+			} else {
+				o, err = ordersclient.OrderOf(c.PayOrderWithResponse(t.Context(), "o-1"))
+			}
+			if tt.wantErr == "" {
+				if err != nil || o.ID != "o-1" || o.Status != ordersclient.StatusPaid {
+					t.Fatalf("OrderOf = %+v, %v; want the paid order o-1", o, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

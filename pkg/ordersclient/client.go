@@ -58,6 +58,28 @@ func Check[R Response](r R, err error) (R, error) {
 	return r, p
 }
 
+// OrderOf returns the order of a create, get, pay, cancel or extend answer
+// (JSON201 or JSON200), or the error Check returns; a 2xx answer without a
+// decoded order (not JSON) is an error too.
+//
+//	o, err := ordersclient.OrderOf(c.PayOrderWithResponse(ctx, id))
+func OrderOf[R Response](r R, err error) (Order, error) {
+	if _, err := Check(r, err); err != nil {
+		return Order{}, err
+	}
+	var o *Order
+	switch r := any(r).(type) {
+	case interface{ GetJSON201() *Order }:
+		o = r.GetJSON201()
+	case interface{ GetJSON200() *Order }:
+		o = r.GetJSON200()
+	}
+	if o == nil {
+		return Order{}, fmt.Errorf("ordersclient: %d answer without an order (Content-Type %q)", r.StatusCode(), r.ContentType())
+	}
+	return *o, nil
+}
+
 // WithBearerToken returns the option that sends token as the bearer token
 // of every request; the orders API requires one on create, pay, cancel and
 // extend.
