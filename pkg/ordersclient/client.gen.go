@@ -58,7 +58,7 @@ func (e Status) Valid() bool {
 // CancelReason Why an order was cancelled: by the customer, or because its payment deadline passed
 type CancelReason string
 
-// CreateOrder defines model for CreateOrder.
+// CreateOrder The body of a create: the customer, the currency, the lines and exactly one of pay_within and pay_by
 type CreateOrder struct {
 	Currency   string    `json:"currency"`
 	CustomerID string    `json:"customer_id"`
@@ -83,7 +83,7 @@ type FieldError struct {
 	Reason string `json:"reason"`
 }
 
-// Item defines model for Item.
+// Item One line of an order; prices are integer minor units
 type Item struct {
 	Quantity int64  `json:"quantity"`
 	SKU      string `json:"sku"`
@@ -92,7 +92,7 @@ type Item struct {
 	UnitPriceMinor int64 `json:"unit_price_minor"`
 }
 
-// Order defines model for Order.
+// Order An order as the API serves it
 type Order struct {
 	AmountMinor int64 `json:"amount_minor"`
 
@@ -104,12 +104,14 @@ type Order struct {
 	ID           string       `json:"id"`
 	Items        []Item       `json:"items"`
 	PayBy        time.Time    `json:"pay_by"`
-	Status       Status       `json:"status"`
-	UpdatedAt    time.Time    `json:"updated_at"`
-	Version      int64        `json:"version"`
+
+	// Status The order's state: pending_payment until it is paid (paid) or cancelled (cancelled, by the customer or because its payment deadline passed)
+	Status    Status    `json:"status"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Version   int64     `json:"version"`
 }
 
-// OrderPage defines model for OrderPage.
+// OrderPage A page of orders, newest first
 type OrderPage struct {
 	Items []Order `json:"items"`
 
@@ -117,12 +119,14 @@ type OrderPage struct {
 	NextCursor string `json:"next_cursor"`
 }
 
-// Problem defines model for Problem.
+// Problem An RFC 9457 problem document, the answer to every request that fails
 type Problem struct {
-	Detail      string       `json:"detail"`
-	Errors      []FieldError `json:"errors,omitempty,omitzero"`
-	Instance    string       `json:"instance,omitempty,omitzero"`
-	OrderStatus Status       `json:"order_status,omitempty,omitzero"`
+	Detail   string       `json:"detail"`
+	Errors   []FieldError `json:"errors,omitempty,omitzero"`
+	Instance string       `json:"instance,omitempty,omitzero"`
+
+	// OrderStatus The order's state: pending_payment until it is paid (paid) or cancelled (cancelled, by the customer or because its payment deadline passed)
+	OrderStatus Status `json:"order_status,omitempty,omitzero"`
 
 	// PayBy On /problems/payment_deadline_passed only: the deadline that passed
 	PayBy     time.Time `json:"pay_by,omitempty,omitzero"`
@@ -134,7 +138,7 @@ type Problem struct {
 	Type   string `json:"type"`
 }
 
-// Status defines model for Status.
+// Status The order's state: pending_payment until it is paid (paid) or cancelled (cancelled, by the customer or because its payment deadline passed)
 type Status string
 
 // ListOrdersParams defines parameters for ListOrders.
