@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // lateBound is how long after its deadline a single order's cancellation
@@ -18,11 +18,11 @@ const lateBound = time.Second
 // deadline (polling the API and the consumer until then), that exactly one
 // cancel event for o's version reaches the consumer by deadline+lateBound,
 // and that the order then reads cancelled/payment_timeout.
-func expectOnTimeCancellation(t *testing.T, cl *ordersapi.Client, c *consumer, o ordersapi.Order) {
+func expectOnTimeCancellation(t *testing.T, cl *ordersclient.ClientWithResponses, c *consumer, o ordersclient.Order) {
 	t.Helper()
 	ctx := context.Background()
 	for time.Now().Before(o.PayBy.Add(-50 * time.Millisecond)) {
-		got, err := cl.Get(ctx, o.ID)
+		got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 		if err != nil {
 			t.Fatalf("get order: %v", err)
 		}
@@ -45,10 +45,10 @@ func expectOnTimeCancellation(t *testing.T, cl *ordersapi.Client, c *consumer, o
 	t.Logf("cancel event of %s arrived %s after its deadline (timeoutd's lateness %s)",
 		o.ID, e.At.Sub(o.PayBy).Round(time.Microsecond), time.Duration(e.Msg.LatenessNs).Round(time.Microsecond))
 
-	var got ordersapi.Order
+	var got ordersclient.Order
 	waitFor(t, time.Until(o.PayBy.Add(lateBound)), "the order to read cancelled within deadline + 1s", func() bool {
 		var err error
-		got, err = cl.Get(ctx, o.ID)
+		got, err = ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 		return err == nil && got.Status == events.StatusCancelled
 	})
 	if got.CancelReason != events.CancelPaymentTimeout {
@@ -81,7 +81,7 @@ func TestPaidAndExtendedOrders(t *testing.T) {
 	t.Run("paid order is never cancelled", func(t *testing.T) {
 		t.Parallel()
 		o := createOrder(t, cl, within(1500*time.Millisecond))
-		paid, err := cl.Pay(ctx, o.ID)
+		paid, err := ordersclient.OrderOf(cl.PayOrderWithResponse(ctx, o.ID))
 		if err != nil || paid.Status != events.StatusPaid {
 			t.Fatalf("pay: %+v, %v", paid, err)
 		}
@@ -92,7 +92,7 @@ func TestPaidAndExtendedOrders(t *testing.T) {
 			}
 			return time.Now().After(settle)
 		})
-		got, err := cl.Get(ctx, o.ID)
+		got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 		if err != nil || got.Status != events.StatusPaid {
 			t.Fatalf("paid order after its deadline: %+v, %v", got, err)
 		}
@@ -101,7 +101,7 @@ func TestPaidAndExtendedOrders(t *testing.T) {
 	t.Run("extended deadline moves the cancellation", func(t *testing.T) {
 		t.Parallel()
 		o := createOrder(t, cl, within(1500*time.Millisecond))
-		ext, err := cl.Extend(ctx, o.ID, within(4*time.Second))
+		ext, err := ordersclient.OrderOf(cl.ExtendOrderWithResponse(ctx, o.ID, within(4*time.Second)))
 		if err != nil {
 			t.Fatalf("extend: %v", err)
 		}
@@ -115,14 +115,14 @@ func TestPaidAndExtendedOrders(t *testing.T) {
 		t.Parallel()
 		o := createOrder(t, cl, within(1500*time.Millisecond))
 		waitFor(t, 3*time.Second, "the deadline", func() bool { return !time.Now().Before(o.PayBy) })
-		paid, err := cl.Pay(ctx, o.ID)
-		var p *ordersapi.Problem
+		paid, err := ordersclient.OrderOf(cl.PayOrderWithResponse(ctx, o.ID))
+		var p *ordersclient.Problem
 		switch {
 		case err == nil:
 			// The payment won: the order stays paid, whatever timeoutd fires.
 			settle := o.PayBy.Add(2 * time.Second)
 			waitFor(t, 4*time.Second, "the deadline to be 2s past", func() bool { return time.Now().After(settle) })
-			got, err := cl.Get(ctx, o.ID)
+			got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 			if err != nil || got.Status != events.StatusPaid || len(c.cancelledOf(o.ID)) != 0 {
 				t.Fatalf("payment at the deadline accepted (%+v) but the order is now %+v (%v)", paid, got, err)
 			}
@@ -130,7 +130,7 @@ func TestPaidAndExtendedOrders(t *testing.T) {
 		case errors.As(err, &p) && p.Status == 409:
 			// The cancellation won: the order is cancelled once.
 			waitFor(t, 5*time.Second, "the orders.cancelled event", func() bool { return len(c.cancelledOf(o.ID)) > 0 })
-			got, err := cl.Get(ctx, o.ID)
+			got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 			if err != nil || got.Status != events.StatusCancelled || len(c.cancelledOf(o.ID)) != 1 {
 				t.Fatalf("payment refused with 409 but the order is %+v (%v), %d cancelled events", got, err, len(c.cancelledOf(o.ID)))
 			}

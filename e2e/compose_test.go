@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // Scenario 7: the compose file users run (deploy/compose/compose.yaml),
@@ -62,21 +62,22 @@ func TestComposeStack(t *testing.T) {
 	}
 	t.Logf("compose stack healthy in %s", time.Since(began).Round(time.Millisecond))
 
-	cl := &ordersapi.Client{BaseURL: "http://127.0.0.1:" + ports["ORDERS_PORT"], Token: apiToken}
+	ordersURL := "http://127.0.0.1:" + ports["ORDERS_PORT"]
+	cl := newOrdersClient(ordersURL, apiToken, ordersHTTP)
 	o := createOrder(t, cl, within(time.Second))
-	var got ordersapi.Order
+	var got ordersclient.Order
 	waitFor(t, time.Until(o.PayBy.Add(5*time.Second)), "the order to be cancelled", func() bool {
 		var err error
-		got, err = cl.Get(t.Context(), o.ID)
+		got, err = ordersclient.OrderOf(cl.GetOrderWithResponse(t.Context(), o.ID))
 		return err == nil && got.Status == events.StatusCancelled
 	})
 	if got.CancelReason != events.CancelPaymentTimeout || got.UpdatedAt.Before(o.PayBy) {
 		t.Fatalf("order %+v: want cancelled for payment_timeout after %s", got, o.PayBy)
 	}
 	// The token is checked: a client without it is refused.
-	anon := &ordersapi.Client{BaseURL: cl.BaseURL}
-	_, err := anon.Create(t.Context(), orderRequest("c-anon", within(time.Minute)))
-	var p *ordersapi.Problem
+	anon := newOrdersClient(ordersURL, "", ordersHTTP)
+	_, err := ordersclient.OrderOf(anon.CreateOrderWithResponse(t.Context(), nil, orderRequest("c-anon", within(time.Minute))))
+	var p *ordersclient.Problem
 	if !errors.As(err, &p) || p.Status != http.StatusUnauthorized {
 		t.Fatalf("create without a bearer token: %v, want a 401 problem", err)
 	}

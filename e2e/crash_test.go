@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
@@ -57,7 +57,7 @@ func TestTimeoutdKilledWithPendingDeadlines(t *testing.T) {
 	var deadlines []time.Time // of every order asked for
 	lo := load{
 		N: n, Workers: 32,
-		Deadline: func(now time.Time) ordersapi.Deadline {
+		Deadline: func(now time.Time) ordersclient.Deadline {
 			d := now.Add(12*time.Second + rand.N(12*time.Second))
 			mu.Lock()
 			deadlines = append(deadlines, d)
@@ -148,7 +148,7 @@ func TestNATSRestartedMidRun(t *testing.T) {
 	var createErrors atomic.Int64
 	lo := load{
 		N: 400, Over: 6 * time.Second, Workers: 8,
-		Deadline: func(time.Time) ordersapi.Deadline { return within(3*time.Second + rand.N(5*time.Second)) },
+		Deadline: func(time.Time) ordersclient.Deadline { return within(3*time.Second + rand.N(5*time.Second)) },
 		PayShare: 0.5,
 		PayAt:    payBetween(2*time.Second, time.Second),
 		OnCreateError: func(err error) {

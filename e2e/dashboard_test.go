@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 	"github.com/ordertimeout/ordertimeout/web/wasm/browsertest"
 )
 
@@ -46,9 +46,9 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 	// the screenshot show a spread.
 	cl := s.orders()
 	var (
-		watched []ordersapi.Order
+		watched []ordersclient.Order
 		created []time.Time
-		last    ordersapi.Order // due in 42 min
+		last    ordersclient.Order // due in 42 min
 	)
 	for i := range 4 {
 		watched = append(watched, createOrder(t, cl, within(7*time.Second+time.Duration(i)*time.Second)))
@@ -153,7 +153,7 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 	browsertest.Poll(t, ctx, 5*time.Second, "the cancel's outcome",
 		`document.getElementById("op-status").textContent === "Order `+late.ID+` cancelled" && document.getElementById("token-form").hidden`)
 	browsertest.Poll(t, ctx, 8*time.Second, late.ID+" to leave the pending list", rowOf("pending-rows", late.ID)+" === null")
-	if got, err := cl.Get(t.Context(), late.ID); err != nil || got.Status != "cancelled" {
+	if got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(t.Context(), late.ID)); err != nil || got.Status != "cancelled" {
 		t.Errorf("order %s after the dashboard's cancel: %+v, %v; want cancelled", late.ID, got, err)
 	}
 	if stored := browsertest.Eval[string](t, ctx, `sessionStorage.getItem("ordertimeout.operator-token") ?? ""`); stored != operatorToken {

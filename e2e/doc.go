@@ -1,8 +1,10 @@
 // Package e2e is the end-to-end suite of the platform: it starts Postgres,
 // NATS JetStream, the orders service and timeoutd from their built images
 // (make images) as containers on one network, with testcontainers-go, and
-// drives them from outside as users do: REST calls through e2e/ordersapi and
-// an independent JetStream consumer written against pkg/events.
+// drives them from outside as users do: REST calls through pkg/ordersclient
+// (the client generated from the orders API's document, as an outside team
+// would use it) and an independent JetStream consumer written against
+// pkg/events.
 //
 // The harness (stack_test.go) builds nothing: a missing image fails the test
 // with the command that builds it. A failed test prints every container's

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
@@ -228,7 +228,7 @@ func TestHostileInputs(t *testing.T) {
 			{name: "currency not ISO 4217", method: "POST", path: "/v1/orders", body: orderBody(`"currency":"€€€"`), want: bad, field: "currency"},
 			{name: "SQL in customer_id is stored verbatim", method: "POST", path: "/v1/orders", body: orderBody(`"customer_id":"c'); DROP TABLE orders; --"`),
 				want: []int{http.StatusCreated}, check: func(t *testing.T, body []byte) {
-					var o ordersapi.Order
+					var o ordersclient.Order
 					if err := json.Unmarshal(body, &o); err != nil || o.CustomerID != "c'); DROP TABLE orders; --" {
 						t.Fatalf("created %+v (%v): want the customer id verbatim", o, err)
 					}
@@ -261,7 +261,7 @@ func TestHostileInputs(t *testing.T) {
 			{name: "pay an unknown id", method: "POST", path: "/v1/orders/" + url.PathEscape("x'; UPDATE orders SET status='paid'; --") + "/pay", want: []int{http.StatusNotFound}},
 			{name: "SQL in the customer filter", method: "GET", path: "/v1/orders?customer_id=" + url.QueryEscape("' OR '1'='1"), want: []int{http.StatusOK},
 				check: func(t *testing.T, body []byte) {
-					var page struct{ Items []ordersapi.Order }
+					var page struct{ Items []ordersclient.Order }
 					if err := json.Unmarshal(body, &page); err != nil || len(page.Items) != 0 {
 						t.Fatalf("list by a SQL-looking customer id: %d items (%v), want none", len(page.Items), err)
 					}
@@ -509,8 +509,8 @@ func TestHostileInputs(t *testing.T) {
 	for _, u := range []string{s.OrdersURL + "/healthz", s.OrdersURL + "/readyz", s.TimeoutdURL + "/healthz", s.TimeoutdURL + "/readyz"} {
 		waitReady(t, u, 5*time.Second)
 	}
-	for _, o := range []ordersapi.Order{control, target} {
-		got, err := cl.Get(t.Context(), o.ID)
+	for _, o := range []ordersclient.Order{control, target} {
+		got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(t.Context(), o.ID))
 		if err != nil {
 			t.Fatalf("get control order: %v", err)
 		}
@@ -586,9 +586,9 @@ func (d *deadLetters) of(subject string) (events.DeadLetter, bool) {
 
 // expectPending fails t unless order o is still pending_payment at its
 // version.
-func expectPending(t *testing.T, cl *ordersapi.Client, o ordersapi.Order) {
+func expectPending(t *testing.T, cl *ordersclient.ClientWithResponses, o ordersclient.Order) {
 	t.Helper()
-	got, err := cl.Get(t.Context(), o.ID)
+	got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(t.Context(), o.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -677,15 +677,15 @@ func TestSecurity(t *testing.T) {
 			})
 		}
 	}
-	if got, err := cl.Get(t.Context(), o.ID); err != nil || got.Version != o.Version || got.Status != o.Status {
+	if got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(t.Context(), o.ID)); err != nil || got.Version != o.Version || got.Status != o.Status {
 		t.Fatalf("order after unauthenticated changes: %+v, %v; want it unchanged", got, err)
 	}
-	anon := &ordersapi.Client{BaseURL: s.OrdersURL}
-	if _, err := anon.Get(t.Context(), o.ID); err != nil {
+	anon := newOrdersClient(s.OrdersURL, "", ordersHTTP)
+	if _, err := ordersclient.OrderOf(anon.GetOrderWithResponse(t.Context(), o.ID)); err != nil {
 		t.Fatalf("read without a token: %v, want it allowed", err)
 	}
 	// A valid request with the token, so its handling is in the logs too.
-	if _, err := cl.Pay(t.Context(), o.ID); err != nil {
+	if _, err := ordersclient.OrderOf(cl.PayOrderWithResponse(t.Context(), o.ID)); err != nil {
 		t.Fatalf("pay with the token: %v", err)
 	}
 

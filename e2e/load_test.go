@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // Scenario 3: 5,000 orders with deadlines spread over about 20 s, half paid
@@ -17,7 +17,7 @@ func TestManyOrdersHalfPaid(t *testing.T) {
 	cl := s.orders()
 	res := load{
 		N: 5000, Over: 18 * time.Second, Workers: 16,
-		Deadline: func(time.Time) ordersapi.Deadline { return within(2*time.Second + rand.N(4*time.Second)) },
+		Deadline: func(time.Time) ordersclient.Deadline { return within(2*time.Second + rand.N(4*time.Second)) },
 		PayShare: 0.5,
 		PayAt:    payBetween(1500*time.Millisecond, 600*time.Millisecond),
 	}.run(t, cl)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // TestOperatorActionsThroughTimeoutd drives the dashboard's operator actions
@@ -42,7 +43,7 @@ func TestOperatorActionsThroughTimeoutd(t *testing.T) {
 			t.Fatalf("%s: %d %s, want %d", tt.name, code, body, tt.want)
 		}
 	}
-	if got, err := cl.Get(ctx, o.ID); err != nil || got.Version != o.Version || got.Status != events.StatusPendingPayment {
+	if got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID)); err != nil || got.Version != o.Version || got.Status != events.StatusPendingPayment {
 		t.Fatalf("refused actions changed the order: %+v, %v", got, err)
 	}
 
@@ -50,7 +51,7 @@ func TestOperatorActionsThroughTimeoutd(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("extend: %d %s", code, body)
 	}
-	ext, err := cl.Get(ctx, o.ID)
+	ext, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 	if err != nil || ext.Version != o.Version+1 || !ext.PayBy.After(o.PayBy.Add(time.Hour)) {
 		t.Fatalf("after extend the order is %+v (%v), want version %d and pay_by about 2 h ahead", ext, err, o.Version+1)
 	}
@@ -65,7 +66,7 @@ func TestOperatorActionsThroughTimeoutd(t *testing.T) {
 	if code, body := operatorPost(t, s, "POST", "/api/v1/orders/"+o.ID+"/cancel", operatorToken, ""); code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	got, err := cl.Get(ctx, o.ID)
+	got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 	if err != nil || got.Status != events.StatusCancelled || got.CancelReason != events.CancelByCustomer {
 		t.Fatalf("after cancel the order is %+v (%v), want cancelled by customer", got, err)
 	}

@@ -10,35 +10,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // orderRequest returns a create request of one line item with the given
 // payment deadline.
-func orderRequest(customer string, d ordersapi.Deadline) ordersapi.CreateRequest {
-	return ordersapi.CreateRequest{
+func orderRequest(customer string, d ordersclient.Deadline) ordersclient.CreateOrder {
+	return ordersclient.CreateOrder{
 		CustomerID: customer,
 		Currency:   "EUR",
-		Items:      []ordersapi.Item{{SKU: "E2E-1", Quantity: 2, UnitPriceMinor: 1250}},
-		Deadline:   d,
+		Items:      []ordersclient.Item{{SKU: "E2E-1", Quantity: 2, UnitPriceMinor: 1250}},
+		PayWithin:  d.PayWithin,
+		PayBy:      d.PayBy,
 	}
 }
 
 // within returns the deadline "pay within d".
-func within(d time.Duration) ordersapi.Deadline {
-	return ordersapi.Deadline{PayWithin: d.Round(time.Millisecond).String()}
+func within(d time.Duration) ordersclient.Deadline {
+	return ordersclient.Deadline{PayWithin: d.Round(time.Millisecond).String()}
 }
 
 // payBy returns the deadline "pay by at".
-func payBy(at time.Time) ordersapi.Deadline {
-	return ordersapi.Deadline{PayBy: at.UTC().Format(time.RFC3339Nano)}
+func payBy(at time.Time) ordersclient.Deadline {
+	return ordersclient.Deadline{PayBy: at.UTC()}
 }
 
 // createOrder creates an order or fails t.
-func createOrder(t *testing.T, cl *ordersapi.Client, d ordersapi.Deadline) ordersapi.Order {
+func createOrder(t *testing.T, cl *ordersclient.ClientWithResponses, d ordersclient.Deadline) ordersclient.Order {
 	t.Helper()
-	o, err := cl.Create(context.Background(), orderRequest("c-"+t.Name(), d))
+	o, err := ordersclient.OrderOf(cl.CreateOrderWithResponse(context.Background(), nil, orderRequest("c-"+t.Name(), d)))
 	if err != nil {
 		t.Fatalf("create order: %v", err)
 	}
@@ -57,7 +58,7 @@ type load struct {
 	// Workers is the number of concurrent clients.
 	Workers int
 	// Deadline returns the deadline of an order created at now.
-	Deadline func(now time.Time) ordersapi.Deadline
+	Deadline func(now time.Time) ordersclient.Deadline
 	// PayShare of the orders are paid, each at a moment PayAt picks for
 	// its pay_by (a moment at least a second before it).
 	PayShare float64
@@ -73,13 +74,13 @@ type load struct {
 // cancelled), the orders paid, and those whose payment lost the race with
 // the deadline (409: they must be cancelled too).
 type loadResult struct {
-	Unpaid, Paid []ordersapi.Order
+	Unpaid, Paid []ordersclient.Order
 	LostRace     int
 }
 
 // run creates the orders, pays the chosen ones, and returns when every
 // payment has been answered.
-func (l load) run(t *testing.T, cl *ordersapi.Client) loadResult {
+func (l load) run(t *testing.T, cl *ordersclient.ClientWithResponses) loadResult {
 	t.Helper()
 	ctx := context.Background()
 	var (
@@ -98,7 +99,7 @@ func (l load) run(t *testing.T, cl *ordersapi.Client) loadResult {
 	for range l.Workers {
 		wg.Go(func() {
 			for range work {
-				o, err := cl.Create(ctx, orderRequest("c-load", l.Deadline(time.Now())))
+				o, err := ordersclient.OrderOf(cl.CreateOrderWithResponse(ctx, nil, orderRequest("c-load", l.Deadline(time.Now()))))
 				if err != nil {
 					if l.OnCreateError != nil {
 						l.OnCreateError(err)
@@ -119,8 +120,8 @@ func (l load) run(t *testing.T, cl *ordersapi.Client) loadResult {
 					if l.PayGate != nil {
 						<-l.PayGate
 					}
-					paid, err := cl.Pay(ctx, o.ID)
-					var p *ordersapi.Problem
+					paid, err := ordersclient.OrderOf(cl.PayOrderWithResponse(ctx, o.ID))
+					var p *ordersclient.Problem
 					mu.Lock()
 					defer mu.Unlock()
 					switch {
@@ -217,7 +218,7 @@ func summary(ds []time.Duration) lateness {
 //   - a paid order has no orders.cancelled event and reads paid.
 //
 // It returns how late the cancel events arrived at the consumer.
-func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadResult, timeout, settle time.Duration) []lateSample {
+func verifyOutcomes(t *testing.T, cl *ordersclient.ClientWithResponses, c *consumer, res loadResult, timeout, settle time.Duration) []lateSample {
 	t.Helper()
 	waitFor(t, timeout, fmt.Sprintf("the cancellation of %d unpaid orders", len(res.Unpaid)), func() bool {
 		for _, o := range res.Unpaid {
@@ -248,8 +249,8 @@ func verifyOutcomes(t *testing.T, cl *ordersapi.Client, c *consumer, res loadRes
 		problems = append(problems, fmt.Sprintf(format, args...))
 		mu.Unlock()
 	}
-	check := func(o ordersapi.Order, paid bool) {
-		got, err := cl.Get(context.Background(), o.ID)
+	check := func(o ordersclient.Order, paid bool) {
+		got, err := ordersclient.OrderOf(cl.GetOrderWithResponse(context.Background(), o.ID))
 		if err != nil {
 			report("get %s: %v", o.ID, err)
 			return

@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // payResult is what the soak's load generator learnt of an order's payment.
@@ -47,7 +47,7 @@ type soakOrder struct {
 // unknown outcome and is counted, not audited strictly. Any other
 // unexpected answer (a 4xx to a valid request) is recorded as rejected.
 type soakLoad struct {
-	cl  *ordersapi.Client
+	cl  *ordersclient.ClientWithResponses
 	cfg soakConfig
 
 	mu       sync.Mutex
@@ -66,7 +66,7 @@ func newSoakLoad(baseURL, token string, cfg soakConfig) *soakLoad {
 		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 	}}
 	return &soakLoad{
-		cl:       &ordersapi.Client{BaseURL: baseURL, Token: token, HTTP: hc},
+		cl:       newOrdersClient(baseURL, token, hc),
 		cfg:      cfg,
 		orders:   map[string]*soakOrder{},
 		outcomes: map[string]int{},
@@ -76,7 +76,7 @@ func newSoakLoad(baseURL, token string, cfg soakConfig) *soakLoad {
 // classify names an error of the orders client and reports whether the
 // operation's outcome is unknown (5xx or no answer).
 func classify(err error) (string, bool) {
-	var p *ordersapi.Problem
+	var p *ordersclient.Problem
 	if errors.As(err, &p) {
 		return fmt.Sprint(p.Status), p.Status >= 500
 	}
@@ -137,7 +137,7 @@ func (l *soakLoad) run(ctx context.Context) {
 func (l *soakLoad) create(ctx context.Context) {
 	span := l.cfg.MaxDeadline - l.cfg.MinDeadline
 	within := l.cfg.MinDeadline + rand.N(span)
-	o, err := l.cl.Create(ctx, orderRequest("c-soak", ordersapi.Deadline{PayWithin: within.Round(time.Millisecond).String()}))
+	o, err := ordersclient.OrderOf(l.cl.CreateOrderWithResponse(ctx, nil, orderRequest("c-soak", ordersclient.Deadline{PayWithin: within.Round(time.Millisecond).String()})))
 	if err != nil {
 		what, unknown := classify(err)
 		l.count("create " + what)
@@ -171,7 +171,7 @@ func (l *soakLoad) create(ctx context.Context) {
 }
 
 func (l *soakLoad) pay(ctx context.Context, id string, so *soakOrder) {
-	paid, err := l.cl.Pay(ctx, id)
+	paid, err := ordersclient.OrderOf(l.cl.PayOrderWithResponse(ctx, id))
 	res, what := payOK, "200"
 	switch {
 	case err == nil && paid.Status != events.StatusPaid:

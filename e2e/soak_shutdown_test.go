@@ -13,8 +13,8 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // readiness polls a /readyz every 5 ms until stop is closed and records
@@ -76,7 +76,7 @@ func TestTimeoutdGracefulShutdownUnderLoad(t *testing.T) {
 	cl := s.orders()
 	lo := load{
 		N: 3000, Over: 12 * time.Second, Workers: 16,
-		Deadline: func(time.Time) ordersapi.Deadline { return within(3*time.Second + rand.N(3*time.Second)) },
+		Deadline: func(time.Time) ordersclient.Deadline { return within(3*time.Second + rand.N(3*time.Second)) },
 		PayShare: 0.3,
 		PayAt:    payBetween(2*time.Second, time.Second),
 	}

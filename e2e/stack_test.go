@@ -22,8 +22,8 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // Images of the stack, built by `make images`; the environment variables
@@ -317,8 +317,26 @@ func requireImages(ctx context.Context, imgs ...string) error {
 }
 
 // orders returns a client of the stack's orders service.
-func (s *stack) orders() *ordersapi.Client {
-	return &ordersapi.Client{BaseURL: s.OrdersURL, Token: s.APIToken}
+func (s *stack) orders() *ordersclient.ClientWithResponses {
+	return newOrdersClient(s.OrdersURL, s.APIToken, ordersHTTP)
+}
+
+// ordersHTTP is the HTTP client of the suite's orders clients: a timeout,
+// and idle connections for the load tests' concurrency.
+var ordersHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+// newOrdersClient returns a client of the orders API at baseURL through hc
+// that sends token as its bearer token, or none when token is empty.
+func newOrdersClient(baseURL, token string, hc *http.Client) *ordersclient.ClientWithResponses {
+	opts := []ordersclient.ClientOption{ordersclient.WithHTTPClient(hc)}
+	if token != "" {
+		opts = append(opts, ordersclient.WithBearerToken(token))
+	}
+	cl, err := ordersclient.NewClientWithResponses(baseURL, opts...)
+	if err != nil {
+		panic(err) // only an option can fail, and these do not
+	}
+	return cl
 }
 
 // Kill sends SIGKILL to the container name (svcTimeoutd, svcOrders, …) and

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -24,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/e2e/ordersapi"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // config is the demo's settings, from flags.
@@ -90,7 +91,11 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
-	cl := &ordersapi.Client{BaseURL: cfg.OrdersURL, Token: cfg.Token}
+	cl, err := ordersclient.NewClientWithResponses(cfg.OrdersURL, ordersclient.WithBearerToken(cfg.Token),
+		ordersclient.WithHTTPClient(&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}))
+	if err != nil {
+		return fmt.Errorf("orders client: %w", err)
+	}
 	var (
 		c  counters
 		wg sync.WaitGroup
@@ -116,14 +121,14 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 // order creates one order and plays its random fate: paid, cancelled or
 // extended at a random moment before its deadline, or left to time out.
-func order(ctx context.Context, cl *ordersapi.Client, cfg config, c *counters, logger *slog.Logger) {
+func order(ctx context.Context, cl *ordersclient.ClientWithResponses, cfg config, c *counters, logger *slog.Logger) {
 	within := cfg.PayWithinMin + rand.N(cfg.PayWithinMax-cfg.PayWithinMin)
-	o, err := cl.Create(ctx, ordersapi.CreateRequest{
+	o, err := ordersclient.OrderOf(cl.CreateOrderWithResponse(ctx, nil, ordersclient.CreateOrder{
 		CustomerID: fmt.Sprintf("demo-%d", rand.N(1000)),
 		Currency:   "EUR",
-		Items:      []ordersapi.Item{{SKU: fmt.Sprintf("SKU-%d", rand.N(50)), Quantity: 1 + rand.N(int64(3)), UnitPriceMinor: 100 + rand.N(int64(10000))}},
-		Deadline:   ordersapi.Deadline{PayWithin: within.Round(time.Millisecond).String()},
-	})
+		Items:      []ordersclient.Item{{SKU: fmt.Sprintf("SKU-%d", rand.N(50)), Quantity: 1 + rand.N(int64(3)), UnitPriceMinor: 100 + rand.N(int64(10000))}},
+		PayWithin:  within.Round(time.Millisecond).String(),
+	}))
 	if err != nil {
 		if ctx.Err() == nil {
 			c.failed.Add(1)
@@ -145,13 +150,13 @@ func order(ctx context.Context, cl *ordersapi.Client, cfg config, c *counters, l
 	}
 	switch {
 	case fate < cfg.PayShare:
-		_, err = cl.Pay(ctx, o.ID)
+		_, err = ordersclient.OrderOf(cl.PayOrderWithResponse(ctx, o.ID))
 		count(err, &c.paid, c)
 	case fate < cfg.PayShare+cfg.CancelShare:
-		_, err = cl.Cancel(ctx, o.ID)
+		_, err = ordersclient.OrderOf(cl.CancelOrderWithResponse(ctx, o.ID))
 		count(err, &c.cancelled, c)
 	default:
-		_, err = cl.Extend(ctx, o.ID, ordersapi.Deadline{PayWithin: within.Round(time.Millisecond).String()})
+		_, err = ordersclient.OrderOf(cl.ExtendOrderWithResponse(ctx, o.ID, ordersclient.Deadline{PayWithin: within.Round(time.Millisecond).String()}))
 		count(err, &c.extended, c)
 	}
 	if err != nil && ctx.Err() == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
@@ -93,6 +94,8 @@ type server struct {
 	svc     Service
 	log     *slog.Logger
 	streams *streams
+	// orders forwards the operator actions; nil when they are disabled.
+	orders *ordersclient.Client
 	// snapshots are the encoded snapshot events the streams share.
 	snapshots snapshotEvents
 }
@@ -120,13 +123,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Operator.Enabled() && cfg.Operator.OrdersURL == "" {
-		return nil, errors.New("http: Config.Operator.OrdersURL is required with an operator token")
+	orders, err := cfg.Operator.ordersClient()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Operator.Client == nil {
-		cfg.Operator.Client = &http.Client{Timeout: OrdersTimeoutDefault}
-	}
-	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, streams: newStreams(cfg.MaxStreams)}
+	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, streams: newStreams(cfg.MaxStreams), orders: orders}
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.Recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -2,17 +2,19 @@ package http
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 )
 
 // Limits of the operator routes.
@@ -41,10 +43,40 @@ type Operator struct {
 // Enabled reports whether the operator routes are served.
 func (o Operator) Enabled() bool { return o.Token != "" }
 
+// ordersClient returns the orders API client the operator routes forward
+// with (pkg/ordersclient, generated from the API's document): timeoutd's
+// token on every call, answers asked for as JSON or problem documents. It
+// is nil when the routes are disabled.
+func (o Operator) ordersClient() (*ordersclient.Client, error) {
+	if !o.Enabled() {
+		return nil, nil
+	}
+	if o.OrdersURL == "" {
+		return nil, errors.New("http: Config.Operator.OrdersURL is required with an operator token")
+	}
+	hc := o.Client
+	if hc == nil {
+		hc = &http.Client{Timeout: OrdersTimeoutDefault}
+	}
+	c, err := ordersclient.NewClient(o.OrdersURL, ordersclient.WithHTTPClient(hc), ordersclient.WithBearerToken(o.OrdersToken),
+		ordersclient.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+			req.Header.Set("Accept", "application/json, application/problem+json")
+			return nil
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("http: Config.Operator: %w", err)
+	}
+	return c, nil
+}
+
 // operatorRoutes mounts POST /orders/{id}/cancel and /orders/{id}/extend.
 func (s *server) operatorRoutes(r chi.Router) {
-	r.Post("/orders/{id}/cancel", s.forwardOrder("cancel"))
-	r.Post("/orders/{id}/extend", s.forwardOrder("extend"))
+	r.Post("/orders/{id}/cancel", s.forwardOrder("cancel", func(ctx context.Context, id string, _ []byte) (*http.Response, error) {
+		return s.orders.CancelOrder(ctx, id)
+	}))
+	r.Post("/orders/{id}/extend", s.forwardOrder("extend", func(ctx context.Context, id string, body []byte) (*http.Response, error) {
+		return s.orders.ExtendOrderWithBody(ctx, id, "application/json", bytes.NewReader(body))
+	}))
 }
 
 // bearerIs reports whether r carries token (non-empty) as its bearer
@@ -77,12 +109,12 @@ func (s *server) payloadAccess(w http.ResponseWriter, r *http.Request) (payloads
 	return false, true
 }
 
-// forwardOrder returns the handler that forwards action on an order to the
-// orders API and relays its status and body.
-func (s *server) forwardOrder(action string) http.HandlerFunc {
+// forwardOrder returns the handler that performs action on an order with
+// call (the body is the request's for extend, nil for cancel) and relays the
+// orders API's status and body.
+func (s *server) forwardOrder(action string, call func(ctx context.Context, id string, body []byte) (*http.Response, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		op := s.cfg.Operator
-		if !op.Enabled() {
+		if !s.cfg.Operator.Enabled() {
 			s.problem(w, r, http.StatusNotFound, "operator actions disabled", "timeoutd has no TIMEOUTD_OPERATOR_TOKEN", nil)
 			return
 		}
@@ -110,18 +142,7 @@ func (s *server) forwardOrder(action string) http.HandlerFunc {
 			}
 			body = b
 		}
-		target := strings.TrimSuffix(op.OrdersURL, "/") + "/v1/orders/" + url.PathEscape(id) + "/" + action
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target, bytes.NewReader(body))
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		req.Header.Set("Authorization", "Bearer "+op.OrdersToken)
-		req.Header.Set("Accept", "application/json, application/problem+json")
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := op.Client.Do(req)
+		resp, err := call(r.Context(), id, body)
 		if err != nil {
 			// The error names the URL only; tokens are in headers, never logged.
 			s.log.Warn("orders API unreachable", "action", action, "id", id, "err", err)

@@ -58,6 +58,7 @@ func TestOperatorActions(t *testing.T) {
 		name             string
 		disabled         bool // no operator token
 		unreachable      bool
+		ordersPath       string // appended to the fake orders API's URL in OrdersURL
 		path, auth, body string
 		orders           answer
 		status           int
@@ -71,6 +72,9 @@ func TestOperatorActions(t *testing.T) {
 		{name: "extend passes the body through", path: "/api/v1/orders/o-1/extend", auth: "Bearer op-secret", body: `{"pay_within":"10m"}`,
 			orders: answer{status: 200, ctype: "application/json", body: order}, status: 200, ctype: "application/json",
 			wantBody: order, wantCall: `POST /v1/orders/o-1/extend Bearer orders-secret {"pay_within":"10m"}`},
+		{name: "orders URL with a trailing slash", ordersPath: "/", path: "/api/v1/orders/o-1/cancel", auth: "Bearer op-secret",
+			orders: answer{status: 200, ctype: "application/json", body: order}, status: 200, ctype: "application/json",
+			wantBody: order, wantCall: "POST /v1/orders/o-1/cancel Bearer orders-secret "},
 		{name: "conflict relayed", path: "/api/v1/orders/o-1/cancel", auth: "Bearer op-secret",
 			orders: answer{status: 409, ctype: "application/problem+json", body: conflict}, status: 409, ctype: "application/problem+json",
 			wantBody: "order is paid", wantCall: "POST /v1/orders/o-1/cancel Bearer orders-secret "},
@@ -97,7 +101,7 @@ func TestOperatorActions(t *testing.T) {
 			orders := &fakeOrders{answer: tt.orders}
 			ts := httptest.NewServer(orders)
 			t.Cleanup(ts.Close)
-			op := Operator{Token: "op-secret", OrdersURL: ts.URL, OrdersToken: "orders-secret"}
+			op := Operator{Token: "op-secret", OrdersURL: ts.URL + tt.ordersPath, OrdersToken: "orders-secret"}
 			if tt.unreachable {
 				dead := httptest.NewServer(http.NotFoundHandler())
 				op.OrdersURL = dead.URL
