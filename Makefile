@@ -27,9 +27,14 @@ images: docker ## build the Postgres, NATS and service images (reused while unch
 up: images ## start the platform (deploy/compose), wait until healthy, print the URLs
 	@scripts/stack.sh up
 
+.PHONY: up-ha
+up-ha: images ## start the cluster (deploy/compose/compose.ha.yaml: 3 NATS nodes, 3 timeoutd, 2 orders), wait until healthy
+	@STACK=ha scripts/stack.sh up
+
 .PHONY: down
-down: ## stop the platform (V=1 also removes its volumes)
+down: ## stop the platform and the cluster (V=1 also removes their volumes)
 	@DOWN_VOLUMES=$(V) scripts/stack.sh down
+	@DOWN_VOLUMES=$(V) STACK=ha scripts/stack.sh down
 
 .PHONY: logs
 logs: ## follow the platform's logs
@@ -143,12 +148,12 @@ FUZZTIME_SHORT ?= 100000x
 SOAK_REPORT ?= build/soak-report.txt
 
 .PHONY: soak-short
-soak-short: images ## short soak: 60 s at 500 orders/s under faults (timeoutd SIGKILL every 20 s, Postgres, NATS, orders), then the audit
-	mkdir -p $(dir $(abspath $(SOAK_REPORT))) && SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -timeout 15m -v -run '^TestSoak$$' ./e2e
+soak-short: images ## short soak: 60 s at 500 orders/s under faults (timeoutd SIGKILL every 20 s, Postgres, NATS, orders), then the audit; HA=1 against the cluster
+	mkdir -p $(dir $(abspath $(SOAK_REPORT))) && SOAK_HA=$(HA) SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -timeout 15m -v -run '^TestSoak$$' ./e2e
 
 .PHONY: soak
-soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faults, then the audit
-	mkdir -p $(dir $(abspath $(SOAK_REPORT))) && SOAK=long SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -timeout 45m -v -run '^TestSoak$$' ./e2e
+soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faults, then the audit; HA=1 against the cluster (a random timeoutd killed each time)
+	mkdir -p $(dir $(abspath $(SOAK_REPORT))) && SOAK=long SOAK_HA=$(HA) SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -timeout 45m -v -run '^TestSoak$$' ./e2e
 
 .PHONY: fuzz
 fuzz: ## every Go fuzz target (scripts/fuzz.sh) for FUZZTIME each (default 10s)

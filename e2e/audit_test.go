@@ -158,8 +158,15 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	defer js.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name)
 	total := cons.CachedInfo().NumPending
 	var got uint64
-	for empty := 0; got < total; {
+	for empty, leaderless := 0, 0; got < total; {
 		batch, err := cons.Fetch(2000, jetstream.FetchMaxWait(2*time.Second))
+		if errors.Is(err, nats.ErrNoResponders) && leaderless < 20 {
+			// On a cluster, the new consumer's leader may not be elected
+			// yet.
+			leaderless++
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			return int(got), fmt.Errorf("fetch %s: %w", stream, err)
 		}

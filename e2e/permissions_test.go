@@ -96,7 +96,7 @@ func startPermFixture(t *testing.T) *permFixture {
 		t.Fatal(err)
 	}
 	// The bootstrap step, as compose runs it.
-	if err := runStreamsBootstrap(ctx, nw, fmt.Sprintf("nats://%s:%s@%s:4222", userBootstrap, passwords[userBootstrap], svcNATS)); err != nil {
+	if err := runStreamsBootstrap(ctx, nw, fmt.Sprintf("nats://%s:%s@%s:4222", userBootstrap, passwords[userBootstrap], svcNATS), 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -296,6 +296,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 				add(u, "read info of its own consumer "+cons.name, true, "", request(api("CONSUMER.INFO.%s.%s", cons.stream, cons.name), ""))
 				continue
 			}
+			add(u, "reset "+whose, false, api("CONSUMER.RESET.%s.%s", cons.stream, cons.name), request(api("CONSUMER.RESET.%s.%s", cons.stream, cons.name), ""))
 			add(u, "ack an in-flight message of "+whose, false, cons.held.Reply(), ack(cons.held))
 			add(u, "pull from "+whose, false, api("CONSUMER.MSG.NEXT.%s.%s", cons.stream, cons.name),
 				request(api("CONSUMER.MSG.NEXT.%s.%s", cons.stream, cons.name), `{"batch":1,"no_wait":true}`))
@@ -361,6 +362,16 @@ func TestNATSPermissionMatrix(t *testing.T) {
 	add(userTimeoutd, "verify its streams (start-up)", true, "", func(ctx context.Context, c *permClient) error {
 		return streams.Verify(ctx, c.js, streams.Config{}, events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters)
 	})
+	// Taking a partition over reads the sequence of its last command.
+	lastCmd := api("STREAM.MSG.GET.%s", events.StreamCommands)
+	for _, u := range []string{userTimeoutd, userOrders, userObserver} {
+		subject := lastCmd
+		if u == userTimeoutd {
+			subject = ""
+		}
+		add(u, "read a partition's last command ("+lastCmd+")", u == userTimeoutd, subject,
+			request(lastCmd, fmt.Sprintf(`{"last_by_subj":%q}`, events.PartitionCommandSubjects(f.partition))))
+	}
 	add(userObserver, "read, ack and delete an ephemeral consumer of its own on "+events.StreamOrderEvents, true, "", func(ctx context.Context, c *permClient) error {
 		cons, err := c.js.CreateConsumer(ctx, events.StreamOrderEvents, jetstream.ConsumerConfig{
 			FilterSubject: f.created, AckPolicy: jetstream.AckExplicitPolicy, InactiveThreshold: time.Minute,

@@ -47,8 +47,10 @@ type soakOrder struct {
 // unknown outcome and is counted, not audited strictly. Any other
 // unexpected answer (a 4xx to a valid request) is recorded as rejected.
 type soakLoad struct {
-	cl  *ordersclient.ClientWithResponses
-	cfg soakConfig
+	// cls are clients of every orders instance, used in turn (next).
+	cls  []*ordersclient.ClientWithResponses
+	next atomic.Uint64
+	cfg  soakConfig
 
 	mu       sync.Mutex
 	orders   map[string]*soakOrder // acknowledged creates by order id
@@ -60,13 +62,19 @@ type soakLoad struct {
 	pays                               sync.WaitGroup
 }
 
-func newSoakLoad(baseURL, token string, cfg soakConfig) *soakLoad {
+// newSoakLoad returns a load of cfg on the orders instances at baseURLs,
+// which it spreads its requests over.
+func newSoakLoad(baseURLs []string, token string, cfg soakConfig) *soakLoad {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: cfg.Workers + 64, MaxConnsPerHost: cfg.Workers + 256,
 		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 	}}
+	var cls []*ordersclient.ClientWithResponses
+	for _, u := range baseURLs {
+		cls = append(cls, newOrdersClient(u, token, hc))
+	}
 	return &soakLoad{
-		cl:       newOrdersClient(baseURL, token, hc),
+		cls:      cls,
 		cfg:      cfg,
 		orders:   map[string]*soakOrder{},
 		outcomes: map[string]int{},
@@ -81,6 +89,11 @@ func classify(err error) (string, bool) {
 		return fmt.Sprint(p.Status), p.Status >= 500
 	}
 	return "transport error", true
+}
+
+// client returns the next orders instance's client.
+func (l *soakLoad) client() *ordersclient.ClientWithResponses {
+	return l.cls[l.next.Add(1)%uint64(len(l.cls))]
 }
 
 func (l *soakLoad) count(what string) {
@@ -137,7 +150,7 @@ func (l *soakLoad) run(ctx context.Context) {
 func (l *soakLoad) create(ctx context.Context) {
 	span := l.cfg.MaxDeadline - l.cfg.MinDeadline
 	within := l.cfg.MinDeadline + rand.N(span)
-	o, err := ordersclient.OrderOf(l.cl.CreateOrderWithResponse(ctx, nil, orderRequest("c-soak", ordersclient.Deadline{PayWithin: within.Round(time.Millisecond).String()})))
+	o, err := ordersclient.OrderOf(l.client().CreateOrderWithResponse(ctx, nil, orderRequest("c-soak", ordersclient.Deadline{PayWithin: within.Round(time.Millisecond).String()})))
 	if err != nil {
 		what, unknown := classify(err)
 		l.count("create " + what)
@@ -171,7 +184,7 @@ func (l *soakLoad) create(ctx context.Context) {
 }
 
 func (l *soakLoad) pay(ctx context.Context, id string, so *soakOrder) {
-	paid, err := ordersclient.OrderOf(l.cl.PayOrderWithResponse(ctx, id))
+	paid, err := ordersclient.OrderOf(l.client().PayOrderWithResponse(ctx, id))
 	res, what := payOK, "200"
 	switch {
 	case err == nil && paid.Status != events.StatusPaid:

@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,6 +32,11 @@ type soakConfig struct {
 	// PostgresAt, NATSAt and OrdersAt are when Postgres and NATS are
 	// restarted and orders is SIGKILLed (each once), from the start.
 	PostgresAt, NATSAt, OrdersAt time.Duration
+	// HA runs the soak against the cluster (SOAK_HA=1): 3 NATS nodes with
+	// streams at 3 replicas, 3 timeoutd instances, 2 orders instances. Each
+	// timeoutd kill then hits one instance at random, the NATS restart one
+	// node at random, the orders kill the first instance.
+	HA bool
 	// Settle is the most the audit waits, after the last deadline, for the
 	// system to catch up (see settle); Stall the most it waits for the
 	// backlog to shrink.
@@ -36,7 +44,8 @@ type soakConfig struct {
 }
 
 // soakShort is the soak `make test` runs; soakLong is `make soak`
-// (SOAK=long). SOAK_RATE and SOAK_DURATION override either.
+// (SOAK=long). SOAK_RATE and SOAK_DURATION override either; SOAK_HA=1 runs
+// either against the cluster.
 var (
 	soakShort = soakConfig{
 		Rate: 500, Duration: time.Minute, MinDeadline: time.Second, MaxDeadline: 30 * time.Second,
@@ -56,6 +65,7 @@ func soakConfigFromEnv(t *testing.T) soakConfig {
 	if os.Getenv("SOAK") == "long" {
 		cfg = soakLong
 	}
+	cfg.HA = os.Getenv("SOAK_HA") == "1"
 	if v := os.Getenv("SOAK_RATE"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -85,16 +95,32 @@ type fault struct {
 	Do   func(t *testing.T) string // returns what it measured
 }
 
+// stackOptions returns the stack the soak runs against.
+func (cfg soakConfig) stackOptions() stackOptions {
+	opts := stackOptions{OrdersEnv: map[string]string{"ORDERS_RECONCILE_MARGIN": soakReconcileMargin.String()}}
+	if cfg.HA {
+		opts.NATSNodes, opts.Timeoutds, opts.Orders = 3, 3, 2
+	}
+	return opts
+}
+
 // schedule returns the soak's faults in time order.
 func (cfg soakConfig) schedule(s *stack) []fault {
 	var fs []fault
+	// anyOf names one of names at random, and runs fn on it.
+	anyOf := func(names []string, fn func(*testing.T, string) string) func(*testing.T) string {
+		return func(t *testing.T) string {
+			name := names[rand.IntN(len(names))]
+			return name + ": " + fn(t, name)
+		}
+	}
 	for at := cfg.TimeoutdKillEvery - 5*time.Second; at < cfg.Duration; at += cfg.TimeoutdKillEvery {
-		fs = append(fs, fault{at, "SIGKILL timeoutd", func(t *testing.T) string { return s.killAndStart(t, svcTimeoutd) }})
+		fs = append(fs, fault{at, "SIGKILL timeoutd", anyOf(s.Timeoutds, s.killAndStart)})
 	}
 	fs = append(fs,
-		fault{cfg.PostgresAt, "restart Postgres", func(t *testing.T) string { return s.restartDependency(t, svcPostgres) }},
-		fault{cfg.NATSAt, "restart NATS", func(t *testing.T) string { return s.restartDependency(t, svcNATS) }},
-		fault{cfg.OrdersAt, "SIGKILL orders", func(t *testing.T) string { return s.killAndStart(t, svcOrders) }},
+		fault{cfg.PostgresAt, "restart Postgres", anyOf([]string{svcPostgres}, s.restartDependency)},
+		fault{cfg.NATSAt, "restart NATS", anyOf(s.NATSNodes, s.restartDependency)},
+		fault{cfg.OrdersAt, "SIGKILL orders", anyOf(s.Orders[:1], s.killAndStart)},
 	)
 	for i := 1; i < len(fs); i++ { // insertion sort: a handful of faults
 		for j := i; j > 0 && fs[j].At < fs[j-1].At; j-- {
@@ -104,12 +130,42 @@ func (cfg soakConfig) schedule(s *stack) []fault {
 	return fs
 }
 
-// readyURL returns the /readyz of a service of the stack.
+// readyURL returns the /readyz of a service container of the stack.
 func (s *stack) readyURL(name string) string {
-	if name == svcOrders {
-		return s.OrdersURL + "/readyz"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.roots[name] + "/readyz"
+}
+
+// waitServices waits until every service of the stack is ready and
+// returns when the last one was.
+func (s *stack) waitServices(t *testing.T) time.Time {
+	t.Helper()
+	var last time.Time
+	for _, svc := range s.services() {
+		if at := waitReady(t, s.readyURL(svc), 2*time.Minute); at.After(last) {
+			last = at
+		}
 	}
-	return s.TimeoutdURL + "/readyz"
+	return last
+}
+
+// orderURLs returns the roots of the stack's orders instances.
+func (s *stack) orderURLs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, name := range s.Orders {
+		out = append(out, s.roots[name])
+	}
+	return out
+}
+
+// services returns the names of the stack's service containers.
+func (s *stack) services() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.roots))
 }
 
 // killAndStart SIGKILLs a service, starts it again at once and waits until
@@ -124,21 +180,16 @@ func (s *stack) killAndStart(t *testing.T, name string) string {
 	return fmt.Sprintf("recovery (process start to ready) %s, down %s", ready.Sub(started).Round(time.Millisecond), ready.Sub(killed).Round(time.Millisecond))
 }
 
-// restartDependency restarts Postgres or NATS (SIGTERM, then start, data
-// kept) and waits until both services are ready again; it returns how long
-// the dependency was down and how long until both services were ready.
+// restartDependency restarts Postgres or a NATS node (SIGTERM, then start,
+// data kept) and waits until every service is ready again; it returns how
+// long the dependency was down and how long until every service was ready.
 func (s *stack) restartDependency(t *testing.T, name string) string {
 	t.Helper()
 	began := time.Now()
 	s.Restart(t, name)
 	back := time.Now()
-	var worst time.Time
-	for _, svc := range []string{svcOrders, svcTimeoutd} {
-		if at := waitReady(t, s.readyURL(svc), 2*time.Minute); at.After(worst) {
-			worst = at
-		}
-	}
-	return fmt.Sprintf("%s restarted in %s; both services ready %s after it was back", name,
+	worst := s.waitServices(t)
+	return fmt.Sprintf("%s restarted in %s; every service ready %s after it was back", name,
 		back.Sub(began).Round(time.Millisecond), max(0, worst.Sub(back)).Round(time.Millisecond))
 }
 
@@ -161,20 +212,38 @@ const soakReconcileMargin = 2 * time.Minute
 
 func TestSoak(t *testing.T) {
 	cfg := soakConfigFromEnv(t)
-	s := startStack(t, stackOptions{OrdersEnv: map[string]string{"ORDERS_RECONCILE_MARGIN": soakReconcileMargin.String()}})
+	s := startStack(t, cfg.stackOptions())
+	rep, _ := runSoak(t, s, cfg, cfg.schedule(s))
+	t.Log("\n" + strings.Join(rep, "\n"))
+	if out := os.Getenv("SOAK_REPORT"); out != "" {
+		if err := os.WriteFile(out, []byte(strings.Join(rep, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("write SOAK_REPORT: %v", err)
+		}
+	}
+}
+
+// runSoak runs cfg's load against s while it runs faults at their times,
+// waits until the system caught up, audits it, failing t on every
+// violation, and returns the report and the events it read.
+func runSoak(t *testing.T, s *stack, cfg soakConfig, faults []fault) ([]string, seenEvents) {
+	t.Helper()
 	ctx := t.Context()
-	t.Logf("soak: %d orders/s for %s, deadlines %s-%s, %.0f%% paid", cfg.Rate, cfg.Duration, cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare*100)
+	t.Logf("soak: %d orders/s for %s, deadlines %s-%s, %.0f%% paid, cluster %v", cfg.Rate, cfg.Duration, cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare*100, cfg.HA)
 
 	sampling, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
-	mem := sampleRSS(sampling, 2*time.Second, map[string]string{svcOrders: s.OrdersURL, svcTimeoutd: s.TimeoutdURL})
-	gen := newSoakLoad(s.OrdersURL, s.APIToken, cfg)
+	roots := map[string]string{}
+	for _, name := range s.services() {
+		roots[name] = strings.TrimSuffix(s.readyURL(name), "/readyz")
+	}
+	mem := sampleRSS(sampling, 2*time.Second, roots)
+	gen := newSoakLoad(s.orderURLs(), s.APIToken, cfg)
 	start := time.Now()
 	loadDone := make(chan struct{})
 	go func() { gen.run(ctx); close(loadDone) }()
 
 	var faultLog []string
-	for _, f := range cfg.schedule(s) {
+	for _, f := range faults {
 		select {
 		case <-time.After(time.Until(start.Add(f.At))):
 		case <-ctx.Done():
@@ -227,8 +296,10 @@ func TestSoak(t *testing.T) {
 	res := audit(db, ev, acked)
 
 	var rep []string
-	rep = append(rep, fmt.Sprintf("SOAK %d orders/s for %s (load ran %s), deadlines %s-%s, pay share %.2f; audited %s after the last deadline (%s)",
-		cfg.Rate, cfg.Duration, loadEnded.Round(time.Second), cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare, b.after.Round(100*time.Millisecond), b))
+	mode := fmt.Sprintf("%d NATS node(s), streams R%[1]d; %d timeoutd and %d orders instance(s) at the start",
+		len(s.NATSNodes), len(s.Timeoutds), len(s.Orders))
+	rep = append(rep, fmt.Sprintf("SOAK (%s) %d orders/s for %s (load ran %s), deadlines %s-%s, pay share %.2f; audited %s after the last deadline (%s)",
+		mode, cfg.Rate, cfg.Duration, loadEnded.Round(time.Second), cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare, b.after.Round(100*time.Millisecond), b))
 	rep = append(rep, fmt.Sprintf("load generator: achieved %.0f creates/s acknowledged; %d creates and %d payments with unknown outcome; %d ticks skipped (all workers busy); %d unexpected answers; answers: %s",
 		float64(len(acked))/cfg.Duration.Seconds(), gen.createUnknown.Load(), gen.payUnknown.Load(), gen.skipped.Load(), nRejected, strings.Join(outcomes, ", ")))
 	rep = append(rep, res.Lines...)
@@ -245,18 +316,13 @@ func TestSoak(t *testing.T) {
 			rep = append(rep, "table "+name+"."+l)
 		}
 	}
-	t.Log("\n" + strings.Join(rep, "\n"))
-	if out := os.Getenv("SOAK_REPORT"); out != "" {
-		if err := os.WriteFile(out, []byte(strings.Join(rep, "\n")+"\n"), 0o644); err != nil {
-			t.Errorf("write SOAK_REPORT: %v", err)
-		}
-	}
 	for _, r := range rejected {
 		t.Errorf("load generator got an unexpected answer: %s", r)
 	}
 	for _, v := range res.Violations {
 		t.Error(v)
 	}
+	return rep, ev
 }
 
 // backlog is what the system still has to do after the load: orders

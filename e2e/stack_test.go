@@ -54,6 +54,27 @@ const logTailLines = 300
 type stackOptions struct {
 	// OrdersEnv and TimeoutdEnv add to or override the services' environment.
 	OrdersEnv, TimeoutdEnv map[string]string
+	// NATSNodes above 1 runs NATS as a JetStream cluster of that many nodes
+	// (nats-1, nats-2, …) with every stream at that many replicas; the
+	// services get every node's URL.
+	NATSNodes int
+	// Timeoutds and Orders above 1 run that many instances of the service
+	// (timeoutd-1, timeoutd-2, …; orders-1, …), each timeoutd with its
+	// container name as its instance id.
+	Timeoutds, Orders int
+}
+
+// names returns the container names of n instances of svc: svc alone for
+// one, svc-1 … svc-n for more.
+func names(svc string, n int) []string {
+	if n <= 1 {
+		return []string{svc}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", svc, i+1)
+	}
+	return out
 }
 
 // stack is Postgres, NATS, orders and timeoutd running as containers on one
@@ -69,11 +90,19 @@ type stack struct {
 	NATSURL string
 	// APIToken is a bearer token the orders service accepts.
 	APIToken string
+	// NATSNodes, Timeoutds and Orders are the container names of the NATS
+	// nodes and of the services' instances (see stackOptions).
+	NATSNodes, Timeoutds, Orders []string
 
-	network *testcontainers.DockerNetwork
-	mu      sync.Mutex
-	ctrs    map[string]testcontainers.Container
-	order   []string // container names in start order
+	// roots maps a service container's name to its HTTP root.
+	roots map[string]string
+	// timeoutdEnv is the environment of a timeoutd instance, without its
+	// instance id (addTimeoutd).
+	timeoutdEnv map[string]string
+	network     *testcontainers.DockerNetwork
+	mu          sync.Mutex
+	ctrs        map[string]testcontainers.Container
+	order       []string // container names in start order
 }
 
 // startStack starts a stack of t's own, removed when t ends; when t fails,
@@ -125,7 +154,8 @@ func TestMain(m *testing.M) {
 }
 
 func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
-	s := &stack{APIToken: apiToken, ctrs: map[string]testcontainers.Container{}}
+	s := &stack{APIToken: apiToken, ctrs: map[string]testcontainers.Container{}, roots: map[string]string{},
+		NATSNodes: names(svcNATS, opts.NATSNodes), Timeoutds: names(svcTimeoutd, opts.Timeoutds), Orders: names(svcOrders, opts.Orders)}
 	if err := requireImages(ctx, testinfra.PostgresImage, testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
 		return s, err
 	}
@@ -151,37 +181,63 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	); err != nil {
 		return s, err
 	}
-	if err := s.run(ctx, svcNATS, testinfra.NATSImage, "4222/tcp",
-		testcontainers.WithCmdArgs("-c", "/etc/nats/nats.conf"),
-		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:8222/healthz?js-enabled-only=true"}).
-			WithPollInterval(100*time.Millisecond).WithStartupTimeout(30*time.Second)),
-	); err != nil {
+	// The nodes of a cluster start together: each waits for its routes.
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.NATSNodes))
+	var inside, outside []string // client URLs on the network and from the host
+	for i, name := range s.NATSNodes {
+		args := []string{"-c", "/etc/nats/nats.conf"}
+		if len(s.NATSNodes) > 1 {
+			var routes []string
+			for _, peer := range s.NATSNodes {
+				if peer != name {
+					routes = append(routes, "nats://"+peer+":6222")
+				}
+			}
+			args = append(args, "--server_name", name, "--cluster_name", "ordertimeout",
+				"--cluster", "nats://0.0.0.0:6222", "--routes", strings.Join(routes, ","))
+		}
+		wg.Go(func() {
+			errs[i] = s.run(ctx, name, testinfra.NATSImage, "4222/tcp",
+				testcontainers.WithCmdArgs(args...),
+				testcontainers.WithWaitStrategy(wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:8222/healthz?js-enabled-only=true"}).
+					WithPollInterval(100*time.Millisecond).WithStartupTimeout(60*time.Second)),
+			)
+		})
+		inside = append(inside, "nats://"+name+":4222")
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return s, err
 	}
-	s.NATSURL = "nats://" + s.hostPort(svcNATS)
+	for _, name := range s.NATSNodes {
+		outside = append(outside, "nats://"+s.hostPort(name))
+	}
+	s.NATSURL = strings.Join(outside, ",")
+	natsURL := strings.Join(inside, ",")
 	// The services no longer create streams: the bootstrap step does, as in
 	// compose.
-	if err := runStreamsBootstrap(ctx, s.network, "nats://"+svcNATS+":4222"); err != nil {
+	if err := runStreamsBootstrap(ctx, s.network, natsURL, len(s.NATSNodes)); err != nil {
 		return s, err
 	}
 
 	pg := "postgres://postgres:postgres@" + svcPostgres + ":5432/"
 	orders := map[string]string{
 		"ORDERS_DATABASE_URL": pg + "orders?sslmode=disable",
-		"ORDERS_NATS_URL":     "nats://" + svcNATS + ":4222",
+		"ORDERS_NATS_URL":     natsURL,
 		"ORDERS_HTTP_ADDR":    ":8081",
 		"ORDERS_API_TOKENS":   apiToken,
 		"ORDERS_LOG_LEVEL":    "info",
 	}
 	timeoutd := map[string]string{
 		"TIMEOUTD_DATABASE_URL":  pg + "timeouts?sslmode=disable",
-		"TIMEOUTD_NATS_URL":      "nats://" + svcNATS + ":4222",
+		"TIMEOUTD_NATS_URL":      natsURL,
 		"TIMEOUTD_HTTP_ADDR":     ":8080",
 		"TIMEOUTD_DASHBOARD_DIR": "/assets/dashboard",
 		"TIMEOUTD_LOG_LEVEL":     "info",
 		// Operator actions from the dashboard, forwarded to orders.
 		"TIMEOUTD_OPERATOR_TOKEN": operatorToken,
-		"TIMEOUTD_ORDERS_URL":     "http://" + svcOrders + ":8081",
+		"TIMEOUTD_ORDERS_URL":     "http://" + s.Orders[0] + ":8081",
 		"TIMEOUTD_ORDERS_TOKEN":   apiToken,
 	}
 	for k, v := range opts.OrdersEnv {
@@ -190,39 +246,64 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	for k, v := range opts.TimeoutdEnv {
 		timeoutd[k] = v
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	wg.Go(func() {
-		errs[0] = s.run(ctx, svcOrders, ordersImage, "8081/tcp", testcontainers.WithEnv(orders), readyz("8081/tcp"))
-	})
-	wg.Go(func() {
-		errs[1] = s.run(ctx, svcTimeoutd, timeoutdImage, "8080/tcp", testcontainers.WithEnv(timeoutd), readyz("8080/tcp"))
-	})
+	s.timeoutdEnv = timeoutd
+	errs = make([]error, len(s.Orders)+len(s.Timeoutds))
+	for i, name := range s.Orders {
+		wg.Go(func() {
+			errs[i] = s.run(ctx, name, ordersImage, "8081/tcp", testcontainers.WithEnv(orders), readyz("8081/tcp"))
+		})
+	}
+	for i, name := range s.Timeoutds {
+		wg.Go(func() { errs[len(s.Orders)+i] = s.startTimeoutd(ctx, name) })
+	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return s, err
 	}
-	s.OrdersURL = "http://" + s.hostPort(svcOrders)
-	s.TimeoutdURL = "http://" + s.hostPort(svcTimeoutd)
+	for _, name := range s.Orders {
+		s.roots[name] = "http://" + s.hostPort(name)
+	}
+	s.OrdersURL = s.roots[s.Orders[0]]
+	s.TimeoutdURL = s.roots[s.Timeoutds[0]]
 	return s, nil
 }
 
+// startTimeoutd starts a timeoutd instance named name (its instance id)
+// and waits until it is ready.
+func (s *stack) startTimeoutd(ctx context.Context, name string) error {
+	env := map[string]string{"TIMEOUTD_INSTANCE_ID": name}
+	for k, v := range s.timeoutdEnv {
+		env[k] = v
+	}
+	if err := s.run(ctx, name, timeoutdImage, "8080/tcp", testcontainers.WithEnv(env), readyz("8080/tcp")); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.roots[name] = "http://" + s.hostPortLocked(name)
+	s.mu.Unlock()
+	return nil
+}
+
 // runStreamsBootstrap runs the streams bootstrap of the NATS image
-// (/streams, deploy/streams) on nw against natsURL, as compose's "streams"
-// service does before the services start, and returns an error with its log
-// unless it exited 0.
-func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string) error {
+// (/streams, deploy/streams) on nw against natsURL, with every stream at
+// replicas, as compose's "streams" service does before the services start,
+// and returns an error with its log unless it exited 0.
+func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string, replicas int) error {
 	ctr, err := testcontainers.Run(ctx, testinfra.NATSImage,
 		tcnetwork.WithNetwork([]string{"streams"}, nw),
 		testcontainers.WithEntrypoint("/streams"),
-		testcontainers.WithEnv(map[string]string{"NATS_URL": natsURL, "STREAMS_TIMEOUT": "30s"}),
+		testcontainers.WithEnv(map[string]string{"NATS_URL": natsURL, "STREAMS_TIMEOUT": "45s", "STREAMS_REPLICAS": fmt.Sprint(replicas)}),
 		testcontainers.WithWaitStrategy(wait.ForExit().WithPollInterval(100*time.Millisecond).WithExitTimeout(60*time.Second)),
 	)
 	if ctr != nil {
 		defer func() { _ = ctr.Terminate(context.Background()) }()
 	}
 	if err != nil {
-		return fmt.Errorf("run the streams bootstrap (%s /streams): %w", testinfra.NATSImage, err)
+		var logs string
+		if ctr != nil {
+			logs = testinfra.Logs(ctr)
+		}
+		return fmt.Errorf("run the streams bootstrap (%s /streams): %w\n%s", testinfra.NATSImage, err, logs)
 	}
 	st, err := ctr.State(ctx)
 	if err != nil {
@@ -271,7 +352,12 @@ func (s *stack) run(ctx context.Context, name, img, port string, opts ...testcon
 
 // hostPort returns 127.0.0.1:<published port> of a container of the stack.
 func (s *stack) hostPort(name string) string {
-	ctr := s.container(name)
+	return hostPortOf(s.container(name))
+}
+
+func (s *stack) hostPortLocked(name string) string { return hostPortOf(s.ctrs[name]) }
+
+func hostPortOf(ctr testcontainers.Container) string {
 	info, err := ctr.Inspect(context.Background())
 	if err != nil {
 		return "127.0.0.1:0"
@@ -343,18 +429,12 @@ func newOrdersClient(baseURL, token string, hc *http.Client) *ordersclient.Clien
 // waits until it has exited.
 func (s *stack) Kill(t *testing.T, name string) {
 	t.Helper()
-	ctx := context.Background()
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatalf("docker: %v", err)
-	}
-	defer cli.Close()
-	id := s.container(name).GetContainerID()
-	if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		t.Fatalf("kill %s: %v", name, err)
-	}
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		_, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"})
+		return err
+	}, "kill "+name, name)
 	waitFor(t, 30*time.Second, name+" to exit", func() bool {
-		st, err := s.container(name).State(ctx)
+		st, err := s.container(name).State(context.Background())
 		return err == nil && !st.Running
 	})
 }
@@ -395,6 +475,50 @@ func (s *stack) Restart(t *testing.T, name string) {
 	}
 	if err := s.container(name).Start(ctx); err != nil {
 		t.Fatalf("start %s again: %v", name, err)
+	}
+}
+
+// Stop stops the container name gracefully (SIGTERM, then SIGKILL after
+// 20 s) and waits until it has exited.
+func (s *stack) Stop(t *testing.T, name string) {
+	t.Helper()
+	timeout := 20 * time.Second
+	if err := s.container(name).Stop(context.Background(), &timeout); err != nil {
+		t.Fatalf("stop %s: %v", name, err)
+	}
+}
+
+// Pause freezes every process of the container name (docker pause): it
+// keeps its connections and its state, and does nothing until Unpause.
+func (s *stack) Pause(t *testing.T, name string) {
+	t.Helper()
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		_, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+		return err
+	}, "pause "+name, name)
+}
+
+// Unpause thaws the container name frozen by Pause.
+func (s *stack) Unpause(t *testing.T, name string) {
+	t.Helper()
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		_, err := cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+		return err
+	}, "unpause "+name, name)
+}
+
+// docker runs op on the container name with a Docker client, failing t
+// with what on an error.
+func (s *stack) docker(t *testing.T, op func(context.Context, *client.Client, string) error, what, name string) {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatalf("docker: %v", err)
+	}
+	defer cli.Close()
+	if err := op(ctx, cli.Client, s.container(name).GetContainerID()); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 

@@ -6,12 +6,19 @@
 #   scripts/stack.sh logs    follow the logs of every service
 #   scripts/stack.sh dump    print the last lines of every service's log
 #   scripts/stack.sh wait    wait until every service is healthy
+# STACK=ha runs the cluster of deploy/compose/compose.ha.yaml instead, as
+# the project <COMPOSE_PROJECT>-ha (make up-ha).
 # The images must exist (make up builds them first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 SERVICES=(postgres nats orders timeoutd)
+if [ "${STACK:-}" = ha ]; then
+  COMPOSE_FILE=deploy/compose/compose.ha.yaml
+  COMPOSE_PROJECT=$COMPOSE_PROJECT-ha
+  SERVICES=(postgres nats-1 nats-2 nats-3 orders-1 orders-2 timeoutd-1 timeoutd-2 timeoutd-3)
+fi
 WAIT_SECONDS=${WAIT_SECONDS:-120}
 
 # health SERVICE prints the health status of the service's container.
@@ -44,6 +51,17 @@ case "${1:-}" in
     compose up -d
     log "waiting until ${SERVICES[*]} are healthy"
     wait_healthy
+    if [ "${STACK:-}" = ha ]; then
+      cat <<URLS
+The cluster is up:
+  dashboard + timeoutd API  http://localhost:${TIMEOUTD_PORT:-8080}/, :${TIMEOUTD_2_PORT:-8082}/, :${TIMEOUTD_3_PORT:-8083}/   (timeoutd-1, -2, -3; any shows the whole cluster)
+  order API                 http://localhost:${ORDERS_PORT:-8081}/v1/orders, :${ORDERS_2_PORT:-8084}/v1/orders   (Authorization: Bearer ${ORDERS_API_TOKENS:-dev-token})
+  NATS                      nats://localhost:${NATS_PORT:-4222},nats://localhost:${NATS_2_PORT:-4223},nats://localhost:${NATS_3_PORT:-4224}   (monitoring http://localhost:${NATS_MONITOR_PORT:-8222})
+  Postgres                  postgres://postgres:${POSTGRES_PASSWORD:-postgres}@localhost:${POSTGRES_PORT:-5432}/orders
+Next: make demo (load), STACK=ha scripts/stack.sh logs, make down.
+URLS
+      exit 0
+    fi
     cat <<URLS
 The platform is up:
   dashboard + timeoutd API  http://localhost:${TIMEOUTD_PORT:-8080}/   (API: /api/v1/stats)

@@ -105,11 +105,17 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	// NATS may still be starting: retry until the deadline.
+	// NATS may still be starting: retry until the deadline, logging each
+	// new error.
+	var last string
 	for {
 		err = streams.Ensure(ctx, js, cfg.streams)
 		if err == nil {
 			break
+		}
+		if err.Error() != last {
+			last = err.Error()
+			log.Warn("streams not ensured yet; retrying", "err", err)
 		}
 		select {
 		case <-ctx.Done():

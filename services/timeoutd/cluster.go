@@ -86,7 +86,8 @@ type membership struct {
 	sched  *schedule.Schedule
 	rec    *recovery
 	own    *ownership
-	info   func() []byte // what the heartbeat publishes of this instance
+	info   func() InstanceInfo // what the heartbeat publishes of this instance
+	view   *clusterView        // refreshed every round
 	// ready is called once the first round's partitions are loaded and
 	// consumed; caughtUp once their fires are open.
 	ready    func(loaded int)
@@ -126,11 +127,13 @@ func (m *membership) round(ctx context.Context) {
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	live, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, m.info())
+	info, _ := json.Marshal(m.info()) // cannot fail: plain fields
+	live, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info)
 	if err != nil {
 		m.unproven(ctx, "heartbeat", err)
 		return
 	}
+	defer m.readView(rctx)
 	if len(m.held) > 0 {
 		renewed, err := m.leases.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.LeaseTTL)
 		if err != nil {
@@ -177,6 +180,17 @@ func (m *membership) round(ctx context.Context) {
 		m.ready(0)
 		m.caughtUp()
 	}
+}
+
+// readView refreshes the cluster view, after the round's changes; a
+// failure keeps the last one.
+func (m *membership) readView(ctx context.Context) {
+	instances, err := m.leases.Instances(ctx)
+	if err != nil {
+		m.cfg.Logger.Debug("read the cluster view", "err", err)
+		return
+	}
+	m.view.set(m.cfg.InstanceID, instances)
 }
 
 // unproven handles a failed heartbeat or renewal: the leases stay trusted
@@ -287,14 +301,56 @@ func partitionsOf(leases []Lease) []int {
 	return out
 }
 
-// instanceInfo is what an instance's heartbeat publishes for the cluster
-// view.
-type instanceInfo struct {
-	Pending int64  `json:"pending"`
-	Fired   uint64 `json:"fired"`
+// InstanceInfo is what an instance's heartbeat publishes of itself for the
+// cluster view (JSON in timeoutd_instances.info).
+type InstanceInfo struct {
+	// Pending is the number of timeouts in its wheel.
+	Pending int64 `json:"pending"`
+	// Fired counts its fires and misses since it started.
+	Fired       uint64  `json:"fired"`
+	FiredPerSec float64 `json:"fired_per_sec"`
+	// LatenessP50 and LatenessMax are over its recent expiries.
+	LatenessP50 time.Duration `json:"lateness_p50_ns"`
+	LatenessMax time.Duration `json:"lateness_max_ns"`
 }
 
-func marshalInfo(i instanceInfo) []byte {
-	b, _ := json.Marshal(i) // cannot fail: plain fields
-	return b
+// Member is a live instance of the cluster as the cluster view shows it.
+type Member struct {
+	ID         string
+	StartedAt  time.Time
+	Partitions []int
+	// Self marks the instance answering.
+	Self bool
+	Info InstanceInfo
+}
+
+// clusterView is the cluster as this instance's last membership round read
+// it; gen changes whenever the view does.
+type clusterView struct {
+	mu      sync.Mutex
+	members []Member
+	gen     atomic.Uint64
+}
+
+// set replaces the view with instances, read just now.
+func (v *clusterView) set(self string, instances []Instance) {
+	members := make([]Member, len(instances))
+	for i, in := range instances {
+		members[i] = Member{ID: in.ID, StartedAt: in.StartedAt, Partitions: in.Partitions, Self: in.ID == self}
+		_ = json.Unmarshal(in.Info, &members[i].Info) // an instance of another version may publish less: zeros
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !slices.EqualFunc(v.members, members, func(a, b Member) bool {
+		return a.ID == b.ID && a.StartedAt.Equal(b.StartedAt) && slices.Equal(a.Partitions, b.Partitions) && a.Info == b.Info
+	}) {
+		v.members = members
+		v.gen.Add(1)
+	}
+}
+
+func (v *clusterView) get() []Member {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.members)
 }

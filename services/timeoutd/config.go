@@ -129,6 +129,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultInstanceID is the InstanceID of a Config that sets none: the host
+// name (a container's is unique on its network).
+func DefaultInstanceID() (string, error) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "", fmt.Errorf("timeoutd: InstanceID is empty and the host name is unknown: %v", err)
+	}
+	return host, nil
+}
+
 // withDefaults returns c with defaults applied, or an error naming the first
 // invalid field.
 func (c Config) withDefaults() (Config, error) {
@@ -152,11 +162,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, LeaseRenewIntervalDefault)
 	if c.InstanceID == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			return c, fmt.Errorf("timeoutd: InstanceID is empty and the host name is unknown: %v", err)
+		id, err := DefaultInstanceID()
+		if err != nil {
+			return c, err
 		}
-		c.InstanceID = host
+		c.InstanceID = id
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,7 @@ type Service struct {
 
 	own        *ownership
 	membership *membership
+	view       *clusterView
 	recovery   *recovery
 	ingest     *ingester
 	fire       *firer
@@ -95,6 +97,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
 	s.own = &ownership{id: cfg.InstanceID}
+	s.view = &clusterView{}
 	s.caughtUp = make(chan struct{})
 	s.fire = &firer{cfg: cfg, store: d.Store, relay: d.Relay, own: s.own, stats: s.stats, m: d.Metrics, hard: s.hard,
 		slots: make(chan struct{}, cfg.FireConcurrency)}
@@ -106,7 +109,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s.fire.sched = s.sched
 	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, sched: s.sched, own: s.own, hard: s.hard}
 	s.membership = &membership{cfg: cfg, leases: d.Leases, src: d.Source, sched: s.sched, rec: s.recovery, own: s.own,
-		info: s.instanceInfo, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
+		info: s.instanceInfo, view: s.view, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
 	s.janitor = &janitor{cfg: cfg, store: d.Store}
@@ -260,15 +263,26 @@ func (s *Service) GetPending(ctx context.Context, key string) (Timeout, error) {
 func (s *Service) Check(ctx context.Context) error { return s.store.Ping(ctx) }
 
 // instanceInfo is what this instance's heartbeat publishes.
-func (s *Service) instanceInfo() []byte {
-	return marshalInfo(instanceInfo{Pending: int64(s.sched.Len()), Fired: s.stats.fired.Load() + s.stats.missed.Load()})
+func (s *Service) instanceInfo() InstanceInfo {
+	st := s.Stats()
+	info := InstanceInfo{Pending: st.Pending, Fired: st.Fired + st.Missed, FiredPerSec: st.FiredPerSec}
+	recent := s.Recent(s.cfg.Recent)
+	if len(recent) == 0 {
+		return info
+	}
+	late := make([]time.Duration, len(recent))
+	for i, e := range recent {
+		late[i] = time.Duration(e.LatenessNs)
+	}
+	slices.Sort(late)
+	info.LatenessP50, info.LatenessMax = late[len(late)/2], late[len(late)-1]
+	return info
 }
 
-// Instances returns the live instances of the cluster, with the partitions
-// each holds.
-func (s *Service) Instances(ctx context.Context) ([]Instance, error) {
-	return s.membership.leases.Instances(ctx)
-}
+// Cluster returns the live instances of the cluster, with the partitions
+// each holds and what each published, as of the last membership round
+// (every LeaseRenewInterval).
+func (s *Service) Cluster() []Member { return s.view.get() }
 
 // InstanceID returns this instance's id in the cluster.
 func (s *Service) InstanceID() string { return s.cfg.InstanceID }

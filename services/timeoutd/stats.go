@@ -162,13 +162,13 @@ func (s *Service) Stats() Stats {
 	return out
 }
 
-// Generation changes whenever a counter changes, and when a refresh changed
+// Generation changes whenever a counter changes, when a refresh changed
 // the upcoming buckets or the outbox rows (deadlines move into a horizon as
-// time passes, with no counter changing), so a stream of snapshots can skip
-// sending when nothing happened.
+// time passes, with no counter changing) and when the cluster view changed,
+// so a stream of snapshots can skip sending when nothing happened.
 func (s *Service) Generation() uint64 {
 	t := s.stats.totals()
-	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered + s.stats.refreshed.Load()
+	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered + s.stats.refreshed.Load() + s.view.gen.Load()
 }
 
 // Recent returns up to n recent expiries, newest first, without payloads.

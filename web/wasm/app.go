@@ -59,6 +59,9 @@ type app struct {
 	latMax                                     text
 	feed                                       js.Value
 	feedRows                                   []*feedRow
+	members                                    js.Value
+	memberRows                                 []*memberRow
+	clusterSummary                             text
 	snapAttr                                   attr
 
 	es          js.Value
@@ -84,6 +87,13 @@ type row struct {
 
 // actions are the operator actions, in the order of their buttons.
 var actions = []view.Action{view.Extend, view.Cancel}
+
+// memberRow is one line of the cluster table.
+type memberRow struct {
+	tr                                            js.Value
+	id, parts, ranges, pending, rate, p50, latMax text
+	self                                          attr
+}
 
 // feedRow is one line of the recent-expiries table.
 type feedRow struct {
@@ -186,7 +196,24 @@ func (ap *app) mount() {
 					h(d, "th", a("scope", "col"), "Outcome"))),
 				ap.feed)))
 
-	main := h(d, "main", a("class", "grid"), pending, h(d, "div", a("class", "side"), upcoming, recent))
+	ap.members = h(d, "tbody", a("id", "cluster-rows"))
+	clusterCaption := h(d, "span", a("id", "cluster-summary", "class", "muted"))
+	ap.clusterSummary.el = clusterCaption
+	cluster := h(d, "section", a("class", "card", "aria-labelledby", "cluster-h"),
+		h(d, "h2", a("id", "cluster-h"), "Cluster ", clusterCaption),
+		h(d, "div", a("class", "scroll"),
+			h(d, "table", a("id", "cluster", "aria-labelledby", "cluster-h"),
+				h(d, "thead", nil, h(d, "tr", nil,
+					h(d, "th", a("scope", "col"), "Instance"),
+					h(d, "th", a("scope", "col", "class", "num"), "Partitions"),
+					h(d, "th", a("scope", "col", "class", "opt"), "Owns"),
+					h(d, "th", a("scope", "col", "class", "num"), "Pending"),
+					h(d, "th", a("scope", "col", "class", "num"), "Fired"),
+					h(d, "th", a("scope", "col", "class", "num"), "Lateness p50"),
+					h(d, "th", a("scope", "col", "class", "num"), "max"))),
+				ap.members)))
+
+	main := h(d, "main", a("class", "grid"), pending, h(d, "div", a("class", "side"), cluster, upcoming, recent))
 	footer := h(d, "footer", a("id", "footer"))
 	ap.footer.el = footer
 	ap.root.Call("replaceChildren", header, main, footer)
@@ -458,6 +485,7 @@ func (ap *app) render() {
 	ap.renderPager()
 	ap.renderCharts()
 	ap.renderFeed()
+	ap.renderCluster()
 	ap.snapAttr.Set(strconv.Itoa(ap.state.Snapshots))
 }
 
@@ -622,6 +650,45 @@ func (ap *app) renderFeed() {
 		}
 		r.outc.Set(outcome)
 		r.class.Set(cls)
+	}
+}
+
+// renderCluster updates the cluster table in place: one row per live
+// timeoutd instance, the one serving the page marked.
+func (ap *app) renderCluster() {
+	ms := ap.state.Members()
+	d := ap.doc
+	ap.clusterSummary.Set(ap.state.ClusterSummary())
+	for len(ap.memberRows) < len(ms) {
+		r := &memberRow{}
+		id := h(d, "th", a("scope", "row"))
+		cells := []js.Value{h(d, "td", a("class", "num")), h(d, "td", a("class", "opt")), h(d, "td", a("class", "num")),
+			h(d, "td", a("class", "num")), h(d, "td", a("class", "num")), h(d, "td", a("class", "num"))}
+		r.tr = h(d, "tr", nil, id, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5])
+		r.id.el, r.parts.el, r.ranges.el, r.pending.el, r.rate.el, r.p50.el, r.latMax.el = id, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
+		r.self = attr{el: r.tr, name: "class"}
+		ap.members.Call("appendChild", r.tr)
+		ap.memberRows = append(ap.memberRows, r)
+	}
+	for len(ap.memberRows) > len(ms) {
+		ap.members.Call("removeChild", ap.memberRows[len(ap.memberRows)-1].tr)
+		ap.memberRows = ap.memberRows[:len(ap.memberRows)-1]
+	}
+	for i, m := range ms {
+		r := ap.memberRows[i]
+		r.tr.Call("setAttribute", "data-instance", m.ID)
+		id, cls := m.ID, ""
+		if m.Self {
+			id, cls = m.ID+" (this one)", "self"
+		}
+		r.id.Set(id)
+		r.self.Set(cls)
+		r.parts.Set(m.Partitions)
+		r.ranges.Set(m.Ranges)
+		r.pending.Set(m.Pending)
+		r.rate.Set(m.FiredRate)
+		r.p50.Set(m.LatencyP50)
+		r.latMax.Set(m.LatencyMax)
 	}
 }
 

@@ -127,6 +127,31 @@ type Stats struct {
 	Upcoming []Bucket `json:"upcoming"`
 }
 
+// Instance is one live timeoutd instance of the cluster.
+type Instance struct {
+	ID        string    `json:"id"`
+	StartedAt time.Time `json:"started_at"`
+	// Self marks the instance that answered.
+	Self bool `json:"self,omitempty"`
+	// Partitions are the key partitions it owns (of Cluster.Partitions).
+	Partitions []int `json:"partitions"`
+	// Pending is the number of timeouts it holds.
+	Pending     int64   `json:"pending"`
+	Fired       uint64  `json:"fired"`
+	FiredPerSec float64 `json:"fired_per_sec"`
+	// LatenessP50Ms and LatenessMaxMs are over its recent expiries.
+	LatenessP50Ms float64 `json:"lateness_p50_ms"`
+	LatenessMaxMs float64 `json:"lateness_max_ms"`
+}
+
+// Cluster is the answer of /api/v1/cluster: every live instance, as of the
+// answering instance's last lease round (about a second old at most).
+type Cluster struct {
+	// Partitions is the number of key partitions (pkg/events.Partitions).
+	Partitions int        `json:"partitions"`
+	Instances  []Instance `json:"instances"`
+}
+
 // Snapshot is the data of each "snapshot" event of /api/v1/stream: the whole
 // state a dashboard shows, so a reconnecting client resyncs from one event.
 // The server coalesces changes and sends at most a few per second, and a
@@ -135,4 +160,5 @@ type Snapshot struct {
 	Stats   Stats     `json:"stats"`
 	Soonest []Timeout `json:"soonest"`
 	Recent  []Expiry  `json:"recent"`
+	Cluster Cluster   `json:"cluster"`
 }

@@ -249,7 +249,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-func (c Config) withDefaults() (Config, error) {
+func (c Config) withDefaults() (_ Config, err error) {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ShutdownDelay = cmp.Or(c.ShutdownDelay, ShutdownDelayDefault)
@@ -262,6 +262,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.RelayClaimMinAge = cmp.Or(c.RelayClaimMinAge, RelayClaimMinAgeDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Service.InstanceID == "" {
+		if c.Service.InstanceID, err = timeoutd.DefaultInstanceID(); err != nil {
+			return c, err
+		}
 	}
 	c.Service.Logger = cmp.Or(c.Service.Logger, c.Logger)
 	if len(c.Service.FireSubjectPrefixes) == 0 {
@@ -408,7 +413,9 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 
 // openPool opens a Postgres pool of cfg (with defaults applied): size
 // connections whose sessions have StatementTimeout and
-// IdleInTransactionTimeout, unless DatabaseURL sets them itself.
+// IdleInTransactionTimeout, unless DatabaseURL sets them itself, and whose
+// application_name is timeoutd/<instance id> (pg_stat_activity shows which
+// instance holds a connection; the cluster's e2e audit attributes writes).
 func openPool(ctx context.Context, cfg Config, size int) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
@@ -416,6 +423,9 @@ func openPool(ctx context.Context, cfg Config, size int) (*pgxpool.Pool, error) 
 	}
 	pcfg.MaxConns = int32(size)
 	pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}.Apply(pcfg.ConnConfig.RuntimeParams)
+	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "timeoutd/" + cfg.Service.InstanceID
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect postgres: %w", err)

@@ -33,6 +33,8 @@ type Service interface {
 	Stats() timeoutd.Stats
 	Recent(n int) []events.Expiry
 	Generation() uint64
+	// Cluster returns the live instances of the cluster.
+	Cluster() []timeoutd.Member
 }
 
 // Defaults of Config.
@@ -145,6 +147,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		r.Get("/timeouts", s.listTimeouts)
 		r.Get("/timeouts/{key}", s.getTimeout)
 		r.Get("/stats", s.stats)
+		r.Get("/cluster", s.cluster)
 		r.Get("/expiries", s.expiries)
 		r.Get("/stream", s.stream)
 		s.operatorRoutes(r)
@@ -367,6 +370,25 @@ func (s *server) statsToAPI(st timeoutd.Stats) api.Stats {
 
 func (s *server) stats(w http.ResponseWriter, _ *http.Request) {
 	s.json(w, s.statsToAPI(s.svc.Stats()))
+}
+
+// cluster serves /api/v1/cluster.
+func (s *server) cluster(w http.ResponseWriter, _ *http.Request) {
+	s.json(w, s.clusterToAPI())
+}
+
+func (s *server) clusterToAPI() api.Cluster {
+	ms := s.svc.Cluster()
+	out := api.Cluster{Partitions: events.Partitions, Instances: make([]api.Instance, len(ms))}
+	for i, m := range ms {
+		out.Instances[i] = api.Instance{ID: m.ID, StartedAt: m.StartedAt, Self: m.Self, Partitions: m.Partitions,
+			Pending: m.Info.Pending, Fired: m.Info.Fired, FiredPerSec: m.Info.FiredPerSec,
+			LatenessP50Ms: float64(m.Info.LatenessP50) / 1e6, LatenessMaxMs: float64(m.Info.LatenessMax) / 1e6}
+		if out.Instances[i].Partitions == nil {
+			out.Instances[i].Partitions = []int{}
+		}
+	}
+	return out
 }
 
 func (s *server) recent(n int) []api.Expiry {

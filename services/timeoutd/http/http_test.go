@@ -30,6 +30,10 @@ type fakeService struct {
 func (f *fakeService) IsReady() bool               { return f.ready }
 func (f *fakeService) Check(context.Context) error { return f.failDB }
 func (f *fakeService) Generation() uint64          { return 1 }
+func (f *fakeService) Cluster() []timeoutd.Member {
+	return []timeoutd.Member{{ID: "timeoutd-1", Self: true, Partitions: []int{0, 1},
+		Info: timeoutd.InstanceInfo{Pending: int64(len(f.pending)), Fired: 3, LatenessP50: 2 * time.Millisecond}}}
+}
 func (f *fakeService) Recent(n int) []events.Expiry {
 	return []events.Expiry{{Key: "r", Version: 1, Outcome: events.OutcomeFired, LatenessNs: 2e6}}[:min(n, 1)]
 }
@@ -93,6 +97,7 @@ func TestAPI(t *testing.T) {
 		{"get invalid key", "/api/v1/timeouts/a.b", nil, 400, "application/problem+json", nil, "key"},
 		{"store failure is a generic 500", "/api/v1/timeouts", func(f *fakeService) { f.failDB = errors.New("secret dsn in error") }, 500, "application/problem+json", []string{"request id"}, ""},
 		{"stats", "/api/v1/stats", nil, 200, "application/json", []string{`"pending":4`, `"fired":3`, `"within_ms":60000`}, ""},
+		{"cluster", "/api/v1/cluster", nil, 200, "application/json", []string{`"partitions":64`, `"id":"timeoutd-1"`, `"self":true`, `"partitions":[0,1]`, `"pending":4`, `"lateness_p50_ms":2`}, ""},
 		{"expiries", "/api/v1/expiries?limit=5", nil, 200, "application/json", []string{`"key":"r"`, `"lateness_ms":2`}, ""},
 		{"unknown endpoint", "/api/v1/nope", nil, 404, "application/problem+json", nil, ""},
 		{"healthz", "/healthz", func(f *fakeService) { f.ready = false }, 200, "text/plain; charset=utf-8", []string{"ok"}, ""},

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -104,7 +105,12 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 }
 
 // Add implements timeoutd.Source: it creates (or updates) partition p's
-// durable consumer and starts consuming it.
+// durable consumer and starts consuming it. Commands delivered to the
+// previous owner and not acknowledged (it crashed, or it was paused and
+// lost the lease) would wait for AckWait before JetStream redelivers them,
+// and the fires of p wait for them (Consumed): so the consumer is first
+// reset to deliver again from its ack floor. A command the previous owner
+// did commit is then applied twice, which the version check makes a no-op.
 func (c *Consumer) Add(ctx context.Context, p int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,6 +120,11 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, ConsumerSettings(p, c.cfg))
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", DurableName(p), err)
+	}
+	if cons.CachedInfo().NumAckPending > 0 {
+		if _, err := c.js.ResetConsumer(ctx, events.StreamCommands, DurableName(p)); err != nil {
+			return fmt.Errorf("reset consumer %s: %w", DurableName(p), err)
+		}
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
 		jetstream.PullMaxMessages(max(2*c.cfg.BatchSize/events.Partitions, 100)))
@@ -159,13 +170,17 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	return batch, nil
 }
 
-// Mark implements timeoutd.Source: the stream's last sequence now.
-func (c *Consumer) Mark(ctx context.Context, _ int) (uint64, error) {
-	info, err := c.stream.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("stream info %s: %w", events.StreamCommands, err)
+// Mark implements timeoutd.Source: the stream sequence of partition p's
+// last command now (0 when it has none).
+func (c *Consumer) Mark(ctx context.Context, p int) (uint64, error) {
+	m, err := c.stream.GetLastMsgForSubject(ctx, events.PartitionCommandSubjects(p))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
 	}
-	return info.State.LastSeq, nil
+	if err != nil {
+		return 0, fmt.Errorf("last command of partition %d: %w", p, err)
+	}
+	return m.Sequence, nil
 }
 
 // Consumed implements timeoutd.Source: partition p's consumer has acked

@@ -43,6 +43,8 @@ type State struct {
 	Stats   api.Stats
 	Soonest []api.Timeout
 	Recent  []api.Expiry
+	// Cluster is the last snapshot's view of the timeoutd cluster.
+	Cluster api.Cluster
 	// Skew is the server's clock minus the browser's when the last
 	// snapshot arrived; countdowns add it so a browser with a wrong clock
 	// still counts down to the server's deadlines.
@@ -61,6 +63,7 @@ func (s *State) ApplySnapshot(snap api.Snapshot, now time.Time) {
 	s.Stats = snap.Stats
 	s.Soonest = snap.Soonest
 	s.Recent = snap.Recent
+	s.Cluster = snap.Cluster
 	s.Conn = Live
 	s.Snapshots++
 	if !snap.Stats.Now.IsZero() {

@@ -1,0 +1,429 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// The cluster's tests (issue 13): timeoutd as three instances sharing the
+// 64 key partitions by fenced leases, NATS as a three-node JetStream cluster
+// with every stream at three replicas, two orders instances, one Postgres.
+
+// lease is a partition's lease row as the tests read it.
+type lease struct {
+	Owner string
+	Epoch int64
+	Live  bool // held and not expired, by Postgres's clock
+}
+
+// readLeases reads the lease rows of the timeouts database at url.
+func readLeases(ctx context.Context, url string) ([events.Partitions]lease, error) {
+	var out [events.Partitions]lease
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return out, err
+	}
+	defer conn.Close(ctx)
+	rows, _ := conn.Query(ctx, `SELECT part, coalesce(owner, ''), epoch, owner IS NOT NULL AND expires_at > now() FROM timeout_leases`)
+	var (
+		part int16
+		l    lease
+	)
+	_, err = pgx.ForEachRow(rows, []any{&part, &l.Owner, &l.Epoch, &l.Live}, func() error {
+		out[part] = l
+		return nil
+	})
+	return out, err
+}
+
+// byOwner returns the live leases' partitions by owner.
+func byOwner(ls [events.Partitions]lease) map[string][]int {
+	out := map[string][]int{}
+	for p, l := range ls {
+		if l.Live {
+			out[l.Owner] = append(out[l.Owner], p)
+		}
+	}
+	return out
+}
+
+// distribution formats how many partitions each instance owns.
+func distribution(owners map[string][]int) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(owners)) {
+		parts = append(parts, fmt.Sprintf("%s %d", name, len(owners[name])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// spread reports whether instances own every partition between them, each
+// as many as the balance gives it: at most ceil(P/N), and so at least
+// P - (N-1)·ceil(P/N).
+func spread(owners map[string][]int, instances []string) bool {
+	share := (events.Partitions + len(instances) - 1) / len(instances)
+	least := events.Partitions - (len(instances)-1)*share
+	total := 0
+	for name, ps := range owners {
+		if !slices.Contains(instances, name) || len(ps) > share || len(ps) < least {
+			return false
+		}
+		total += len(ps)
+	}
+	return total == events.Partitions && len(owners) == len(instances)
+}
+
+// writeAuditSQL installs, in the timeouts database, a trigger that records
+// every write of a timeout row (a set, a clear, a fire; not the janitor's
+// retirement into a version mark) with the Postgres session's
+// application_name, which timeoutd sets to timeoutd/<instance id>, and the
+// partition's lease as it stood at the write. The fence share-locks the
+// lease row until the write commits, so the lease read is the one in force:
+// a write by an instance that did not hold the partition's live lease is a
+// fencing failure, whatever the instance believed.
+const writeAuditSQL = `
+CREATE TABLE e2e_writes (part smallint, state smallint, writer text, owner text, epoch bigint, expired boolean, at timestamptz);
+CREATE FUNCTION e2e_audit_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.state < 3 THEN
+		INSERT INTO e2e_writes SELECT NEW.part, NEW.state, current_setting('application_name'),
+			l.owner, l.epoch, l.expires_at <= now(), clock_timestamp()
+		FROM timeout_leases l WHERE l.part = NEW.part;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER e2e_audit AFTER INSERT OR UPDATE ON timeouts FOR EACH ROW EXECUTE FUNCTION e2e_audit_write();`
+
+// writeAudit is what the write audit found.
+type writeAudit struct {
+	Writes, Fires int64
+	// Unfenced are writes by an instance that did not hold the live lease.
+	Unfenced []string
+}
+
+func readWriteAudit(ctx context.Context, url string) (writeAudit, error) {
+	var a writeAudit
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return a, err
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 2) FROM e2e_writes`).Scan(&a.Writes, &a.Fires); err != nil {
+		return a, err
+	}
+	rows, _ := conn.Query(ctx, `SELECT format('partition %s state %s written by %s at %s while the lease was %s epoch %s (expired %s)',
+		part, state, writer, at, owner, epoch, expired)
+		FROM e2e_writes WHERE writer IS DISTINCT FROM 'timeoutd/' || owner OR expired ORDER BY at LIMIT 20`)
+	a.Unfenced, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	return a, err
+}
+
+// firstFires returns, for each partition of parts that had one, the time
+// (Postgres's clock) of the first fire written after since.
+func firstFires(ctx context.Context, url string, parts []int, since time.Time) (map[int]time.Time, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, _ := conn.Query(ctx, `SELECT part, min(at) FROM e2e_writes WHERE state = 2 AND part = ANY($1) AND at > $2 GROUP BY part`, parts, since)
+	out := map[int]time.Time{}
+	var (
+		part int16
+		at   time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&part, &at}, func() error {
+		out[int(part)] = at
+		return nil
+	})
+	return out, err
+}
+
+// cluster drives the faults of TestCluster against s and keeps what they
+// measured for the report.
+type cluster struct {
+	s  *stack
+	db string // the timeouts database, from the host
+	// live are the timeoutd instances running.
+	mu   sync.Mutex
+	live []string
+
+	// killed, killedAt and killedParts are the SIGKILLed owner, when it
+	// was killed and the partitions it owned then.
+	killed      string
+	killedAt    time.Time
+	killedParts []int
+}
+
+func (c *cluster) instances() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.live)
+}
+
+func (c *cluster) setLive(names []string) {
+	c.mu.Lock()
+	c.live = names
+	c.mu.Unlock()
+}
+
+func (c *cluster) leases(t *testing.T) [events.Partitions]lease {
+	t.Helper()
+	ls, err := readLeases(t.Context(), c.db)
+	if err != nil {
+		t.Fatalf("read leases: %v", err)
+	}
+	return ls
+}
+
+// waitSpread waits until the live instances own every partition between
+// them, evenly, and returns the distribution and how long it took.
+func (c *cluster) waitSpread(t *testing.T, since time.Time) string {
+	t.Helper()
+	var owners map[string][]int
+	waitFor(t, 60*time.Second, "the partitions to spread over "+strings.Join(c.instances(), ", "), func() bool {
+		owners = byOwner(c.leases(t))
+		return spread(owners, c.instances())
+	})
+	return fmt.Sprintf("spread (%s) %s after", distribution(owners), time.Since(since).Round(10*time.Millisecond))
+}
+
+// scaleUp starts timeoutd-2 and timeoutd-3 beside timeoutd.
+func (c *cluster) scaleUp(t *testing.T) string {
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, name := range []string{"timeoutd-2", "timeoutd-3"} {
+		wg.Go(func() { errs[i] = c.s.startTimeoutd(context.Background(), name) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.setLive([]string{svcTimeoutd, "timeoutd-2", "timeoutd-3"})
+	return "1 -> 3 instances: " + c.waitSpread(t, began)
+}
+
+// killOwner SIGKILLs the instance owning the most partitions, waits until
+// the survivors own them all, then starts it again.
+func (c *cluster) killOwner(t *testing.T) string {
+	owners := byOwner(c.leases(t))
+	for name, ps := range owners {
+		if len(ps) > len(c.killedParts) {
+			c.killed, c.killedParts = name, ps
+		}
+	}
+	c.killedAt = time.Now()
+	c.s.Kill(t, c.killed)
+	survivors := slices.DeleteFunc(c.instances(), func(n string) bool { return n == c.killed })
+	waitFor(t, 30*time.Second, "the survivors to take the killed instance's partitions", func() bool {
+		ls := c.leases(t)
+		for _, p := range c.killedParts {
+			if !ls[p].Live || !slices.Contains(survivors, ls[p].Owner) {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(c.killedAt)
+	restarted := time.Now()
+	c.s.Start(t, c.killed)
+	waitReady(t, c.s.readyURL(c.killed), 2*time.Minute)
+	return fmt.Sprintf("%s (%d partitions): leases taken by the survivors %s after the kill; restarted, %s",
+		c.killed, len(c.killedParts), took.Round(10*time.Millisecond), c.waitSpread(t, restarted))
+}
+
+// pause freezes an instance for three lease TTLs, waits until the others
+// own its partitions, thaws it and waits for the spread; the write audit
+// then shows whether it wrote anything for a partition it no longer held.
+func (c *cluster) pause(t *testing.T) string {
+	name := c.instances()[1]
+	parts := byOwner(c.leases(t))[name]
+	paused := time.Now()
+	c.s.Pause(t, name)
+	others := slices.DeleteFunc(c.instances(), func(n string) bool { return n == name })
+	waitFor(t, 30*time.Second, "the others to take the paused instance's partitions", func() bool {
+		ls := c.leases(t)
+		for _, p := range parts {
+			if !ls[p].Live || !slices.Contains(others, ls[p].Owner) {
+				return false
+			}
+		}
+		return true
+	})
+	moved := time.Since(paused)
+	time.Sleep(max(0, 9*time.Second-moved)) // three TTLs of 3 s in all
+	frozen := time.Since(paused)
+	thawed := time.Now()
+	c.s.Unpause(t, name)
+	spread := c.waitSpread(t, thawed)
+	return fmt.Sprintf("%s (%d partitions) frozen %s: moved %s after the pause; thawed, %s",
+		name, len(parts), frozen.Round(10*time.Millisecond), moved.Round(10*time.Millisecond), spread)
+}
+
+// rollingRestart stops (SIGTERM) and starts each instance in turn, waiting
+// for the spread before the next.
+func (c *cluster) rollingRestart(t *testing.T) string {
+	var out []string
+	for _, name := range c.instances() {
+		began := time.Now()
+		c.s.Stop(t, name)
+		stopped := time.Since(began)
+		c.s.Start(t, name)
+		waitReady(t, c.s.readyURL(name), 2*time.Minute)
+		out = append(out, fmt.Sprintf("%s stopped in %s, %s", name, stopped.Round(10*time.Millisecond), c.waitSpread(t, began)))
+	}
+	return strings.Join(out, "; ")
+}
+
+// scaleDown stops timeoutd-2 and timeoutd-3 (SIGTERM): timeoutd takes
+// every partition back.
+func (c *cluster) scaleDown(t *testing.T) string {
+	began := time.Now()
+	var wg sync.WaitGroup
+	for _, name := range []string{"timeoutd-2", "timeoutd-3"} {
+		wg.Go(func() { c.s.Stop(t, name) })
+	}
+	wg.Wait()
+	c.setLive([]string{svcTimeoutd})
+	return "3 -> 1 instances: " + c.waitSpread(t, began)
+}
+
+// failover reports, for each partition the killed owner held, the time
+// from the kill to the first fire by its new owner, and the lateness of the
+// deadlines of those partitions that fell due between the kill and the
+// last partition's first fire.
+func (c *cluster) failover(t *testing.T, ev seenEvents) (string, time.Duration) {
+	t.Helper()
+	first, err := firstFires(t.Context(), c.db, c.killedParts, c.killedAt)
+	if err != nil {
+		t.Fatalf("first fires after the kill: %v", err)
+	}
+	var times []time.Duration
+	var worstAt time.Time
+	for _, p := range c.killedParts {
+		at, ok := first[p]
+		if !ok {
+			t.Errorf("partition %d of the killed instance: no fire after the kill", p)
+			continue
+		}
+		times = append(times, at.Sub(c.killedAt))
+		if at.After(worstAt) {
+			worstAt = at
+		}
+	}
+	if len(times) == 0 {
+		return "no fire after the kill", 0
+	}
+	slices.Sort(times)
+	var late []time.Duration
+	for key, es := range ev.Expiries {
+		if !slices.Contains(c.killedParts, events.PartitionOf(key)) {
+			continue
+		}
+		for _, e := range es {
+			if e.Deadline.After(c.killedAt) && !e.Deadline.After(worstAt) {
+				late = append(late, e.FiredAt.Sub(e.Deadline))
+			}
+		}
+	}
+	slices.Sort(late)
+	pct := func(ds []time.Duration, q float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		return ds[int(q*float64(len(ds)-1))].Round(time.Millisecond)
+	}
+	worst := times[len(times)-1]
+	return fmt.Sprintf("failover of %s's %d partitions (kill to the new owner's first fire): median %s, max %s; "+
+		"lateness of the %d deadlines due meanwhile: median %s, p99 %s, max %s",
+		c.killed, len(times), pct(times, 0.5), worst.Round(time.Millisecond),
+		len(late), pct(late, 0.5), pct(late, 0.99), pct(late, 1)), worst
+}
+
+// failoverTarget is issue 13's bound on the failover of a killed owner.
+const failoverTarget = 5 * time.Second
+
+// TestCluster runs issue 13's cluster scenarios in turn on one cluster
+// under one steady load of orders (created on both orders instances, a
+// third paid at random moments), then audits everything as the soak does
+// (lost 0, early 0, paid-but-cancelled 0, duplicates counted) and checks
+// every write of a timeout row against the lease in force:
+//  1. scale from 1 to 3 instances: the partitions spread evenly;
+//  2. SIGKILL the owner of the most partitions: the survivors take them,
+//     and the failover (kill to the first fire of the new owner of each of
+//     its partitions) is at most 5 s;
+//  3. docker pause an instance for three lease TTLs, then unpause it: its
+//     partitions move, and it writes nothing for them afterwards;
+//  4. a rolling restart of the three instances, one at a time;
+//  5. SIGKILL one NATS node of the three, then start it again;
+//  6. scale from 3 back to 1 instance: it takes every partition back.
+//
+// docs/RELIABILITY.md records the figures of the last run.
+func TestCluster(t *testing.T) {
+	cfg := soakConfig{
+		Rate: 150, Duration: 130 * time.Second, MinDeadline: time.Second, MaxDeadline: 10 * time.Second,
+		PayShare: 1.0 / 3, Workers: 48, Settle: time.Minute, Stall: 30 * time.Second,
+	}
+	s := startStack(t, stackOptions{NATSNodes: 3, Timeoutds: 1, Orders: 2,
+		OrdersEnv: map[string]string{"ORDERS_RECONCILE_MARGIN": soakReconcileMargin.String()}})
+	// scaleUp adds timeoutd-2 and timeoutd-3 beside the stack's timeoutd.
+	c := &cluster{s: s, db: s.pgURL("timeouts"), live: s.Timeoutds}
+	conn, err := pgx.Connect(t.Context(), c.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), writeAuditSQL); err != nil {
+		t.Fatalf("install the write audit: %v", err)
+	}
+	conn.Close(t.Context())
+
+	faults := []fault{
+		{5 * time.Second, "scale up", c.scaleUp},
+		{25 * time.Second, "SIGKILL owner", c.killOwner},
+		{45 * time.Second, "docker pause", c.pause},
+		{65 * time.Second, "rolling restart", c.rollingRestart},
+		{95 * time.Second, "restart NATS node", func(t *testing.T) string {
+			began := time.Now()
+			s.Kill(t, s.NATSNodes[1])
+			time.Sleep(5 * time.Second)
+			s.Start(t, s.NATSNodes[1])
+			back := time.Now()
+			ready := s.waitServices(t)
+			return fmt.Sprintf("%s SIGKILLed, started again %s later; every service ready %s after it was back",
+				s.NATSNodes[1], back.Sub(began).Round(time.Millisecond), max(0, ready.Sub(back)).Round(time.Millisecond))
+		}},
+		{115 * time.Second, "scale down", c.scaleDown},
+	}
+	rep, ev := runSoak(t, s, cfg, faults)
+
+	line, worst := c.failover(t, ev)
+	rep = append(rep, line)
+	if worst > failoverTarget {
+		t.Errorf("failover took %s, more than %s", worst.Round(time.Millisecond), failoverTarget)
+	}
+	wa, err := readWriteAudit(t.Context(), c.db)
+	if err != nil {
+		t.Fatalf("write audit: %v", err)
+	}
+	rep = append(rep, fmt.Sprintf("write audit: %d writes of timeout rows (%d fires), %d by an instance without the live lease",
+		wa.Writes, wa.Fires, len(wa.Unfenced)))
+	for _, u := range wa.Unfenced {
+		t.Errorf("unfenced write: %s", u)
+	}
+	if wa.Fires == 0 {
+		t.Error("the write audit saw no fire: is the trigger installed?")
+	}
+	t.Log("\n" + strings.Join(rep, "\n"))
+}
