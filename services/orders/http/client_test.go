@@ -94,7 +94,9 @@ func TestGeneratedClientAgreesWithServer(t *testing.T) {
 	}{
 		{"pay a paid order", func() (ordersclient.Order, error) { return ordersclient.OrderOf(cl.PayOrderWithResponse(ctx, o.ID)) },
 			http.StatusConflict, "/problems/conflict", func(p *ordersclient.Problem) bool { return p.OrderStatus == ordersclient.StatusPaid }},
-		{"get an unknown order", func() (ordersclient.Order, error) { return ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, "no-such-order")) },
+		{"get an unknown order", func() (ordersclient.Order, error) {
+			return ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, "no-such-order"))
+		},
 			http.StatusNotFound, "/problems/not_found", nil},
 		{"create without a token", func() (ordersclient.Order, error) {
 			return ordersclient.OrderOf(anon.CreateOrderWithResponse(ctx, nil, create))

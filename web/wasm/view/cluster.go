@@ -12,8 +12,8 @@ type Member struct {
 	Self bool
 	// Partitions is how many it owns; Ranges lists them compactly
 	// ("0-9, 12, 40-63").
-	Partitions, Ranges string
-	Pending, FiredRate string
+	Partitions, Ranges     string
+	Pending, FiredRate     string
 	LatencyP50, LatencyMax string
 }
 
