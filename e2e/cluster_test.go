@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,8 +12,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
+	"github.com/ordertimeout/ordertimeout/internal/machine"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
 // The cluster's tests (issue 13): timeoutd as three instances sharing the
@@ -157,6 +162,8 @@ type cluster struct {
 	mu   sync.Mutex
 	live []string
 
+	// costs are cost's lines, in the order measured.
+	costs []string
 	// killed, killedAt and killedParts are the SIGKILLed owner, when it
 	// was killed and the partitions it owned then.
 	killed      string
@@ -197,22 +204,74 @@ func (c *cluster) waitSpread(t *testing.T, since time.Time) string {
 	return fmt.Sprintf("spread (%s) %s after", distribution(owners), time.Since(since).Round(10*time.Millisecond))
 }
 
-// scaleUp starts timeoutd-2 and timeoutd-3 beside timeoutd.
-func (c *cluster) scaleUp(t *testing.T) string {
-	began := time.Now()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, name := range []string{"timeoutd-2", "timeoutd-3"} {
-		wg.Go(func() { errs[i] = c.s.startTimeoutd(context.Background(), name) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
+// scaleUp starts the instance name beside the live ones.
+func (c *cluster) scaleUp(name string) func(*testing.T) string {
+	return func(t *testing.T) string {
+		began := time.Now()
+		if err := c.s.startTimeoutd(context.Background(), name); err != nil {
 			t.Fatal(err)
 		}
+		c.setLive(append(c.instances(), name))
+		return fmt.Sprintf("%d -> %d instances: %s", len(c.instances())-1, len(c.instances()), c.waitSpread(t, began))
 	}
-	c.setLive([]string{svcTimeoutd, "timeoutd-2", "timeoutd-3"})
-	return "1 -> 3 instances: " + c.waitSpread(t, began)
+}
+
+// cpuTime returns the CPU time the container name has used, from its
+// cgroup (docker stats).
+func (s *stack) cpuTime(t *testing.T, name string) time.Duration {
+	t.Helper()
+	var used time.Duration
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		res, err := cli.ContainerStats(ctx, id, client.ContainerStatsOptions{})
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		var st container.StatsResponse
+		if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
+			return err
+		}
+		used = time.Duration(st.CPUStats.CPUUsage.TotalUsage)
+		return nil
+	}, "stats of "+name, name)
+	return used
+}
+
+// work is what the live instances did: commands applied (sets and
+// clears) and expiries (fires and misses), from their /api/v1/stats.
+func (c *cluster) work(t *testing.T) (cpu time.Duration, commands, expiries uint64) {
+	t.Helper()
+	for _, name := range c.instances() {
+		var st api.Stats
+		if err := getJSON(strings.TrimSuffix(c.s.readyURL(name), "/readyz")+"/api/v1/stats", &st); err != nil {
+			t.Fatal(err)
+		}
+		cpu += c.s.cpuTime(t, name)
+		commands += st.Totals.Scheduled + st.Totals.Cleared
+		expiries += st.Totals.Fired + st.Totals.Missed
+	}
+	return cpu, commands, expiries
+}
+
+// costWindow is how long cost measures.
+const costWindow = 10 * time.Second
+
+// cost measures, over costWindow of the steady load, the CPU the live
+// timeoutd instances used together (their cgroups) per command and expiry
+// they handled; a unit is one command or one expiry.
+func (c *cluster) cost(t *testing.T) string {
+	cpu0, cmd0, exp0 := c.work(t)
+	time.Sleep(costWindow)
+	cpu1, cmd1, exp1 := c.work(t)
+	cpu, cmds, exps := cpu1-cpu0, cmd1-cmd0, exp1-exp0
+	units := cmds + exps
+	if units == 0 {
+		t.Fatalf("no work in %s", costWindow)
+	}
+	line := fmt.Sprintf("%d instance(s): %.1f CPU-µs per command or expiry (%d commands + %d expiries in %s, %.3f CPU-s, %.0f%% of one core)",
+		len(c.instances()), float64(cpu.Microseconds())/float64(units), cmds, exps, costWindow, cpu.Seconds(), 100*cpu.Seconds()/costWindow.Seconds())
+	c.costs = append(c.costs, line)
+	return line
 }
 
 // killOwner SIGKILLs the instance owning the most partitions, waits until
@@ -360,7 +419,9 @@ const failoverTarget = 5 * time.Second
 // third paid at random moments), then audits everything as the soak does
 // (lost 0, early 0, paid-but-cancelled 0, duplicates counted) and checks
 // every write of a timeout row against the lease in force:
-//  1. scale from 1 to 3 instances: the partitions spread evenly;
+//  1. scale from 1 to 2 to 3 instances: the partitions spread evenly; the
+//     CPU cost per command or expiry of 1, 2 and 3 instances sharing the
+//     load is measured (and the idle cost of the lease traffic before);
 //  2. SIGKILL the owner of the most partitions: the survivors take them,
 //     and the failover (kill to the first fire of the new owner of each of
 //     its partitions) is at most 5 s;
@@ -373,7 +434,7 @@ const failoverTarget = 5 * time.Second
 // docs/RELIABILITY.md records the figures of the last run.
 func TestCluster(t *testing.T) {
 	cfg := soakConfig{
-		Rate: 150, Duration: 130 * time.Second, MinDeadline: time.Second, MaxDeadline: 10 * time.Second,
+		Rate: 150, Duration: 150 * time.Second, MinDeadline: time.Second, MaxDeadline: 10 * time.Second,
 		PayShare: 1.0 / 3, Workers: 48, Settle: time.Minute, Stall: 30 * time.Second,
 	}
 	s := startStack(t, stackOptions{NATSNodes: 3, Timeoutds: 1, Orders: 2,
@@ -389,12 +450,23 @@ func TestCluster(t *testing.T) {
 	}
 	conn.Close(t.Context())
 
+	// The lease traffic's own cost: an instance with nothing to do still
+	// heartbeats and renews its 64 leases every second.
+	cpu0 := s.cpuTime(t, svcTimeoutd)
+	time.Sleep(costWindow)
+	idle := fmt.Sprintf("1 instance, no load: %.2f%% of one core (%.1f CPU-ms/s: heartbeat, 64 lease renewals, samplers, outbox polls)",
+		100*(s.cpuTime(t, svcTimeoutd)-cpu0).Seconds()/costWindow.Seconds(), float64((s.cpuTime(t, svcTimeoutd)-cpu0).Milliseconds())/costWindow.Seconds())
+
 	faults := []fault{
-		{5 * time.Second, "scale up", c.scaleUp},
-		{25 * time.Second, "SIGKILL owner", c.killOwner},
-		{45 * time.Second, "docker pause", c.pause},
-		{65 * time.Second, "rolling restart", c.rollingRestart},
-		{95 * time.Second, "restart NATS node", func(t *testing.T) string {
+		{2 * time.Second, "cost", c.cost},
+		{13 * time.Second, "scale up", c.scaleUp("timeoutd-2")},
+		{18 * time.Second, "cost", c.cost},
+		{29 * time.Second, "scale up", c.scaleUp("timeoutd-3")},
+		{34 * time.Second, "cost", c.cost},
+		{46 * time.Second, "SIGKILL owner", c.killOwner},
+		{66 * time.Second, "docker pause", c.pause},
+		{86 * time.Second, "rolling restart", c.rollingRestart},
+		{116 * time.Second, "restart NATS node", func(t *testing.T) string {
 			began := time.Now()
 			s.Kill(t, s.NATSNodes[1])
 			time.Sleep(5 * time.Second)
@@ -404,9 +476,13 @@ func TestCluster(t *testing.T) {
 			return fmt.Sprintf("%s SIGKILLed, started again %s later; every service ready %s after it was back",
 				s.NATSNodes[1], back.Sub(began).Round(time.Millisecond), max(0, ready.Sub(back)).Round(time.Millisecond))
 		}},
-		{115 * time.Second, "scale down", c.scaleDown},
+		{136 * time.Second, "scale down", c.scaleDown},
 	}
 	rep, ev := runSoak(t, s, cfg, faults)
+	rep = append(rep, "timeoutd CPU cost (CPU model: "+machine.CPUModel()+"): idle "+idle)
+	for _, l := range c.costs {
+		rep = append(rep, "timeoutd CPU cost: "+l)
+	}
 
 	line, worst := c.failover(t, ev)
 	rep = append(rep, line)

@@ -12,11 +12,14 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
-// Scenario 7: the compose file users run (deploy/compose/compose.yaml),
-// brought up by the same script as `make up` under a project name and host
-// ports of its own, passes one create → cancel round trip.
+// Scenario 7: the compose files users run, brought up by the same script as
+// `make up` and `make up-ha` under a project name and host ports of their
+// own, pass one create → cancel round trip: deploy/compose/compose.yaml, and
+// the cluster of compose.ha.yaml (through its second orders instance, and
+// every timeoutd instance shows the whole cluster).
 func TestComposeStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
@@ -24,23 +27,68 @@ func TestComposeStack(t *testing.T) {
 	if err := requireImages(t.Context(), "ordertimeout/postgres:15", testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{
-		fmt.Sprintf("COMPOSE_PROJECT=ot-e2e-%d", os.Getpid()),
-		"NATS_IMAGE=" + testinfra.NATSImage, // it also runs the streams bootstrap
-		"ORDERS_API_TOKENS=" + apiToken,
-		"ORDERS_IMAGE=" + ordersImage,
-		"TIMEOUTD_IMAGE=" + timeoutdImage,
-		"DOWN_VOLUMES=1", // only read by down
+	for _, tt := range []struct {
+		name  string
+		stack string // STACK of scripts/stack.sh
+		// ports are the host port variables; orders and timeoutd name the
+		// ones the test talks to.
+		ports     []string
+		orders    string
+		timeoutds []string
+	}{
+		{"single", "", []string{"ORDERS_PORT", "TIMEOUTD_PORT", "NATS_PORT", "NATS_MONITOR_PORT", "POSTGRES_PORT"},
+			"ORDERS_PORT", []string{"TIMEOUTD_PORT"}},
+		{"ha", "ha", []string{"ORDERS_PORT", "ORDERS_2_PORT", "TIMEOUTD_PORT", "TIMEOUTD_2_PORT", "TIMEOUTD_3_PORT",
+			"NATS_PORT", "NATS_2_PORT", "NATS_3_PORT", "NATS_MONITOR_PORT", "POSTGRES_PORT"},
+			"ORDERS_2_PORT", []string{"TIMEOUTD_PORT", "TIMEOUTD_2_PORT", "TIMEOUTD_3_PORT"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := []string{
+				fmt.Sprintf("COMPOSE_PROJECT=ot-e2e-%d", os.Getpid()),
+				"STACK=" + tt.stack,
+				"NATS_IMAGE=" + testinfra.NATSImage, // it also runs the streams bootstrap
+				"ORDERS_API_TOKENS=" + apiToken,
+				"ORDERS_IMAGE=" + ordersImage,
+				"TIMEOUTD_IMAGE=" + timeoutdImage,
+				"DOWN_VOLUMES=1", // only read by down
+				"WAIT_SECONDS=240",
+			}
+			ports := map[string]string{}
+			for _, v := range tt.ports {
+				p, err := freePort()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ports[v] = p
+				env = append(env, v+"="+p)
+			}
+			composeRoundTrip(t, env, "http://127.0.0.1:"+ports[tt.orders])
+			// Every instance's view shows every instance, owning every
+			// partition between them (the spread takes a few lease rounds).
+			for _, v := range tt.timeoutds {
+				var c api.Cluster
+				owned := func() int {
+					n := 0
+					for _, in := range c.Instances {
+						n += len(in.Partitions)
+					}
+					return n
+				}
+				waitFor(t, 30*time.Second, v+"'s cluster view to show every instance and partition", func() bool {
+					c = api.Cluster{}
+					return getJSON("http://127.0.0.1:"+ports[v]+"/api/v1/cluster", &c) == nil &&
+						len(c.Instances) == len(tt.timeoutds) && owned() == events.Partitions
+				})
+			}
+		})
 	}
-	ports := map[string]string{}
-	for _, v := range []string{"ORDERS_PORT", "TIMEOUTD_PORT", "NATS_PORT", "NATS_MONITOR_PORT", "POSTGRES_PORT"} {
-		p, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[v] = p
-		env = append(env, v+"="+p)
-	}
+}
+
+// composeRoundTrip brings a compose stack up with scripts/stack.sh in env,
+// removes it when t ends, and passes one create → cancel round trip through
+// the orders API at ordersURL.
+func composeRoundTrip(t *testing.T, env []string, ordersURL string) {
+	t.Helper()
 	stack := func(args ...string) (string, error) {
 		cmd := exec.Command("../scripts/stack.sh", args...)
 		cmd.Env = append(os.Environ(), env...)
@@ -62,7 +110,6 @@ func TestComposeStack(t *testing.T) {
 	}
 	t.Logf("compose stack healthy in %s", time.Since(began).Round(time.Millisecond))
 
-	ordersURL := "http://127.0.0.1:" + ports["ORDERS_PORT"]
 	cl := newOrdersClient(ordersURL, apiToken, ordersHTTP)
 	o := createOrder(t, cl, within(time.Second))
 	var got ordersclient.Order

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -17,19 +18,28 @@ import (
 // stats reads timeoutd's /api/v1/stats.
 func stats(t *testing.T, s *stack) api.Stats {
 	t.Helper()
-	resp, err := http.Get(s.TimeoutdURL + "/api/v1/stats")
-	if err != nil {
-		t.Fatalf("get stats: %v", err)
-	}
-	defer resp.Body.Close()
 	var st api.Stats
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("get stats: %s", resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("decode stats: %v", err)
+	if err := getJSON(s.TimeoutdURL+"/api/v1/stats", &st); err != nil {
+		t.Fatal(err)
 	}
 	return st
+}
+
+// getJSON decodes the JSON answer of a GET of url into v; an answer other
+// than 200 is an error.
+func getJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decode %s: %w", url, err)
+	}
+	return nil
 }
 
 // Scenario 4: timeoutd is killed with SIGKILL while 10,000 deadlines are

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/machine"
 )
 
 // Report prints measurements as lines of key=value pairs, to stdout and to
@@ -73,15 +75,7 @@ func (r *Report) Note(format string, args ...any) {
 // Machine prints the date, the command line, nproc, the CPU model and the
 // memory of the machine.
 func (r *Report) Machine() {
-	model := "unknown"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
+	model := machine.CPUModel()
 	mem := "unknown"
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		mem = strings.Join(strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:], "")
