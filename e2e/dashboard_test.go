@@ -65,6 +65,13 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 		last = createOrder(t, cl, within(20*time.Second+time.Duration(i*i)*4*time.Second))
 	}
 	browsertest.Poll(t, ctx, dashboardAppearBound, "the pending count of 30", `document.getElementById("stat-pending").textContent === "30"`)
+	// The cluster table: the one instance, marked as the one serving the
+	// page, owning every partition and holding the 30 pending deadlines.
+	browsertest.Poll(t, ctx, 3*time.Second, "the cluster table", `document.querySelector("#cluster-rows tr.self td:nth-of-type(3)")?.textContent === "30"`)
+	if cells := browsertest.Eval[[]string](t, ctx, `[...document.querySelectorAll("#cluster-rows tr.self > *")].map(c => c.textContent)`); len(cells) != 7 ||
+		cells[0] != svcTimeoutd+" (this one)" || cells[1] != "64" || cells[2] != "0-63" {
+		t.Errorf("cluster row %q, want %s (this one) owning 64 partitions, 0-63", cells, svcTimeoutd)
+	}
 
 	for _, o := range watched {
 		cells := browsertest.Eval[[]string](t, ctx, cellsOf("pending-rows", o.ID))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -160,7 +161,7 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Relay, e
 	}, nil
 }
 
-// batchSettingsSQL sets two options for the claiming transaction only.
+// batchSettingsSQL sets three options for the claiming transaction only.
 //   - synchronous_commit off: the deletion need not wait for the WAL flush.
 //     If a crash loses it, the rows are republished, which JetStream drops by
 //     Nats-Msg-Id within its duplicate window and idempotent consumers absorb
@@ -170,8 +171,23 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Relay, e
 //     a generic plan made while the table was nearly empty (a scan and sort
 //     per batch) stalled a relay for minutes once a backlog built. Planning
 //     each batch for the table as it is keeps the index scan.
+//
+// The batch's transaction stays open while its PubAcks are awaited, so it
+// allows itself AckTimeout plus a margin of idleness whatever the
+// session's idle_in_transaction_session_timeout ($1, in milliseconds):
+// timeoutd keeps that short for its fenced writes.
 const batchSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
-	set_config('plan_cache_mode', 'force_custom_plan', true)`
+	set_config('plan_cache_mode', 'force_custom_plan', true),
+	set_config('idle_in_transaction_session_timeout', $1, true)`
+
+// batchIdleMargin is the idleness a batch's transaction allows itself
+// beyond AckTimeout (the claim before the publish, the commit after).
+const batchIdleMargin = 5 * time.Second
+
+// batchIdle is batchSettingsSQL's idle_in_transaction_session_timeout.
+func (r *Relay) batchIdle() string {
+	return strconv.FormatInt((r.cfg.AckTimeout + batchIdleMargin).Milliseconds(), 10)
+}
 
 // Kick wakes the relay to publish what was just committed. It never blocks.
 func (r *Relay) Kick() {
@@ -316,7 +332,7 @@ func (r *Relay) publishBatch(ctx context.Context, minAge time.Duration) (n int, 
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, err := tx.Exec(ctx, batchSettingsSQL); err != nil {
+	if _, err := tx.Exec(ctx, batchSettingsSQL, r.batchIdle()); err != nil {
 		return 0, fmt.Errorf("set outbox batch settings: %w", err)
 	}
 	rows, err := tx.Query(ctx, r.claimSQL, r.cfg.BatchSize, minAge)
@@ -464,7 +480,7 @@ func (r *Relay) deleteHandedOver(ctx context.Context) {
 		// One round trip: the transaction pipelined as a batch.
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue(batchSettingsSQL)
+		b.Queue(batchSettingsSQL, r.batchIdle())
 		b.Queue(r.deleteSQL, ids)
 		b.Queue("COMMIT")
 		err := r.pool.SendBatch(ctx, b).Close()

@@ -128,6 +128,9 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 	for len(waiting) > 0 {
 		left := waiting[:0]
 		for _, i := range waiting {
+			if r.own.epochs[t.parts[i]].Load() != t.leases[i].Epoch {
+				continue // handed over or lost meanwhile: no longer ours to wait for
+			}
 			done, err := r.src.Consumed(ctx, t.parts[i], t.marks[i])
 			if err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Warn("check the command backlog", "partition", t.parts[i], "err", err)

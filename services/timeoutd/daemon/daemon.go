@@ -40,6 +40,13 @@ const (
 	// ShutdownDelayDefault is how long /readyz answers 503 after SIGTERM
 	// before fetching stops and the listener closes.
 	ShutdownDelayDefault = time.Second
+	// IdleInTransactionTimeoutDefault is short: a fire transaction takes
+	// two round trips, and an instance frozen between them (docker pause,
+	// a stalled VM) holds its partitions' lease rows FOR SHARE, so no
+	// survivor can take them over until Postgres ends the transaction. The
+	// outbox relay, which waits for PubAcks inside its transaction, raises
+	// it for its own transactions.
+	IdleInTransactionTimeoutDefault = time.Second
 	// DBMaxConnsDefault is the pgxpool size.
 	DBMaxConnsDefault = 16
 	// ReadDBMaxConnsDefault is the size of the read API's own pool.
@@ -115,8 +122,8 @@ type Config struct {
 	StatementTimeout time.Duration
 	// IdleInTransactionTimeout is every database session's
 	// idle_in_transaction_session_timeout; default
-	// pgparams.IdleInTransactionTimeoutDefault (60s). The parameter in
-	// DatabaseURL wins.
+	// IdleInTransactionTimeoutDefault, and below Service.LeaseTTL. The
+	// parameter in DatabaseURL wins.
 	IdleInTransactionTimeout time.Duration
 	// RelayBatch is the relay's batch size; default RelayBatchDefault.
 	RelayBatch int
@@ -256,7 +263,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
 	c.ReadDBMaxConns = cmp.Or(c.ReadDBMaxConns, ReadDBMaxConnsDefault)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, pgparams.StatementTimeoutDefault)
-	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, pgparams.IdleInTransactionTimeoutDefault)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
 	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
 	c.RelayWorkers = cmp.Or(c.RelayWorkers, RelayWorkersDefault)
 	c.RelayClaimMinAge = cmp.Or(c.RelayClaimMinAge, RelayClaimMinAgeDefault)
@@ -300,6 +307,9 @@ func (c Config) withDefaults() (_ Config, err error) {
 			cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault), c.Service.MaxPending)
 	case c.IdleInTransactionTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
+	case c.IdleInTransactionTimeout >= cmp.Or(c.Service.LeaseTTL, timeoutd.LeaseTTLDefault):
+		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be below TIMEOUTD_LEASE_TTL %s: a stalled writer would hold its partitions past a failover, got %s",
+			cmp.Or(c.Service.LeaseTTL, timeoutd.LeaseTTLDefault), c.IdleInTransactionTimeout)
 	}
 	return c, nil
 }

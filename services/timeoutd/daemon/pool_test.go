@@ -23,10 +23,10 @@ func TestPoolSetsSessionTimeouts(t *testing.T) {
 		// wantStatement, wantIdle are what SHOW prints.
 		wantStatement, wantIdle string
 	}{
-		{name: "defaults", wantStatement: "30s", wantIdle: "1min"},
-		{name: "environment", env: map[string]string{"TIMEOUTD_STATEMENT_TIMEOUT": "5s", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT": "2m"},
-			wantStatement: "5s", wantIdle: "2min"},
-		{name: "the URL wins", env: map[string]string{"TIMEOUTD_STATEMENT_TIMEOUT": "5s", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT": "2m"},
+		{name: "defaults", wantStatement: "30s", wantIdle: "1s"},
+		{name: "environment", env: map[string]string{"TIMEOUTD_STATEMENT_TIMEOUT": "5s", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT": "2s"},
+			wantStatement: "5s", wantIdle: "2s"},
+		{name: "the URL wins", env: map[string]string{"TIMEOUTD_STATEMENT_TIMEOUT": "5s", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT": "2s"},
 			urlParams: "&statement_timeout=7s&idle_in_transaction_session_timeout=3s", wantStatement: "7s", wantIdle: "3s"},
 	}
 	for _, tt := range tests {
@@ -68,6 +68,7 @@ func TestFromEnvSessionTimeouts(t *testing.T) {
 		{"idle timeout not a duration", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", "a minute"},
 		{"negative statement timeout", "TIMEOUTD_STATEMENT_TIMEOUT", "-1s"},
 		{"sub-millisecond idle timeout", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", "10us"},
+		{"idle timeout not below the lease TTL", "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", "3s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
