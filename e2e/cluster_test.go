@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -31,20 +32,15 @@ type lease struct {
 	Live  bool // held and not expired, by Postgres's clock
 }
 
-// readLeases reads the lease rows of the timeouts database at url.
-func readLeases(ctx context.Context, url string) ([events.Partitions]lease, error) {
+// readLeases reads the lease rows of the timeouts database.
+func readLeases(ctx context.Context, db *pgxpool.Pool) ([events.Partitions]lease, error) {
 	var out [events.Partitions]lease
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return out, err
-	}
-	defer conn.Close(ctx)
-	rows, _ := conn.Query(ctx, `SELECT part, coalesce(owner, ''), epoch, owner IS NOT NULL AND expires_at > now() FROM timeout_leases`)
+	rows, _ := db.Query(ctx, `SELECT part, coalesce(owner, ''), epoch, owner IS NOT NULL AND expires_at > now() FROM timeout_leases`)
 	var (
 		part int16
 		l    lease
 	)
-	_, err = pgx.ForEachRow(rows, []any{&part, &l.Owner, &l.Epoch, &l.Live}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&part, &l.Owner, &l.Epoch, &l.Live}, func() error {
 		out[part] = l
 		return nil
 	})
@@ -115,38 +111,29 @@ type writeAudit struct {
 	Unfenced []string
 }
 
-func readWriteAudit(ctx context.Context, url string) (writeAudit, error) {
+func readWriteAudit(ctx context.Context, db *pgxpool.Pool) (writeAudit, error) {
 	var a writeAudit
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 2) FROM e2e_writes`).Scan(&a.Writes, &a.Fires); err != nil {
 		return a, err
 	}
-	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 2) FROM e2e_writes`).Scan(&a.Writes, &a.Fires); err != nil {
-		return a, err
-	}
-	rows, _ := conn.Query(ctx, `SELECT format('partition %s state %s written by %s at %s while the lease was %s epoch %s (expired %s)',
+	rows, _ := db.Query(ctx, `SELECT format('partition %s state %s written by %s at %s while the lease was %s epoch %s (expired %s)',
 		part, state, writer, at, owner, epoch, expired)
 		FROM e2e_writes WHERE writer IS DISTINCT FROM 'timeoutd/' || owner OR expired ORDER BY at LIMIT 20`)
+	var err error
 	a.Unfenced, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	return a, err
 }
 
 // firstFires returns, for each partition of parts that had one, the time
 // (Postgres's clock) of the first fire written after since.
-func firstFires(ctx context.Context, url string, parts []int, since time.Time) (map[int]time.Time, error) {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(ctx)
-	rows, _ := conn.Query(ctx, `SELECT part, min(at) FROM e2e_writes WHERE state = 2 AND part = ANY($1) AND at > $2 GROUP BY part`, parts, since)
+func firstFires(ctx context.Context, db *pgxpool.Pool, parts []int, since time.Time) (map[int]time.Time, error) {
+	rows, _ := db.Query(ctx, `SELECT part, min(at) FROM e2e_writes WHERE state = 2 AND part = ANY($1) AND at > $2 GROUP BY part`, parts, since)
 	out := map[int]time.Time{}
 	var (
 		part int16
 		at   time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&part, &at}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&part, &at}, func() error {
 		out[int(part)] = at
 		return nil
 	})
@@ -157,7 +144,7 @@ func firstFires(ctx context.Context, url string, parts []int, since time.Time) (
 // measured for the report.
 type cluster struct {
 	s  *stack
-	db string // the timeouts database, from the host
+	db *pgxpool.Pool // the timeouts database, from the host
 	// live are the timeoutd instances running.
 	mu   sync.Mutex
 	live []string
@@ -440,22 +427,23 @@ func TestCluster(t *testing.T) {
 	s := startStack(t, stackOptions{NATSNodes: 3, Timeoutds: 1, Orders: 2,
 		OrdersEnv: map[string]string{"ORDERS_RECONCILE_MARGIN": soakReconcileMargin.String()}})
 	// scaleUp adds timeoutd-2 and timeoutd-3 beside the stack's timeoutd.
-	c := &cluster{s: s, db: s.pgURL("timeouts"), live: s.Timeoutds}
-	conn, err := pgx.Connect(t.Context(), c.db)
+	db, err := pgxpool.New(t.Context(), s.pgURL("timeouts"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(t.Context(), writeAuditSQL); err != nil {
+	defer db.Close()
+	c := &cluster{s: s, db: db, live: s.Timeoutds}
+	if _, err := db.Exec(t.Context(), writeAuditSQL); err != nil {
 		t.Fatalf("install the write audit: %v", err)
 	}
-	conn.Close(t.Context())
 
 	// The lease traffic's own cost: an instance with nothing to do still
 	// heartbeats and renews its 64 leases every second.
 	cpu0 := s.cpuTime(t, svcTimeoutd)
 	time.Sleep(costWindow)
+	idleCPU := s.cpuTime(t, svcTimeoutd) - cpu0
 	idle := fmt.Sprintf("1 instance, no load: %.2f%% of one core (%.1f CPU-ms/s: heartbeat, 64 lease renewals, samplers, outbox polls)",
-		100*(s.cpuTime(t, svcTimeoutd)-cpu0).Seconds()/costWindow.Seconds(), float64((s.cpuTime(t, svcTimeoutd)-cpu0).Milliseconds())/costWindow.Seconds())
+		100*idleCPU.Seconds()/costWindow.Seconds(), float64(idleCPU.Milliseconds())/costWindow.Seconds())
 
 	faults := []fault{
 		{2 * time.Second, "cost", c.cost},

@@ -443,17 +443,11 @@ func (s *stack) Kill(t *testing.T, name string) {
 // for it to be ready, and returns the time its process started.
 func (s *stack) Start(t *testing.T, name string) time.Time {
 	t.Helper()
-	ctx := context.Background()
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatalf("docker: %v", err)
-	}
-	defer cli.Close()
-	id := s.container(name).GetContainerID()
-	if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	info, err := s.container(name).Inspect(ctx)
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		_, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+		return err
+	}, "start "+name, name)
+	info, err := s.container(name).Inspect(context.Background())
 	if err != nil {
 		t.Fatalf("inspect %s: %v", name, err)
 	}

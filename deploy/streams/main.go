@@ -88,6 +88,9 @@ func configFromEnv(getenv func(string) string) (config, error) {
 	return c, errors.Join(errs...)
 }
 
+// attemptTimeout bounds one attempt to ensure the streams.
+const attemptTimeout = 5 * time.Second
+
 func run(ctx context.Context, getenv func(string) string, log *slog.Logger) error {
 	cfg, err := configFromEnv(getenv)
 	if err != nil {
@@ -106,10 +109,14 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	// NATS may still be starting: retry until the deadline, logging each
-	// new error.
+	// new error. Each attempt has a deadline of its own: a cluster still
+	// electing its leaders can leave a request unanswered, which must not
+	// take the whole budget.
 	var last string
 	for {
-		err = streams.Ensure(ctx, js, cfg.streams)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err = streams.Ensure(actx, js, cfg.streams)
+		cancel()
 		if err == nil {
 			break
 		}

@@ -208,9 +208,9 @@ func (ap *app) mount() {
 					h(d, "th", a("scope", "col", "class", "num"), "Partitions"),
 					h(d, "th", a("scope", "col", "class", "opt"), "Owns"),
 					h(d, "th", a("scope", "col", "class", "num"), "Pending"),
-					h(d, "th", a("scope", "col", "class", "num"), "Fired"),
+					h(d, "th", a("scope", "col", "class", "num opt"), "Fired"),
 					h(d, "th", a("scope", "col", "class", "num"), "Lateness p50"),
-					h(d, "th", a("scope", "col", "class", "num"), "max"))),
+					h(d, "th", a("scope", "col", "class", "num opt"), "max"))),
 				ap.members)))
 
 	main := h(d, "main", a("class", "grid"), pending, h(d, "div", a("class", "side"), cluster, upcoming, recent))
@@ -513,14 +513,7 @@ func (ap *app) renderHeader() {
 // renderRows updates the pending table in place, reusing its rows.
 func (ap *app) renderRows() {
 	rows := ap.state.Rows(ap.now())
-	for len(ap.rows) < len(rows) {
-		ap.rows = append(ap.rows, ap.newRow())
-	}
-	for len(ap.rows) > len(rows) {
-		last := ap.rows[len(ap.rows)-1]
-		ap.tbody.Call("removeChild", last.tr)
-		ap.rows = ap.rows[:len(ap.rows)-1]
-	}
+	ap.rows = fit(ap.tbody, ap.rows, len(rows), ap.newRow, func(r *row) js.Value { return r.tr })
 	items := ap.state.Pending()
 	ops := ap.state.OperatorEnabled()
 	ap.opHead.Set("hidden", !ops)
@@ -567,7 +560,6 @@ func (ap *app) newRow() *row {
 	r.class = attr{el: r.tr, name: "class"}
 	r.dataKey = attr{el: r.tr, name: "data-key"}
 	r.deadlineTitle = attr{el: dl, name: "title"}
-	ap.tbody.Call("appendChild", r.tr)
 	return r
 }
 
@@ -612,6 +604,22 @@ func (ap *app) renderCharts() {
 	replace(ap.lat, kids)
 }
 
+// fit grows or shrinks a table body's rows to n, appending the rows newRow
+// builds and removing the last ones (tr is a row's element), so the table
+// is updated in place.
+func fit[R any](body js.Value, rows []R, n int, newRow func() R, tr func(R) js.Value) []R {
+	for len(rows) < n {
+		r := newRow()
+		body.Call("appendChild", tr(r))
+		rows = append(rows, r)
+	}
+	for len(rows) > n {
+		body.Call("removeChild", tr(rows[len(rows)-1]))
+		rows = rows[:len(rows)-1]
+	}
+	return rows
+}
+
 func replace(el js.Value, kids []any) {
 	args := make([]any, len(kids))
 	copy(args, kids)
@@ -622,7 +630,7 @@ func replace(el js.Value, kids []any) {
 func (ap *app) renderFeed() {
 	items := ap.state.Feed()
 	d := ap.doc
-	for len(ap.feedRows) < len(items) {
+	ap.feedRows = fit(ap.feed, ap.feedRows, len(items), func() *feedRow {
 		r := &feedRow{}
 		r.key = newKeyCell(d)
 		ver := h(d, "td", a("class", "num opt"))
@@ -630,13 +638,8 @@ func (ap *app) renderFeed() {
 		r.tr = h(d, "tr", nil, r.key.th, ver, at, lat, out)
 		r.version.el, r.firedAt.el, r.lateness.el, r.outc.el = ver, at, lat, out
 		r.class = attr{el: r.tr, name: "class"}
-		ap.feed.Call("appendChild", r.tr)
-		ap.feedRows = append(ap.feedRows, r)
-	}
-	for len(ap.feedRows) > len(items) {
-		ap.feed.Call("removeChild", ap.feedRows[len(ap.feedRows)-1].tr)
-		ap.feedRows = ap.feedRows[:len(ap.feedRows)-1]
-	}
+		return r
+	}, func(r *feedRow) js.Value { return r.tr })
 	for i, it := range items {
 		r := ap.feedRows[i]
 		r.tr.Call("setAttribute", "data-key", it.Key)
@@ -659,21 +662,16 @@ func (ap *app) renderCluster() {
 	ms := ap.state.Members()
 	d := ap.doc
 	ap.clusterSummary.Set(ap.state.ClusterSummary())
-	for len(ap.memberRows) < len(ms) {
+	ap.memberRows = fit(ap.members, ap.memberRows, len(ms), func() *memberRow {
 		r := &memberRow{}
 		id := h(d, "th", a("scope", "row"))
 		cells := []js.Value{h(d, "td", a("class", "num")), h(d, "td", a("class", "opt")), h(d, "td", a("class", "num")),
-			h(d, "td", a("class", "num")), h(d, "td", a("class", "num")), h(d, "td", a("class", "num"))}
+			h(d, "td", a("class", "num opt")), h(d, "td", a("class", "num")), h(d, "td", a("class", "num opt"))}
 		r.tr = h(d, "tr", nil, id, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5])
 		r.id.el, r.parts.el, r.ranges.el, r.pending.el, r.rate.el, r.p50.el, r.latMax.el = id, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
 		r.self = attr{el: r.tr, name: "class"}
-		ap.members.Call("appendChild", r.tr)
-		ap.memberRows = append(ap.memberRows, r)
-	}
-	for len(ap.memberRows) > len(ms) {
-		ap.members.Call("removeChild", ap.memberRows[len(ap.memberRows)-1].tr)
-		ap.memberRows = ap.memberRows[:len(ap.memberRows)-1]
-	}
+		return r
+	}, func(r *memberRow) js.Value { return r.tr })
 	for i, m := range ms {
 		r := ap.memberRows[i]
 		r.tr.Call("setAttribute", "data-instance", m.ID)
