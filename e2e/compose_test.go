@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,9 +63,12 @@ func TestComposeStack(t *testing.T) {
 				ports[v] = p
 				env = append(env, v+"="+p)
 			}
-			composeRoundTrip(t, env, "http://127.0.0.1:"+ports[tt.orders])
+			composeUp(t, env)
 			// Every instance's view shows every instance, owning every
 			// partition between them (the spread takes a few lease rounds).
+			// The round trip waits for it: an order whose partition is
+			// still moving is fired late, which is not what this test is
+			// about.
 			for _, v := range tt.timeoutds {
 				var c api.Cluster
 				owned := func() int {
@@ -74,20 +78,22 @@ func TestComposeStack(t *testing.T) {
 					}
 					return n
 				}
-				waitFor(t, 30*time.Second, v+"'s cluster view to show every instance and partition", func() bool {
+				waitFor(t, 60*time.Second, v+"'s cluster view to show every instance and partition", func() bool {
 					c = api.Cluster{}
 					return getJSON("http://127.0.0.1:"+ports[v]+"/api/v1/cluster", &c) == nil &&
 						len(c.Instances) == len(tt.timeoutds) && owned() == events.Partitions
 				})
 			}
+			composeRoundTrip(t, "http://127.0.0.1:"+ports[tt.orders])
 		})
 	}
 }
 
-// composeRoundTrip brings a compose stack up with scripts/stack.sh in env,
-// removes it when t ends, and passes one create → cancel round trip through
-// the orders API at ordersURL.
-func composeRoundTrip(t *testing.T, env []string, ordersURL string) {
+// composeUp brings a compose stack up with scripts/stack.sh in env and
+// removes it when t ends. When t failed, the logs of every service go to a
+// file named in the test's output, which shows the last lines of the
+// services' own logs (not the NATS nodes' route chatter).
+func composeUp(t *testing.T, env []string) {
 	t.Helper()
 	stack := func(args ...string) (string, error) {
 		cmd := exec.Command("../scripts/stack.sh", args...)
@@ -98,7 +104,12 @@ func composeRoundTrip(t *testing.T, env []string, ordersURL string) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := stack("dump")
-			t.Logf("==== compose logs ====\n%s", tail(out, 4*logTailLines))
+			t.Logf("==== compose logs of orders and timeoutd (last lines) ====\n%s", tail(serviceLines(out), 40))
+			if f, err := os.CreateTemp("", "compose-logs-*.txt"); err == nil {
+				_, _ = f.WriteString(out)
+				_ = f.Close()
+				t.Logf("every service's compose logs: %s", f.Name())
+			}
 		}
 		if out, err := stack("down"); err != nil {
 			t.Logf("compose down: %v\n%s", err, out)
@@ -109,7 +120,24 @@ func composeRoundTrip(t *testing.T, env []string, ordersURL string) {
 		t.Fatalf("scripts/stack.sh up: %v\n%s", err, out)
 	}
 	t.Logf("compose stack healthy in %s", time.Since(began).Round(time.Millisecond))
+}
 
+// serviceLines keeps the lines of a compose log dump written by the orders
+// and timeoutd containers.
+func serviceLines(dump string) string {
+	var keep []string
+	for _, l := range strings.Split(dump, "\n") {
+		if strings.HasPrefix(l, "orders") || strings.HasPrefix(l, "timeoutd") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// composeRoundTrip passes one create → cancel round trip through the orders
+// API at ordersURL.
+func composeRoundTrip(t *testing.T, ordersURL string) {
+	t.Helper()
 	cl := newOrdersClient(ordersURL, apiToken, ordersHTTP)
 	o := createOrder(t, cl, within(time.Second))
 	var got ordersclient.Order

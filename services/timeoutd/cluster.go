@@ -71,9 +71,10 @@ func (o *ownership) owned() []int {
 }
 
 // membership keeps this instance's share of the partitions: every
-// LeaseRenewInterval it heartbeats, renews its leases, gives up those it
-// holds beyond its share (ceil(Partitions / live instances)) and acquires
-// free or expired ones up to its share. A partition it can no longer prove
+// LeaseRenewInterval (sooner when another instance's lease expires before
+// then) it heartbeats, renews its leases, gives up those it holds beyond
+// its share (ceil(Partitions / live instances)) and acquires free or
+// expired ones up to its share. A partition it can no longer prove
 // it holds (the renewal failed and LeaseTTL minus one renew interval passed
 // since the last renewal was sent, or the renewal did not return it) stops
 // ingesting and firing here at once, before the lease can expire anywhere
@@ -109,15 +110,22 @@ func (m *membership) Start(ctx context.Context) { m.Base.Start(ctx, m.run) }
 func (m *membership) run(ctx context.Context) {
 	defer m.releases.Wait()
 	for {
-		m.round(ctx)
-		if !sleep(ctx, m.cfg.LeaseRenewInterval) {
+		if !sleep(ctx, m.round(ctx)) {
 			return
 		}
 	}
 }
 
-// round is one heartbeat, renewal and rebalance.
-func (m *membership) round(ctx context.Context) {
+// expiryMargin is how long after another instance's lease expires, by the
+// heartbeat's reckoning, the next round runs: past the expiry despite the
+// round trip, so that a dead instance's partitions are taken at once
+// rather than up to a renew interval later.
+const expiryMargin = 20 * time.Millisecond
+
+// round is one heartbeat, renewal and rebalance; it returns the pause
+// until the next one: the renew interval, or less when another instance's
+// lease expires sooner.
+func (m *membership) round(ctx context.Context) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sent := time.Now()
@@ -128,17 +136,21 @@ func (m *membership) round(ctx context.Context) {
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	info, _ := json.Marshal(m.info()) // cannot fail: plain fields
-	live, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info)
+	live, nextExpiry, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info)
 	if err != nil {
 		m.unproven(ctx, "heartbeat", err)
-		return
+		return m.cfg.LeaseRenewInterval
+	}
+	var wake time.Time // when another instance's first lease has expired
+	if nextExpiry > 0 {
+		wake = time.Now().Add(nextExpiry + expiryMargin)
 	}
 	defer m.readView(rctx)
 	if len(m.held) > 0 {
 		renewed, err := m.leases.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.LeaseTTL)
 		if err != nil {
 			m.unproven(ctx, "renew leases", err)
-			return
+			return m.cfg.LeaseRenewInterval
 		}
 		var lost []Lease
 		for _, l := range m.held {
@@ -180,6 +192,10 @@ func (m *membership) round(ctx context.Context) {
 		m.ready(0)
 		m.caughtUp()
 	}
+	if !wake.IsZero() {
+		return max(min(m.cfg.LeaseRenewInterval, time.Until(wake)), expiryMargin)
+	}
+	return m.cfg.LeaseRenewInterval
 }
 
 // readView refreshes the cluster view, after the round's changes; a

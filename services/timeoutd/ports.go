@@ -61,8 +61,10 @@ type Fence struct {
 type Leases interface {
 	// Heartbeat records instance id as live until ttl from now, with info
 	// (what the cluster view shows of it), and returns the number of live
-	// instances, itself included.
-	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (live int, err error)
+	// instances, itself included, and how long until the first lease held
+	// by another instance expires (0 when none is held): the moment a dead
+	// instance's partitions can be taken.
+	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (live int, nextExpiry time.Duration, err error)
 	// Acquire grants id up to n partitions among those free, expired or
 	// recorded as id's own but not in held (a restart under the same id),
 	// skipping rows a write of their owner holds locked; each grant bumps

@@ -68,6 +68,9 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 		return t, err
 	}
 	for i, p := range parts {
+		if r.own.epochs[p].Load() != leases[i].Epoch {
+			continue // handed over or lost while it loaded: not ours to consume
+		}
 		if err := r.src.Add(ctx, p); err != nil {
 			return t, fmt.Errorf("consume partition %d: %w", p, err)
 		}

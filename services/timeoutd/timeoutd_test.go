@@ -125,8 +125,8 @@ func (nopSource) Consumed(context.Context, int, uint64) (bool, error) { return t
 // of one.
 type soleLeases struct{}
 
-func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte) (int, error) {
-	return 1, nil
+func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte) (int, time.Duration, error) {
+	return 1, 0, nil
 }
 func (soleLeases) Acquire(_ context.Context, _ string, n int, held []int, _ time.Duration) ([]Lease, error) {
 	var out []Lease

@@ -229,6 +229,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
 	envDuration(getenv, "TIMEOUTD_RECOVERY_CATCHUP_MAX", &c.Service.RecoveryCatchupMax, &errs)
 	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
+	envDuration(getenv, "TIMEOUTD_PULL_HEARTBEAT", &c.Consumer.PullHeartbeat, &errs)
 	envDuration(getenv, "TIMEOUTD_LEASE_TTL", &c.Service.LeaseTTL, &errs)
 	envDuration(getenv, "TIMEOUTD_LEASE_RENEW_INTERVAL", &c.Service.LeaseRenewInterval, &errs)
 	c.Service.InstanceID = getenv("TIMEOUTD_INSTANCE_ID")
@@ -305,6 +306,8 @@ func (c Config) withDefaults() (_ Config, err error) {
 		// it would defer most of every batch and crawl.
 		return c, fmt.Errorf("daemon: TIMEOUTD_MAX_PENDING (Service.MaxPending) must be at least TIMEOUTD_BATCH_SIZE (Consumer.BatchSize) %d, got %d",
 			cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault), c.Service.MaxPending)
+	case c.Consumer.Validate() != nil:
+		return c, fmt.Errorf("daemon: TIMEOUTD_BATCH_SIZE, TIMEOUTD_ACK_WAIT or TIMEOUTD_PULL_HEARTBEAT (Consumer): %w", c.Consumer.Validate())
 	case c.IdleInTransactionTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	case c.IdleInTransactionTimeout >= cmp.Or(c.Service.LeaseTTL, timeoutd.LeaseTTLDefault):

@@ -775,6 +775,8 @@ func TestSettingsValidated(t *testing.T) {
 		{"negative stream bound", "TIMEOUTD_MAX_STREAMS", map[string]string{"TIMEOUTD_MAX_STREAMS": "-5"}},
 		{"read token is the operator token", "TIMEOUTD_READ_TOKEN", map[string]string{"TIMEOUTD_READ_TOKEN": "t",
 			"TIMEOUTD_OPERATOR_TOKEN": "t", "TIMEOUTD_ORDERS_URL": "http://orders:8081", "TIMEOUTD_ORDERS_TOKEN": "o"}},
+		{"pull heartbeat beyond half the pull expiry", "PullHeartbeat", map[string]string{"TIMEOUTD_PULL_HEARTBEAT": "10s"}},
+		{"ack wait below a second", "AckWait", map[string]string{"TIMEOUTD_ACK_WAIT": "100ms"}},
 		{"write timeout not a duration", "TIMEOUTD_STREAM_WRITE_TIMEOUT", map[string]string{"TIMEOUTD_STREAM_WRITE_TIMEOUT": "soon"}},
 	}
 	for _, tt := range tests {

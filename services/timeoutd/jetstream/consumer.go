@@ -24,6 +24,21 @@ const (
 	// AckWaitDefault is how long a delivered command may stay unacked before
 	// JetStream redelivers it (to the partition's owner of the moment).
 	AckWaitDefault = 10 * time.Second
+	// PullHeartbeatDefault is the idle heartbeat of each partition's pull
+	// requests: JetStream sends one while a request waits with nothing to
+	// deliver, and two missed heartbeats make the client pull again. A pull
+	// request can be lost without an error: sent before a new consumer's
+	// leader is elected, or held by a leader that moved to another node.
+	// Until the client pulls again its partition's commands wait, so this
+	// bounds that wait to about two heartbeats (nats.go's default, half of
+	// its 30 s request expiry, let a fresh cluster's first commands wait
+	// 30 s).
+	PullHeartbeatDefault = time.Second
+	// pullExpiry is how long each pull request waits on the server; a new
+	// one follows at once.
+	pullExpiry = 5 * time.Second
+	// leaderPoll is how often waitLeader asks for a new consumer's leader.
+	leaderPoll = 20 * time.Millisecond
 )
 
 // ConsumerConfig configures a Consumer.
@@ -33,6 +48,9 @@ type ConsumerConfig struct {
 	// AckWait is the redelivery timeout of an unacked command (at least 1s);
 	// default AckWaitDefault.
 	AckWait time.Duration
+	// PullHeartbeat is the idle heartbeat of the pull requests (500ms to
+	// 2.5s); default PullHeartbeatDefault.
+	PullHeartbeat time.Duration
 }
 
 // Consumer delivers the commands of the partitions this instance owns. The
@@ -84,18 +102,31 @@ func ConsumerSettings(p int, cfg ConsumerConfig) jetstream.ConsumerConfig {
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.PullHeartbeat = cmp.Or(c.PullHeartbeat, PullHeartbeatDefault)
 	return c
+}
+
+// Validate reports the first setting out of range, zero values standing
+// for their defaults.
+func (c ConsumerConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.BatchSize < 1:
+		return fmt.Errorf("jetstream: BatchSize must be positive, got %d", c.BatchSize)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("jetstream: AckWait must be at least 1s, got %v", c.AckWait)
+	case c.PullHeartbeat < 500*time.Millisecond || c.PullHeartbeat > pullExpiry/2:
+		return fmt.Errorf("jetstream: PullHeartbeat must be within 500ms and %v, got %v", pullExpiry/2, c.PullHeartbeat)
+	}
+	return nil
 }
 
 // NewConsumer returns a Consumer on the command stream, delivering nothing
 // until Add.
 func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) {
 	cfg = cfg.withDefaults()
-	if cfg.BatchSize < 1 {
-		return nil, fmt.Errorf("jetstream: BatchSize must be positive, got %d", cfg.BatchSize)
-	}
-	if cfg.AckWait < time.Second {
-		return nil, fmt.Errorf("jetstream: AckWait must be at least 1s, got %v", cfg.AckWait)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	stream, err := js.Stream(ctx, events.StreamCommands)
 	if err != nil {
@@ -126,12 +157,38 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 			return fmt.Errorf("reset consumer %s: %w", DurableName(p), err)
 		}
 	}
+	if err := waitLeader(ctx, cons); err != nil {
+		return fmt.Errorf("consumer %s: %w", DurableName(p), err)
+	}
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
-		jetstream.PullMaxMessages(max(2*c.cfg.BatchSize/events.Partitions, 100)))
+		jetstream.PullMaxMessages(max(2*c.cfg.BatchSize/events.Partitions, 100)),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(c.cfg.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", DurableName(p), err)
 	}
 	c.parts[p] = partition{cons: cons, cc: cc}
+	return nil
+}
+
+// waitLeader returns once a clustered consumer has a leader to take pull
+// requests: one sent before (a consumer just created) is lost without an
+// error, and the client learns of it only from missing heartbeats. A
+// single server's consumer has no cluster and returns at once.
+func waitLeader(ctx context.Context, cons jetstream.Consumer) error {
+	for info := cons.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == ""; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(leaderPoll):
+		}
+		var err error
+		if info, err = cons.Info(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("wait for a leader: %w", err)
+		}
+		if info == nil {
+			info = &jetstream.ConsumerInfo{Cluster: &jetstream.ClusterInfo{}}
+		}
+	}
 	return nil
 }
 

@@ -28,15 +28,19 @@ WITH beat AS (
 	ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at, info = EXCLUDED.info,
 		started_at = CASE WHEN i.expires_at > now() THEN i.started_at ELSE now() END
 	RETURNING id)
-SELECT 1 + count(*) FROM timeoutd_instances WHERE expires_at > now() AND id <> $1`
+SELECT 1 + count(*),
+	coalesce((SELECT ceil(extract(epoch FROM min(expires_at) - now()) * 1000)::int8
+		FROM timeout_leases WHERE owner <> $1 AND expires_at > now()), 0)
+FROM timeoutd_instances WHERE expires_at > now() AND id <> $1`
 
 // Heartbeat implements timeoutd.Leases.
-func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (int, error) {
+func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (int, time.Duration, error) {
 	var live int
-	if err := l.store.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info).Scan(&live); err != nil {
-		return 0, fmt.Errorf("heartbeat: %w", err)
+	var nextMs int64
+	if err := l.store.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info).Scan(&live, &nextMs); err != nil {
+		return 0, 0, fmt.Errorf("heartbeat: %w", err)
 	}
-	return live, nil
+	return live, time.Duration(nextMs) * time.Millisecond, nil
 }
 
 const acquireSQL = `

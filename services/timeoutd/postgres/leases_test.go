@@ -136,17 +136,28 @@ func TestMembership(t *testing.T) {
 	ctx := context.Background()
 	l := s.Leases()
 	for _, id := range []string{"a", "b"} {
-		if _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`)); err != nil {
+		if _, _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	live, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`))
-	if err != nil || live != 3 {
-		t.Fatalf("live = %d, %v; want 3", live, err)
+	live, next, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`))
+	if err != nil || live != 3 || next != 0 {
+		t.Fatalf("live = %d, next expiry %v, %v; want 3 and none", live, next, err)
 	}
 	got, err := l.Acquire(ctx, "a", 5, nil, time.Hour)
 	if err != nil || len(got) != 5 {
 		t.Fatalf("a acquires %v, %v", got, err)
+	}
+	if _, err := l.Acquire(ctx, "b", 1, nil, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The first lease of another instance to expire is b's, in about 2 s;
+	// a's own leases (an hour) do not count.
+	if _, next, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{"pending":1}`)); err != nil || next <= time.Second || next > 2*time.Second {
+		t.Fatalf("a's next expiry = %v, %v; want b's lease, within (1s, 2s]", next, err)
+	}
+	if _, next, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`)); err != nil || next < 59*time.Minute {
+		t.Fatalf("b's next expiry = %v, %v; want a's, about an hour", next, err)
 	}
 	if err := l.Release(ctx, "a", got[3:]); err != nil {
 		t.Fatal(err)
@@ -159,7 +170,7 @@ func TestMembership(t *testing.T) {
 	if err != nil || len(in) != 1 || in[0].ID != "a" || len(in[0].Partitions) != 3 || string(in[0].Info) != `{"pending": 1}` {
 		t.Fatalf("instances = %+v, %v; want a with 3 partitions", in, err)
 	}
-	if live, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil || live != 1 {
+	if live, _, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil || live != 1 {
 		t.Fatalf("live = %d, %v; want 1", live, err)
 	}
 }
