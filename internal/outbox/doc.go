@@ -4,7 +4,8 @@
 // to JetStream with their Nats-Msg-Id, waits for every PubAck, and only then
 // deletes them.
 //
-// The table each service's migrations create (the name is configurable):
+// The table is created by the package's own migrations, [Migrations],
+// which each service applies with internal/migrate before its own:
 //
 //	CREATE TABLE outbox (
 //	    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -13,6 +14,8 @@
 //	    data       bytea       NOT NULL,
 //	    created_at timestamptz NOT NULL DEFAULT now()
 //	);
+//
+// with autovacuum after a fixed number of dead rows (it is a queue).
 //
 // Delivery is at least once: a crash after a PubAck and before the delete
 // commits republishes the batch, which JetStream drops inside its duplicate

@@ -12,18 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/migrate"
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 )
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
-
-const ddl = `CREATE TABLE outbox (
-	id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	subject    text        NOT NULL,
-	msg_id     text        NOT NULL,
-	data       bytea       NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now())`
 
 type env struct {
 	pool *pgxpool.Pool
@@ -39,7 +33,7 @@ func newEnv(t *testing.T) env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
+	if err := migrate.Up(ctx, pool, outbox.Migrations); err != nil {
 		t.Fatal(err)
 	}
 	srv := testinfra.NATS(t)

@@ -3,37 +3,22 @@ package postgres
 import (
 	"context"
 	"embed"
-	"fmt"
-	"io/fs"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
+
+	"github.com/ordertimeout/ordertimeout/internal/migrate"
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
 )
 
 //go:embed migrations/*.sql
-var migrations embed.FS
+var migrationFiles embed.FS
 
-// Migrate applies the pending migrations, holding a Postgres advisory lock so
-// that instances starting together migrate once.
+// Migrations are the orders tables' migrations (the outbox ships its own).
+var Migrations = migrate.Set{Name: "orders", FS: migrationFiles, Dir: "migrations", Table: "goose_db_version"}
+
+// Migrate applies the outbox's migrations, then the orders service's, under
+// a Postgres advisory lock so that instances starting together migrate
+// once.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	fsys, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	locker, err := lock.NewPostgresSessionLocker()
-	if err != nil {
-		return fmt.Errorf("migration lock: %w", err)
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	return nil
+	return migrate.Up(ctx, pool, outbox.Migrations, Migrations)
 }

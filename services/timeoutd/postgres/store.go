@@ -3,20 +3,17 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 
+	"github.com/ordertimeout/ordertimeout/internal/migrate"
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -26,37 +23,16 @@ import (
 const OutboxTable = "outbox"
 
 //go:embed migrations/*.sql
-var migrations embed.FS
+var migrationFiles embed.FS
 
-// Migrate applies the embedded migrations that pool's database lacks.
+// Migrations are timeoutd's tables' migrations (the outbox ships its own).
+var Migrations = migrate.Set{Name: "timeoutd", FS: migrationFiles, Dir: "migrations", Table: "goose_db_version"}
+
+// Migrate applies the outbox's migrations, then timeoutd's, under a
+// Postgres advisory lock so that instances starting together (a cluster)
+// migrate once.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	return migrate(ctx, db)
-}
-
-func migrate(ctx context.Context, db *sql.DB) error {
-	p, err := provider(db)
-	if err != nil {
-		return err
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("apply migrations: %w", err)
-	}
-	return nil
-}
-
-// provider returns a goose provider of the embedded migrations on db.
-func provider(db *sql.DB) (*goose.Provider, error) {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("load migrations: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
-	if err != nil {
-		return nil, fmt.Errorf("load migrations: %w", err)
-	}
-	return p, nil
+	return migrate.Up(ctx, pool, outbox.Migrations, Migrations)
 }
 
 // Store implements timeoutd.Store on a pgxpool.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/ordertimeout/ordertimeout/internal/migrate"
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -327,7 +328,7 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	ctx := context.Background()
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
-	p, err := provider(db)
+	p, err := migrate.Provider(db, Migrations)
 	if err != nil {
 		t.Fatal(err)
 	}

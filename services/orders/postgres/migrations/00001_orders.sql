@@ -26,16 +26,8 @@ CREATE TABLE idempotency_keys (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 
--- The transactional outbox, as internal/outbox documents it.
-CREATE TABLE outbox (
-    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    subject    text        NOT NULL,
-    msg_id     text        NOT NULL,
-    data       bytea       NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
+-- The transactional outbox: internal/outbox's migrations.
 
 -- +goose Down
-DROP TABLE outbox;
 DROP TABLE idempotency_keys;
 DROP TABLE orders;

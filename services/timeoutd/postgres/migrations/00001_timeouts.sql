@@ -24,15 +24,7 @@ CREATE INDEX timeouts_pending ON timeouts (deadline_ns, key) WHERE state = 0;
 -- The janitor's sweep of expired tombstones.
 CREATE INDEX timeouts_tombstones ON timeouts (deadline_ns) WHERE state <> 0;
 
--- The transactional outbox of expiry events (internal/outbox's DDL).
-CREATE TABLE outbox (
-    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    subject    text        NOT NULL,
-    msg_id     text        NOT NULL,
-    data       bytea       NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
+-- The outbox of expiry events: internal/outbox's migrations.
 
 -- +goose Down
-DROP TABLE outbox;
 DROP TABLE timeouts;
