@@ -3,13 +3,10 @@ package http
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -121,22 +118,11 @@ func (s *server) limit(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate admits requests with one of the configured bearer tokens.
-// Tokens are compared as SHA-256 digests in constant time, so neither their
-// content nor their length leaks through timing.
+// authenticate admits requests with one of the configured bearer tokens
+// (httpapi.Tokens: SHA-256 digests compared in constant time).
 func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		token, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok {
-			token, ok = strings.CutPrefix(auth, "bearer ")
-		}
-		sum := sha256.Sum256([]byte(token))
-		match := 0
-		for _, t := range s.tokens {
-			match |= subtle.ConstantTimeCompare(sum[:], t[:])
-		}
-		if !ok || token == "" || match != 1 {
+		if !s.tokens.Allow(r) {
 			s.writeError(w, r, orders.ErrUnauthorized)
 			return
 		}

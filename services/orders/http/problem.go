@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/httpapi"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
 
@@ -63,22 +64,16 @@ var retryAfter = map[orders.Code]string{
 	codeOverloaded: "5",
 }
 
-// problem is an RFC 9457 problem document: "status" is the numeric HTTP
-// status; for an illegal transition or a passed payment deadline (409) the
-// extension member "order_status" holds the order's current status, and for
-// the latter "pay_by" the deadline.
+// problem is the orders API's problem document: for an illegal transition
+// or a passed payment deadline (409) the extension member "order_status"
+// holds the order's current status, and for the latter "pay_by" the
+// deadline.
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
+	httpapi.Problem
 	// OrderStatus is the order's current status, on a conflict only.
 	OrderStatus orders.Status `json:"order_status,omitempty"`
 	// PayBy is the deadline that passed, on payment_deadline_passed only.
-	PayBy     *time.Time          `json:"pay_by,omitempty"`
-	Detail    string              `json:"detail"`
-	Instance  string              `json:"instance,omitempty"`
-	RequestID string              `json:"request_id,omitempty"`
-	Errors    []orders.FieldError `json:"errors,omitempty"`
+	PayBy *time.Time `json:"pay_by,omitempty"`
 }
 
 // writeError writes err as a problem; an error that is not a domain error is
@@ -98,8 +93,11 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
-	p := problem{Type: "/problems/" + string(de.Code), Title: titles[de.Code], Status: status, Detail: de.Detail,
-		Instance: r.URL.Path, RequestID: requestID(r.Context()), Errors: de.Fields}
+	p := problem{Problem: httpapi.Problem{Type: httpapi.TypeOf(string(de.Code)), Title: titles[de.Code], Status: status,
+		Detail: de.Detail, Instance: r.URL.Path, RequestID: requestID(r.Context())}}
+	for _, f := range de.Fields {
+		p.Errors = append(p.Errors, httpapi.FieldError{Field: f.Field, Reason: f.Reason})
+	}
 	if (de.Code == orders.CodeConflict || de.Code == orders.CodeDeadlinePassed) && de.Status != "" {
 		p.OrderStatus = de.Status
 	}
@@ -112,7 +110,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if de.Code == orders.CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="orders"`)
 	}
-	writeJSON(w, status, "application/problem+json", p, s.log)
+	httpapi.WriteProblem(w, status, p)
 }
 
 // writeJSON writes v as JSON with the given status and content type.

@@ -3,11 +3,11 @@ package http
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ordertimeout/ordertimeout/internal/httpapi"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
@@ -72,7 +73,7 @@ type Config struct {
 type server struct {
 	cfg     Config
 	svc     *orders.Service
-	tokens  [][sha256.Size]byte
+	tokens  httpapi.Tokens
 	now     func() time.Time
 	log     *slog.Logger
 	lag     *lagGate
@@ -108,12 +109,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.OutboxLag != nil {
 		s.lag = &lagGate{sample: cfg.OutboxLag, now: s.now}
 	}
-	for _, t := range cfg.Tokens {
-		if t == "" {
-			return nil, errors.New("http: Tokens: empty token")
-		}
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	if slices.Contains(cfg.Tokens, "") {
+		return nil, errors.New("http: Tokens: empty token")
 	}
+	s.tokens = httpapi.NewTokens(cfg.Tokens...)
 	if err := s.registerMetrics(); err != nil {
 		return nil, err
 	}

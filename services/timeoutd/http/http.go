@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ordertimeout/ordertimeout/internal/httpapi"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -100,6 +101,8 @@ type server struct {
 	orders *ordersclient.Client
 	// snapshots are the encoded snapshot events the streams share.
 	snapshots snapshotEvents
+	// operatorToken and readToken are cfg's tokens (each empty when unset).
+	operatorToken, readToken httpapi.Tokens
 }
 
 // NewHandler returns the router: /healthz, /readyz, /metrics, /api/v1/… and,
@@ -129,7 +132,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, streams: newStreams(cfg.MaxStreams), orders: orders}
+	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, streams: newStreams(cfg.MaxStreams), orders: orders,
+		operatorToken: httpapi.NewTokens(cfg.Operator.Token), readToken: httpapi.NewTokens(cfg.ReadToken)}
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.Recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -152,7 +156,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		r.Get("/stream", s.stream)
 		s.operatorRoutes(r)
 		r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-			s.problem(w, r, http.StatusNotFound, "no such endpoint", r.URL.Path, nil)
+			s.problem(w, r, codeRouteNotFound, r.URL.Path)
 		})
 	})
 	if cfg.DashboardDir != "" {
@@ -181,17 +185,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(failed) > 0 {
-		s.problem(w, r, http.StatusServiceUnavailable, "not ready", strings.Join(failed, "; "), nil)
+		s.problem(w, r, codeNotReady, strings.Join(failed, "; "))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ready\n"))
-}
-
-// fieldError is one member of a validation problem's "errors".
-type fieldError struct {
-	Field  string `json:"field"`
-	Reason string `json:"reason"`
 }
 
 // invalidParam is a query parameter error, mapped to 400 with its field.
@@ -199,49 +197,75 @@ type invalidParam struct{ field, reason string }
 
 func (e *invalidParam) Error() string { return e.field + ": " + e.reason }
 
-// statusOf maps domain errors to HTTP statuses: the one table.
-func statusOf(err error) int {
+// Problem codes of the API (their type is httpapi.TypeOf(code)).
+const (
+	codeValidation        = "validation"
+	codeUnauthorized      = "unauthorized"
+	codeNotFound          = "not_found"
+	codeRouteNotFound     = "route_not_found"
+	codeOperatorDisabled  = "operator_disabled"
+	codeBodyTooLarge      = "body_too_large"
+	codeInternal          = "internal"
+	codeOrdersUnreachable = "orders_unreachable"
+	codeOrdersBadAnswer   = "orders_bad_answer"
+	codeOrdersRefused     = "orders_refused"
+	codeNotReady          = "not_ready"
+	codeTooManyStreams    = "too_many_streams"
+)
+
+// problems maps every code to its HTTP status and title: the one table.
+var problems = map[string]struct {
+	status int
+	title  string
+}{
+	codeValidation:        {http.StatusBadRequest, "Invalid request"},
+	codeUnauthorized:      {http.StatusUnauthorized, "Unauthorized"},
+	codeNotFound:          {http.StatusNotFound, "Timeout not found"},
+	codeRouteNotFound:     {http.StatusNotFound, "No such endpoint"},
+	codeOperatorDisabled:  {http.StatusNotFound, "Operator actions disabled"},
+	codeBodyTooLarge:      {http.StatusRequestEntityTooLarge, "Request body too large"},
+	codeInternal:          {http.StatusInternalServerError, "Internal server error"},
+	codeOrdersUnreachable: {http.StatusBadGateway, "Orders API unreachable"},
+	codeOrdersBadAnswer:   {http.StatusBadGateway, "Bad answer from the orders API"},
+	codeOrdersRefused:     {http.StatusBadGateway, "Orders API refused timeoutd"},
+	codeNotReady:          {http.StatusServiceUnavailable, "Not ready"},
+	codeTooManyStreams:    {http.StatusServiceUnavailable, "Too many streams"},
+}
+
+// codeOf maps domain errors to problem codes.
+func codeOf(err error) string {
 	var ip *invalidParam
 	switch {
 	case errors.As(err, &ip), errors.Is(err, timeoutd.ErrInvalid):
-		return http.StatusBadRequest
+		return codeValidation
 	case errors.Is(err, timeoutd.ErrNotFound):
-		return http.StatusNotFound
+		return codeNotFound
 	default:
-		return http.StatusInternalServerError
+		return codeInternal
 	}
 }
 
 // fail writes err as a problem; unexpected errors become a generic 500 with
 // the request id, and are logged.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := statusOf(err)
+	code := codeOf(err)
 	var ip *invalidParam
 	switch {
 	case errors.As(err, &ip):
-		s.problem(w, r, status, "invalid request", err.Error(), []fieldError{{ip.field, ip.reason}})
-	case status == http.StatusInternalServerError:
-		id := middleware.GetReqID(r.Context())
-		s.log.Error("request failed", "path", r.URL.Path, "request_id", id, "err", err)
-		s.problem(w, r, status, "internal error", "request id "+id, nil)
+		s.problem(w, r, code, err.Error(), httpapi.FieldError{Field: ip.field, Reason: ip.reason})
+	case code == codeInternal:
+		s.log.Error("request failed", "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()), "err", err)
+		s.problem(w, r, code, "the request failed; quote the request id when reporting it")
 	default:
-		s.problem(w, r, status, http.StatusText(status), err.Error(), nil)
+		s.problem(w, r, code, err.Error())
 	}
 }
 
-// problem writes an RFC 9457 application/problem+json response.
-func (s *server) problem(w http.ResponseWriter, r *http.Request, status int, title, detail string, errs []fieldError) {
-	body := struct {
-		Type     string       `json:"type"`
-		Title    string       `json:"title"`
-		Status   int          `json:"status"`
-		Detail   string       `json:"detail,omitempty"`
-		Instance string       `json:"instance,omitempty"`
-		Errors   []fieldError `json:"errors,omitempty"`
-	}{"about:blank", title, status, detail, r.URL.Path, errs}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+// problem writes an RFC 9457 problem document of code (httpapi.WriteProblem).
+func (s *server) problem(w http.ResponseWriter, r *http.Request, code, detail string, errs ...httpapi.FieldError) {
+	p := problems[code]
+	httpapi.WriteProblem(w, p.status, httpapi.Problem{Type: httpapi.TypeOf(code), Title: p.title, Status: p.status,
+		Detail: detail, Instance: r.URL.Path, RequestID: middleware.GetReqID(r.Context()), Errors: errs})
 }
 
 func (s *server) json(w http.ResponseWriter, v any) {

@@ -3,12 +3,10 @@ package http
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -79,15 +77,8 @@ func (s *server) operatorRoutes(r chi.Router) {
 	}))
 }
 
-// bearerIs reports whether r carries token (non-empty) as its bearer
-// token, compared in constant time.
-func bearerIs(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
-}
-
 // authorized reports whether r carries the operator token.
-func (s *server) authorized(r *http.Request) bool { return bearerIs(r, s.cfg.Operator.Token) }
+func (s *server) authorized(r *http.Request) bool { return s.operatorToken.Allow(r) }
 
 // payloadAccess reports whether r may see the payloads of pending
 // timeouts: always without a read token; with one, when r carries it or
@@ -98,12 +89,12 @@ func (s *server) payloadAccess(w http.ResponseWriter, r *http.Request) (payloads
 	if s.cfg.ReadToken == "" {
 		return true, true
 	}
-	if bearerIs(r, s.cfg.ReadToken) || s.authorized(r) {
+	if s.readToken.Allow(r) || s.authorized(r) {
 		return true, true
 	}
 	if r.Header.Get("Authorization") != "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="timeoutd"`)
-		s.problem(w, r, http.StatusUnauthorized, "unauthorized", "the bearer token is neither the read nor the operator token", nil)
+		s.problem(w, r, codeUnauthorized, "the bearer token is neither the read nor the operator token")
 		return false, false
 	}
 	return false, true
@@ -115,12 +106,12 @@ func (s *server) payloadAccess(w http.ResponseWriter, r *http.Request) (payloads
 func (s *server) forwardOrder(action string, call func(ctx context.Context, id string, body []byte) (*http.Response, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.Operator.Enabled() {
-			s.problem(w, r, http.StatusNotFound, "operator actions disabled", "timeoutd has no TIMEOUTD_OPERATOR_TOKEN", nil)
+			s.problem(w, r, codeOperatorDisabled, "timeoutd has no TIMEOUTD_OPERATOR_TOKEN")
 			return
 		}
 		if !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="timeoutd"`)
-			s.problem(w, r, http.StatusUnauthorized, "unauthorized", "a valid operator bearer token is required", nil)
+			s.problem(w, r, codeUnauthorized, "a valid operator bearer token is required")
 			return
 		}
 		id := chi.URLParam(r, "id")
@@ -134,7 +125,7 @@ func (s *server) forwardOrder(action string, call func(ctx context.Context, id s
 			if err != nil {
 				var tooBig *http.MaxBytesError
 				if errors.As(err, &tooBig) {
-					s.problem(w, r, http.StatusRequestEntityTooLarge, "body too large", "the body exceeds 64 KiB", nil)
+					s.problem(w, r, codeBodyTooLarge, "the body exceeds 64 KiB")
 					return
 				}
 				s.fail(w, r, &invalidParam{"body", "could not be read"})
@@ -146,13 +137,13 @@ func (s *server) forwardOrder(action string, call func(ctx context.Context, id s
 		if err != nil {
 			// The error names the URL only; tokens are in headers, never logged.
 			s.log.Warn("orders API unreachable", "action", action, "id", id, "err", err)
-			s.problem(w, r, http.StatusBadGateway, "orders API unreachable", "the orders API did not answer", nil)
+			s.problem(w, r, codeOrdersUnreachable, "the orders API did not answer")
 			return
 		}
 		defer resp.Body.Close()
 		answer, err := io.ReadAll(io.LimitReader(resp.Body, operatorBodyMax+1))
 		if err != nil || len(answer) > operatorBodyMax {
-			s.problem(w, r, http.StatusBadGateway, "bad answer from the orders API", "the answer was unreadable or too large", nil)
+			s.problem(w, r, codeOrdersBadAnswer, "the answer was unreadable or too large")
 			return
 		}
 		s.log.Info("operator action", "action", action, "id", id, "status", resp.StatusCode)
@@ -160,7 +151,7 @@ func (s *server) forwardOrder(action string, call func(ctx context.Context, id s
 			// Not the operator's fault: relaying it would make the
 			// dashboard forget a valid operator token.
 			s.log.Error("orders API refused timeoutd's token (TIMEOUTD_ORDERS_TOKEN)", "status", resp.StatusCode)
-			s.problem(w, r, http.StatusBadGateway, "orders API refused timeoutd", "the orders API refused TIMEOUTD_ORDERS_TOKEN", nil)
+			s.problem(w, r, codeOrdersRefused, "the orders API refused TIMEOUTD_ORDERS_TOKEN")
 			return
 		}
 		if ct := resp.Header.Get("Content-Type"); ct != "" {

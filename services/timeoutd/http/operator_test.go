@@ -53,7 +53,7 @@ func newOperatorServer(t *testing.T, op Operator) (http.Handler, *bytes.Buffer) 
 func TestOperatorActions(t *testing.T) {
 	t.Parallel()
 	const order = `{"id":"o-1","status":"pending_payment","version":2}`
-	const conflict = `{"type":"about:blank","title":"illegal transition","status":409,"detail":"order is paid"}`
+	const conflict = `{"type":"/problems/conflict","title":"Illegal transition","status":409,"detail":"order is paid"}`
 	tests := []struct {
 		name             string
 		disabled         bool // no operator token
@@ -91,7 +91,7 @@ func TestOperatorActions(t *testing.T) {
 		{name: "body too large", path: "/api/v1/orders/o-1/extend", auth: "Bearer op-secret", body: strings.Repeat("x", operatorBodyMax+1),
 			status: 413, ctype: "application/problem+json", wantBody: "64 KiB"},
 		{name: "orders unreachable", unreachable: true, path: "/api/v1/orders/o-1/cancel", auth: "Bearer op-secret",
-			status: 502, ctype: "application/problem+json", wantBody: "orders API unreachable"},
+			status: 502, ctype: "application/problem+json", wantBody: `"type":"/problems/orders_unreachable"`},
 		{name: "disabled", disabled: true, path: "/api/v1/orders/o-1/cancel", auth: "Bearer op-secret",
 			status: 404, ctype: "application/problem+json", wantBody: "disabled"},
 	}

@@ -152,8 +152,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	if !s.streams.acquire() {
 		s.streams.refused.Inc()
 		w.Header().Set("Retry-After", streamRetryAfter)
-		s.problem(w, r, http.StatusServiceUnavailable, "too many streams",
-			fmt.Sprintf("timeoutd serves at most %d streams at once (TIMEOUTD_MAX_STREAMS)", s.cfg.MaxStreams), nil)
+		s.problem(w, r, codeTooManyStreams,
+			fmt.Sprintf("timeoutd serves at most %d streams at once (TIMEOUTD_MAX_STREAMS)", s.cfg.MaxStreams))
 		return
 	}
 	defer s.streams.release()
