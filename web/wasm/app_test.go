@@ -276,7 +276,7 @@ func TestSearchAndPaging(t *testing.T) {
 	}
 	route("/api/v1/timeouts?key=o-1&limit=20", 200, page("c2", "o-1a", "o-1b"))
 	route("/api/v1/timeouts?cursor=c2&key=o-1&limit=20", 200, page("", "o-1c"))
-	route("/api/v1/timeouts?key=bad&limit=20", 400, map[string]any{"type": "about:blank", "title": "Bad Request", "status": 400, "detail": "cursor: malformed"})
+	route("/api/v1/timeouts?key=bad&limit=20", 400, map[string]any{"type": "/problems/validation", "title": "Invalid request", "status": 400, "detail": "cursor: malformed"})
 
 	firstKey := func() string {
 		r := rows(t, "pending-rows")
