@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
-	"github.com/ordertimeout/ordertimeout/services/orders/jetstream"
+	ojs "github.com/ordertimeout/ordertimeout/services/orders/jetstream"
 )
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
@@ -78,14 +78,14 @@ func (f *flakyExpirer) snapshot() (map[string]int, map[string][]int64) {
 
 // newJetStream returns a JetStream client of a NATS server of t's own,
 // with the platform's streams.
-func newJetStream(t *testing.T) natsjs.JetStream {
+func newJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(testinfra.NATS(t).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	exp := &flakyExpirer{calls: map[string]int{}, applied: map[string][]int64{}}
 	// One event per batch: each event's calls are counted alone.
-	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Concurrency: 2, BatchMax: 1, RetryDelay: 50 * time.Millisecond,
+	c, err := ojs.NewConsumer(ctx, js, exp, ojs.Config{Concurrency: 2, BatchMax: 1, RetryDelay: 50 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	publish := func(subject string, data []byte, id string) {
 		t.Helper()
 		m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-		m.Header.Set(natsjs.MsgIDHeader, id)
+		m.Header.Set(jetstream.MsgIDHeader, id)
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -145,13 +145,13 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var m *natsjs.RawStreamMsg
+			var m *jetstream.RawStreamMsg
 			poll(t, func() bool {
 				m, err = dlq.GetLastMsgForSubject(ctx, tt.subject)
 				return err == nil
 			})
 			var dl events.DeadLetter
-			if err := json.Unmarshal(m.Data, &dl); err != nil || dl.Reason != tt.reason || dl.Field != tt.field || m.Header.Get(natsjs.MsgIDHeader) == "" {
+			if err := json.Unmarshal(m.Data, &dl); err != nil || dl.Reason != tt.reason || dl.Field != tt.field || m.Header.Get(jetstream.MsgIDHeader) == "" {
 				t.Fatalf("dead letter = %+v (%v)", dl, err)
 			}
 		})
@@ -168,7 +168,7 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 
 	// A deleted consumer (say, JetStream state lost) is re-created and
 	// pulled again.
-	if err := js.DeleteConsumer(ctx, events.StreamExpiries, jetstream.DurableDefault); err != nil {
+	if err := js.DeleteConsumer(ctx, events.StreamExpiries, ojs.DurableDefault); err != nil {
 		t.Fatal(err)
 	}
 	publish(events.OrderCancelSubject("o-4"), fired("o-4", events.OutcomeFired), "5")
@@ -219,7 +219,7 @@ func TestConsumerAppliesABacklogInBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := jetstream.NewConsumer(ctx, js, exp, jetstream.Config{Durable: "batches", Concurrency: 1, BatchMax: batchMax,
+	c, err := ojs.NewConsumer(ctx, js, exp, ojs.Config{Durable: "batches", Concurrency: 1, BatchMax: batchMax,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

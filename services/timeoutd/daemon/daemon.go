@@ -23,6 +23,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -360,11 +361,15 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns); err != nil {
 		return nil, err
 	}
+	// Postgres, NATS and the streams may come up after timeoutd.
+	if err := retry.Startup(ctx, cfg.Logger, "postgres", m.pool.Ping); err != nil {
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
 	if err := postgres.Migrate(ctx, m.pool); err != nil {
 		return nil, err
 	}
 	m.nc, err = nats.Connect(cfg.NATSURL, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false))
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}
@@ -375,8 +380,10 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	}
 	// The streams bootstrap (deploy/streams) creates the streams; timeoutd
 	// may only read them, and checks they capture its fire subjects.
-	if err := streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes},
-		events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters); err != nil {
+	if err := retry.Startup(ctx, cfg.Logger, "streams", func(ctx context.Context) error {
+		return streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes},
+			events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters)
+	}); err != nil {
 		return nil, err
 	}
 	src, err := tjs.NewConsumer(ctx, js, cfg.Consumer)

@@ -22,18 +22,19 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 	ordershttp "github.com/ordertimeout/ordertimeout/services/orders/http"
-	"github.com/ordertimeout/ordertimeout/services/orders/jetstream"
+	ojs "github.com/ordertimeout/ordertimeout/services/orders/jetstream"
 	"github.com/ordertimeout/ordertimeout/services/orders/postgres"
 )
 
@@ -43,8 +44,6 @@ const (
 	// poolMaxConnsDefault applies when the database URL sets no
 	// pool_max_conns: enough for 64 concurrent clients on a small host.
 	poolMaxConnsDefault = 16
-	// connectTimeout bounds the wait for Postgres and NATS at start.
-	connectTimeout = 30 * time.Second
 	// shutdownTimeout bounds the HTTP drain and the outbox flush.
 	shutdownTimeout = 10 * time.Second
 )
@@ -71,6 +70,9 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := retry.Startup(ctx, log, "postgres", pool.Ping); err != nil {
+		return fmt.Errorf("connect postgres: %w", err)
+	}
 	if err := postgres.Migrate(ctx, pool); err != nil {
 		return err
 	}
@@ -81,13 +83,13 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return fmt.Errorf("connect nats: %w", err)
 	}
 	defer nc.Close()
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	// The streams bootstrap (deploy/streams) creates the streams; orders may
 	// only read them.
-	if err := retry(ctx, func(ctx context.Context) error {
+	if err := retry.Startup(ctx, log, "streams", func(ctx context.Context) error {
 		return streams.Verify(ctx, js, streams.Config{}, events.StreamCommands, events.StreamOrderEvents, events.StreamExpiries, events.StreamDeadLetters)
 	}); err != nil {
 		return err
@@ -118,7 +120,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	consumer, err := jetstream.NewConsumer(ctx, js, svc, jetstream.Config{Registerer: reg, Logger: log})
+	consumer, err := ojs.NewConsumer(ctx, js, svc, ojs.Config{Registerer: reg, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -216,7 +218,7 @@ func openRelayPool(ctx context.Context, url string, t pgparams.Timeouts) (*pgxpo
 }
 
 // openPool opens the pool, with the session timeouts t unless the URL sets
-// them, and waits until Postgres answers.
+// them; it connects on first use.
 func openPool(ctx context.Context, url string, t pgparams.Timeouts) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -230,27 +232,5 @@ func openPool(ctx context.Context, url string, t pgparams.Timeouts) (*pgxpool.Po
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	if err := retry(ctx, func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect postgres: %w", err)
-	}
 	return pool, nil
-}
-
-// retry calls f every 500ms until it succeeds or connectTimeout passes,
-// returning its last error: dependencies may start after this process.
-func retry(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	for {
-		err := f(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
