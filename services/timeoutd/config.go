@@ -44,7 +44,7 @@ const (
 	JanitorIntervalDefault = 10 * time.Second
 	// JanitorBatchDefault is the most tombstones deleted per statement.
 	JanitorBatchDefault = 10_000
-	// RetryDelayDefault is the pause after a failed database operation.
+	// RetryDelayDefault bounds the pause after a failed database operation.
 	RetryDelayDefault = 500 * time.Millisecond
 	// LeaseTTLDefault is how long a partition lease lasts without renewal,
 	// by Postgres's clock: a crashed instance's partitions move after it.
@@ -104,8 +104,9 @@ type Config struct {
 	// JanitorBatch is the most tombstones deleted per statement; default
 	// JanitorBatchDefault.
 	JanitorBatch int
-	// RetryDelay is the pause after a failed database operation; default
-	// RetryDelayDefault.
+	// RetryDelay bounds the pause after a failed database operation:
+	// ingest's retries back off from 100 ms up to it (retry.Backoff), a
+	// failed fire is re-armed after it; default RetryDelayDefault.
 	RetryDelay time.Duration
 	// Recent is the number of recent expiries kept; default RecentDefault.
 	Recent int

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
@@ -45,6 +46,7 @@ func (in *ingester) Start(ctx context.Context) { in.Base.Start(ctx, in.run) }
 // the sets that do not fit are deferred (see admit).
 func (in *ingester) run(ctx context.Context) {
 	lanes := make([][]Message, in.cfg.IngestLanes)
+	wait := retry.Backoff(in.cfg.RetryDelay)
 	for {
 		msgs, err := in.src.Next(ctx)
 		if ctx.Err() != nil {
@@ -52,11 +54,12 @@ func (in *ingester) run(ctx context.Context) {
 		}
 		if err != nil {
 			in.cfg.Logger.Warn("fetch commands", "err", err)
-			if !sleep(ctx, in.cfg.RetryDelay) {
+			if !sleep(ctx, wait.NextBackOff()) {
 				return
 			}
 			continue
 		}
+		wait.Reset()
 		in.m.BatchSize("ingest", len(msgs))
 		for i := range lanes {
 			lanes[i] = lanes[i][:0]
@@ -82,13 +85,14 @@ func (in *ingester) run(ctx context.Context) {
 // ingestRetrying processes msgs until it succeeds or ctx ends; stopping
 // with them unacked is safe: they are redelivered.
 func (in *ingester) ingestRetrying(ctx context.Context, msgs []Message) {
+	wait := retry.Backoff(in.cfg.RetryDelay)
 	for {
 		err := in.ingest(in.hard, msgs)
 		if err == nil {
 			return
 		}
 		in.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)
-		if !sleep(ctx, in.cfg.RetryDelay) {
+		if !sleep(ctx, wait.NextBackOff()) {
 			return
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
@@ -64,7 +65,9 @@ type Config struct {
 	AckWait time.Duration
 	// MaxAckPending bounds the events in flight; default 4096.
 	MaxAckPending int
-	// RetryDelay is the nak delay after a transient failure; default 1s.
+	// RetryDelay is the nak delay after a transient failure, and bounds the
+	// pause before pulling again after a failed pull (backing off from 100
+	// ms, retry.Backoff); default 1s.
 	RetryDelay time.Duration
 	// Registerer, if set, receives the orders_cancel_events_total counter.
 	Registerer prometheus.Registerer
@@ -181,7 +184,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		close(work)
 		wg.Wait()
 	}()
+	wait := retry.Backoff(c.cfg.RetryDelay)
 	for {
+		began := time.Now()
 		err := c.pull(ctx, work)
 		if ctx.Err() != nil {
 			return nil
@@ -189,11 +194,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err == nil {
 			err = errors.New("message iterator closed")
 		}
+		if time.Since(began) > c.cfg.RetryDelay {
+			wait.Reset() // it pulled for a while: a new failure, not the same one
+		}
 		c.cfg.Logger.Warn("pull cancel events; retrying", "err", err)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(c.cfg.RetryDelay):
+		case <-time.After(wait.NextBackOff()):
 		}
 		if cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, c.spec); err == nil {
 			c.cons = cons
