@@ -31,6 +31,7 @@ func NewDeadLetter(subject string, data []byte, seq uint64, err error, at time.T
 	return d
 }
 
-// MsgID returns the Nats-Msg-Id of the dead letter: dlq:<stream seq>, so a
-// redelivered rejected message is dead-lettered once.
+// MsgID returns the Nats-Msg-Id of the dead letter,
+// dlq:<subject>:<stream seq>, so a redelivered rejected message is
+// dead-lettered once.
 func (d DeadLetter) MsgID() string { return "dlq:" + d.Subject + ":" + itoa(d.StreamSeq) }
