@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 )
 
@@ -39,7 +39,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(ctx, os.Getenv, log); err != nil {
+	if err := run(ctx, envconfig.Environ(), log); err != nil {
 		log.Error("streams bootstrap failed", "err", err)
 		os.Exit(1)
 	}
@@ -47,43 +47,29 @@ func main() {
 
 // config is the bootstrap's settings, read from the environment.
 type config struct {
-	url     string
-	timeout time.Duration
-	streams streams.Config
+	URL     string         `env:"NATS_URL"`
+	Timeout time.Duration  `env:"STREAMS_TIMEOUT"`
+	Streams streams.Config `envPrefix:"STREAMS_"`
 }
 
-// configFromEnv reads and validates the environment, naming the variable
-// in every error.
-func configFromEnv(getenv func(string) string) (config, error) {
-	c := config{url: getenv("NATS_URL"), timeout: timeoutDefault}
-	var errs []error
-	if c.url == "" {
-		errs = append(errs, errors.New("NATS_URL is required, e.g. nats://bootstrap:password@nats:4222"))
-	}
-	if v := getenv("STREAMS_REPLICAS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 5 {
-			errs = append(errs, fmt.Errorf("STREAMS_REPLICAS: %q is not a replica count from 1 to 5", v))
-		}
-		c.streams.Replicas = n
-	}
-	for name, dst := range map[string]*time.Duration{"STREAMS_DUPLICATE_WINDOW": &c.streams.DuplicateWindow, "STREAMS_TIMEOUT": &c.timeout} {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				errs = append(errs, fmt.Errorf("%s: %q is not a positive duration such as 2m", name, v))
-			}
-			*dst = d
+// configFromEnv reads and validates environ, naming the variable in every
+// error.
+func configFromEnv(environ map[string]string) (config, error) {
+	c := config{Timeout: timeoutDefault}
+	errs := []error{envconfig.Parse(&c, environ)}
+	check := func(bad bool, msg string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(msg, args...))
 		}
 	}
-	for _, p := range strings.Split(getenv("STREAMS_FIRE_SUBJECT_PREFIXES"), ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		if !strings.HasSuffix(p, ".") || strings.ContainsAny(p, "*> ") {
-			errs = append(errs, fmt.Errorf("STREAMS_FIRE_SUBJECT_PREFIXES: %q must be a literal subject prefix ending in '.'", p))
-		}
-		c.streams.FireSubjectPrefixes = append(c.streams.FireSubjectPrefixes, p)
+	check(c.URL == "", "NATS_URL is required, e.g. nats://bootstrap:password@nats:4222")
+	_, set := environ["STREAMS_REPLICAS"]
+	check(set && (c.Streams.Replicas < 1 || c.Streams.Replicas > 5), "STREAMS_REPLICAS: %d is not a replica count from 1 to 5", c.Streams.Replicas)
+	_, set = environ["STREAMS_DUPLICATE_WINDOW"]
+	check(set && c.Streams.DuplicateWindow == 0, "STREAMS_DUPLICATE_WINDOW must be positive")
+	check(c.Timeout <= 0, "STREAMS_TIMEOUT must be positive")
+	for _, p := range c.Streams.FireSubjectPrefixes {
+		check(!strings.HasSuffix(p, ".") || strings.ContainsAny(p, "*> "), "STREAMS_FIRE_SUBJECT_PREFIXES: %q must be a literal subject prefix ending in '.'", p)
 	}
 	return c, errors.Join(errs...)
 }
@@ -91,14 +77,14 @@ func configFromEnv(getenv func(string) string) (config, error) {
 // attemptTimeout bounds one attempt to ensure the streams.
 const attemptTimeout = 5 * time.Second
 
-func run(ctx context.Context, getenv func(string) string, log *slog.Logger) error {
-	cfg, err := configFromEnv(getenv)
+func run(ctx context.Context, environ map[string]string, log *slog.Logger) error {
+	cfg, err := configFromEnv(environ)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	nc, err := nats.Connect(cfg.url, nats.Name("streams-bootstrap"), nats.CustomInboxPrefix(streams.InboxBootstrap),
+	nc, err := nats.Connect(cfg.URL, nats.Name("streams-bootstrap"), nats.CustomInboxPrefix(streams.InboxBootstrap),
 		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("connect nats: %w", err)
@@ -115,7 +101,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	var last string
 	for {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		err = streams.Ensure(actx, js, cfg.streams)
+		err = streams.Ensure(actx, js, cfg.Streams)
 		cancel()
 		if err == nil {
 			break
@@ -126,11 +112,11 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (gave up after %s)", err, cfg.timeout)
+			return fmt.Errorf("%w (gave up after %s)", err, cfg.Timeout)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	for _, sc := range streams.Specs(cfg.streams) {
+	for _, sc := range streams.Specs(cfg.Streams) {
 		log.Info("stream ensured", "stream", sc.Name, "subjects", sc.Subjects, "replicas", sc.Replicas)
 	}
 	return nil

@@ -17,14 +17,14 @@ func TestConfigFromEnv(t *testing.T) {
 		check func(t *testing.T, c config)
 	}{
 		{name: "defaults", env: map[string]string{"NATS_URL": "nats://n:4222"}, check: func(t *testing.T, c config) {
-			if c.timeout != timeoutDefault || c.streams.Replicas != 0 || len(c.streams.FireSubjectPrefixes) != 0 {
+			if c.Timeout != timeoutDefault || c.Streams.Replicas != 0 || len(c.Streams.FireSubjectPrefixes) != 0 {
 				t.Errorf("config = %+v, want the defaults (replicas and prefixes from streams.Config)", c)
 			}
 		}},
 		{name: "cluster", env: map[string]string{"NATS_URL": "nats://n:4222", "STREAMS_REPLICAS": "3", "STREAMS_DUPLICATE_WINDOW": "5m",
 			"STREAMS_FIRE_SUBJECT_PREFIXES": "orders.cancel., carts.expire."}, check: func(t *testing.T, c config) {
-			if c.streams.Replicas != 3 || c.streams.DuplicateWindow != 5*time.Minute ||
-				strings.Join(c.streams.FireSubjectPrefixes, ",") != "orders.cancel.,carts.expire." {
+			if c.Streams.Replicas != 3 || c.Streams.DuplicateWindow != 5*time.Minute ||
+				strings.Join(c.Streams.FireSubjectPrefixes, ",") != "orders.cancel.,carts.expire." {
 				t.Errorf("config = %+v", c)
 			}
 		}},
@@ -39,7 +39,7 @@ func TestConfigFromEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := configFromEnv(func(k string) string { return tt.env[k] })
+			c, err := configFromEnv(tt.env)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("configFromEnv: %v", err)

@@ -50,15 +50,15 @@ const (
 // Config sets what may differ between deployments.
 type Config struct {
 	// Replicas of every stream; default 1.
-	Replicas int
+	Replicas int `env:"REPLICAS"`
 	// DuplicateWindow of every stream; default 2m.
-	DuplicateWindow time.Duration
+	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW"`
 	// MaxAge of the event streams; default 72h.
 	MaxAge time.Duration
 	// FireSubjectPrefixes are the allowed fire subject prefixes, each ending
 	// in "."; default [events.OrderCancelSubjectPrefix]. The expiry stream
 	// captures <prefix>> for each.
-	FireSubjectPrefixes []string
+	FireSubjectPrefixes []string `env:"FIRE_SUBJECT_PREFIXES" envSeparator:","`
 }
 
 func (c Config) withDefaults() Config {

@@ -14,7 +14,7 @@ func TestConfigFromEnv(t *testing.T) {
 	tests := []struct {
 		name    string
 		set     map[string]string
-		wantErr string // a substring naming the variable; "" = valid
+		wantErr string // the variables the error names, space-separated; "" = valid
 		check   func(t *testing.T, c orders.Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c orders.Config) {
@@ -51,6 +51,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "zero reconcile margin", set: map[string]string{"ORDERS_RECONCILE_MARGIN": "0s"}, wantErr: "ORDERS_RECONCILE_MARGIN"},
 		{name: "bad reconcile interval", set: map[string]string{"ORDERS_RECONCILE_INTERVAL": "10"}, wantErr: "ORDERS_RECONCILE_INTERVAL"},
 		{name: "bad level", set: map[string]string{"ORDERS_LOG_LEVEL": "loud"}, wantErr: "ORDERS_LOG_LEVEL"},
+		{name: "every error", set: map[string]string{"ORDERS_NATS_URL": "", "ORDERS_RECONCILE_INTERVAL": "soon", "ORDERS_PAY_WITHIN_MIN": "-1s", "ORDERS_MAX_OUTBOX_LAG": "0s"},
+			wantErr: "ORDERS_NATS_URL ORDERS_RECONCILE_INTERVAL ORDERS_PAY_WITHIN_MIN ORDERS_MAX_OUTBOX_LAG"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,10 +64,12 @@ func TestConfigFromEnv(t *testing.T) {
 			for k, v := range tt.set {
 				env[k] = v
 			}
-			c, err := orders.ConfigFromEnv(func(k string) string { return env[k] })
+			c, err := orders.ConfigFromEnv(env)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one naming %s", err, tt.wantErr)
+				for _, v := range strings.Fields(tt.wantErr) {
+					if err == nil || !strings.Contains(err.Error(), v) {
+						t.Fatalf("err = %v, want one naming %s", err, v)
+					}
 				}
 				return
 			}

@@ -105,7 +105,8 @@ type CreateRequest struct {
 // Limits bounds a payment deadline relative to the time of the request.
 type Limits struct {
 	// PayWithinMin and PayWithinMax bound the deadline minus now.
-	PayWithinMin, PayWithinMax time.Duration
+	PayWithinMin time.Duration `env:"PAY_WITHIN_MIN"`
+	PayWithinMax time.Duration `env:"PAY_WITHIN_MAX"`
 }
 
 // resolve returns the absolute deadline of d at now, or the fields' errors.

@@ -61,43 +61,43 @@ type Config struct {
 	// FireSubjectPrefixes are the allowed fire subject prefixes, each ending
 	// in "."; default [events.OrderCancelSubjectPrefix]. Commands with
 	// another fire subject are dead-lettered (subject_not_allowed).
-	FireSubjectPrefixes []string
+	FireSubjectPrefixes []string `env:"FIRE_SUBJECT_PREFIXES" envSeparator:","`
 	// Tick is the wheel's resolution; default TickDefault.
-	Tick time.Duration
+	Tick time.Duration `env:"TICK"`
 	// MaxPending bounds the pending timeouts in memory. Only a set for a
 	// key not held in memory needs room: at the bound such sets are
 	// deferred (negatively acknowledged, redelivered after RetryDelay)
 	// while clears and the other commands go on. Default MaxPendingDefault.
-	MaxPending int
+	MaxPending int `env:"MAX_PENDING"`
 	// MaxHorizon is the furthest accepted deadline from now; further ones
 	// are dead-lettered (deadline_out_of_range). Default MaxHorizonDefault.
-	MaxHorizon time.Duration
+	MaxHorizon time.Duration `env:"MAX_HORIZON"`
 	// IngestLanes is the number of concurrent upserts a command batch is
 	// split into by key partition; default IngestLanesDefault.
 	IngestLanes int
 	// FireBatch is the most timeouts per fire transaction; default
 	// FireBatchDefault.
-	FireBatch int
+	FireBatch int `env:"FIRE_BATCH"`
 	// FireConcurrency is the most fire transactions in flight: the wheel's
 	// next batch is taken while earlier ones commit, so an expiry waits for
 	// its own transaction, not for its predecessors'. Default
 	// FireConcurrencyDefault.
-	FireConcurrency int
+	FireConcurrency int `env:"FIRE_CONCURRENCY"`
 	// RecoveryBatch is the page size of the recovery load; default
 	// RecoveryBatchDefault.
 	RecoveryBatch int
 	// OverdueRate is how many overdue timeouts per second are released after
 	// recovery; default OverdueRateDefault.
-	OverdueRate int
+	OverdueRate int `env:"OVERDUE_RATE"`
 	// RecoveryCatchupMax bounds how long recovery holds the overdue
 	// timeouts until ingest has consumed every command that was waiting in
 	// the source when the pending rows were loaded (a clear queued during an
 	// outage must win over the overdue timeout it clears); past it they are
 	// released anyway. Default RecoveryCatchupMaxDefault.
-	RecoveryCatchupMax time.Duration
+	RecoveryCatchupMax time.Duration `env:"RECOVERY_CATCHUP_MAX"`
 	// TombstoneTTL is how long a cleared or fired key keeps its fire data
 	// before it shrinks to a version mark; default TombstoneTTLDefault.
-	TombstoneTTL time.Duration
+	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL"`
 	// JanitorInterval is the pause between tombstone sweeps; default
 	// JanitorIntervalDefault.
 	JanitorInterval time.Duration
@@ -114,16 +114,16 @@ type Config struct {
 	// among the live instances and may be reused by the same instance after
 	// a restart (its leases are then taken over at once instead of after
 	// LeaseTTL). Default: the host name.
-	InstanceID string
+	InstanceID string `env:"INSTANCE_ID"`
 	// LeaseTTL is how long a partition lease lasts without renewal; default
 	// LeaseTTLDefault. Without a renewal for two thirds of it (the renew
 	// deadline, from before the last renewal was sent), the instance stops
 	// every partition, before the lease can expire anywhere else.
-	LeaseTTL time.Duration
+	LeaseTTL time.Duration `env:"LEASE_TTL"`
 	// LeaseRenewInterval is the pause between lease rounds (heartbeat,
 	// renewal, rebalance); below the renew deadline. Default
 	// LeaseRenewIntervalDefault.
-	LeaseRenewInterval time.Duration
+	LeaseRenewInterval time.Duration `env:"LEASE_RENEW_INTERVAL"`
 	// Now is the wall clock; default time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; default slog.Default().

@@ -6,28 +6,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordertimeout/ordertimeout/internal/httpapi"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
 
-// registerMetrics registers the request metrics (labelled by route pattern,
-// so the cardinality is that of the routes) and the scrape-time gauges.
-func (s *server) registerMetrics() error {
-	s.metrics.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "orders_http_requests_total",
-		Help: "HTTP requests by method, route pattern and status code.",
-	}, []string{"method", "route", "code"})
-	s.metrics.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "orders_http_request_duration_seconds",
-		Help:    "HTTP request latency by method and route pattern.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
-	}, []string{"method", "route"})
-	cs := []prometheus.Collector{s.metrics.requests, s.metrics.duration}
-	if s.cfg.Stats != nil {
-		cs = append(cs, &statsCollector{s: s})
+// registerMetrics registers the request metrics and the scrape-time
+// gauges.
+func (s *server) registerMetrics() (err error) {
+	if s.requests, err = httpapi.NewRequestMetrics(s.cfg.Registry, "orders"); err != nil {
+		return err
 	}
-	for _, c := range cs {
-		if err := s.cfg.Registry.Register(c); err != nil {
-			return fmt.Errorf("register http metrics: %w", err)
+	if s.cfg.Stats != nil {
+		if err := s.cfg.Registry.Register(&statsCollector{s: s}); err != nil {
+			return fmt.Errorf("register orders metrics: %w", err)
 		}
 	}
 	return nil

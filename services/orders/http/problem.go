@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/ordertimeout/ordertimeout/internal/httpapi"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
@@ -81,12 +82,12 @@ type problem struct {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var de *orders.Error
 	if !errors.As(err, &de) {
-		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()),
+		s.log.ErrorContext(r.Context(), "request failed", "request_id", middleware.GetReqID(r.Context()),
 			"method", r.Method, "path", r.URL.Path, "err", err)
 		de = &orders.Error{Code: codeInternal, Detail: "the request failed; quote the request id when reporting it"}
 	} else if de.Code == orders.CodeUnavailable {
 		// The cause (a network or connect error) is logged, never shown.
-		s.log.WarnContext(r.Context(), "request failed: dependency unavailable", "request_id", requestID(r.Context()),
+		s.log.WarnContext(r.Context(), "request failed: dependency unavailable", "request_id", middleware.GetReqID(r.Context()),
 			"method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	status, ok := statusOf[de.Code]
@@ -94,7 +95,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusInternalServerError
 	}
 	p := problem{Problem: httpapi.Problem{Type: httpapi.TypeOf(string(de.Code)), Title: titles[de.Code], Status: status,
-		Detail: de.Detail, Instance: r.URL.Path, RequestID: requestID(r.Context())}}
+		Detail: de.Detail, Instance: r.URL.Path, RequestID: middleware.GetReqID(r.Context())}}
 	for _, f := range de.Fields {
 		p.Errors = append(p.Errors, httpapi.FieldError{Field: f.Field, Reason: f.Reason})
 	}

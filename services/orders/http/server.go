@@ -71,16 +71,13 @@ type Config struct {
 }
 
 type server struct {
-	cfg     Config
-	svc     *orders.Service
-	tokens  httpapi.Tokens
-	now     func() time.Time
-	log     *slog.Logger
-	lag     *lagGate
-	metrics struct {
-		requests *prometheus.CounterVec
-		duration *prometheus.HistogramVec
-	}
+	cfg      Config
+	svc      *orders.Service
+	tokens   httpapi.Tokens
+	now      func() time.Time
+	log      *slog.Logger
+	lag      *lagGate
+	requests *httpapi.RequestMetrics
 }
 
 // NewHandler returns the HTTP handler of the service: the /v1 API, /healthz,
@@ -121,7 +118,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 func (s *server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(withRequestID, s.observe, s.limit)
+	r.Use(httpapi.RequestID, httpapi.Observe(s.log, s.writeError, s.requests.Record), s.limit)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &orders.Error{Code: codeRouteNotFound, Detail: "no route matches " + r.URL.Path})
 	})

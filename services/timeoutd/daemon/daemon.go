@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
@@ -76,186 +74,91 @@ const (
 // documents the variable of each field.
 type Config struct {
 	// DatabaseURL is the Postgres connection string (required).
-	DatabaseURL string
+	DatabaseURL string `env:"TIMEOUTD_DATABASE_URL"`
 	// NATSURL is the NATS server URL (required).
-	NATSURL string
+	NATSURL string `env:"TIMEOUTD_NATS_URL"`
 	// HTTPAddr is the HTTP listen address; default HTTPAddrDefault. Use
 	// "127.0.0.1:0" to pick a free port (see Main.Addr).
-	HTTPAddr string
+	HTTPAddr string `env:"TIMEOUTD_HTTP_ADDR"`
 	// DashboardDir, when set, is served at /.
-	DashboardDir string
+	DashboardDir string `env:"TIMEOUTD_DASHBOARD_DIR"`
 	// OperatorToken (TIMEOUTD_OPERATOR_TOKEN), when set, enables the
 	// dashboard's operator actions; empty keeps it read-only.
-	OperatorToken string
+	OperatorToken string `env:"TIMEOUTD_OPERATOR_TOKEN"`
 	// OrdersURL (TIMEOUTD_ORDERS_URL) is the orders API the operator
 	// actions go to; required with OperatorToken.
-	OrdersURL string
+	OrdersURL string `env:"TIMEOUTD_ORDERS_URL"`
 	// OrdersToken (TIMEOUTD_ORDERS_TOKEN) is timeoutd's bearer token for
 	// the orders API; required with OperatorToken.
-	OrdersToken string
+	OrdersToken string `env:"TIMEOUTD_ORDERS_TOKEN"`
 	// ReadToken (TIMEOUTD_READ_TOKEN), when set, is the bearer token that
 	// makes the payloads of pending timeouts visible in the read API (the
 	// operator token does too); without it they are withheld. Empty: the
 	// payloads are visible to every reader.
-	ReadToken string
+	ReadToken string `env:"TIMEOUTD_READ_TOKEN"`
 	// MaxStreams (TIMEOUTD_MAX_STREAMS) bounds the concurrent live
 	// streams; default thttp.MaxStreamsDefault.
-	MaxStreams int
+	MaxStreams int `env:"TIMEOUTD_MAX_STREAMS"`
 	// StreamWriteTimeout (TIMEOUTD_STREAM_WRITE_TIMEOUT) bounds each write
 	// of a live stream: a client that does not read is dropped; default
 	// thttp.StreamWriteTimeoutDefault.
-	StreamWriteTimeout time.Duration
+	StreamWriteTimeout time.Duration `env:"TIMEOUTD_STREAM_WRITE_TIMEOUT"`
 	// ReadDBMaxConns (TIMEOUTD_READ_DB_MAX_CONNS) is the size of the read
 	// API's own Postgres pool, apart from ingest's and fire's; default
 	// ReadDBMaxConnsDefault.
-	ReadDBMaxConns int
+	ReadDBMaxConns int `env:"TIMEOUTD_READ_DB_MAX_CONNS"`
 	// ShutdownTimeout bounds the graceful shutdown; default
 	// ShutdownTimeoutDefault.
-	ShutdownTimeout time.Duration
+	ShutdownTimeout time.Duration `env:"TIMEOUTD_SHUTDOWN_TIMEOUT"`
 	// ShutdownDelay is how long readiness is false before the shutdown
 	// proper begins; default ShutdownDelayDefault.
-	ShutdownDelay time.Duration
+	ShutdownDelay time.Duration `env:"TIMEOUTD_SHUTDOWN_DELAY"`
 	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
-	DBMaxConns int
+	DBMaxConns int `env:"TIMEOUTD_DB_MAX_CONNS"`
 	// StatementTimeout is every database session's statement_timeout;
 	// default pgparams.StatementTimeoutDefault (30s). A statement_timeout
 	// in DatabaseURL wins.
-	StatementTimeout time.Duration
+	StatementTimeout time.Duration `env:"TIMEOUTD_STATEMENT_TIMEOUT"`
 	// IdleInTransactionTimeout is every database session's
 	// idle_in_transaction_session_timeout; default
 	// IdleInTransactionTimeoutDefault, and below Service.LeaseTTL. The
 	// parameter in DatabaseURL wins.
-	IdleInTransactionTimeout time.Duration
+	IdleInTransactionTimeout time.Duration `env:"TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT"`
 	// RelayBatch is the relay's batch size; default RelayBatchDefault.
-	RelayBatch int
+	RelayBatch int `env:"TIMEOUTD_RELAY_BATCH"`
 	// RelayWorkers is the number of relay batches in flight; default
 	// RelayWorkersDefault.
-	RelayWorkers int
+	RelayWorkers int `env:"TIMEOUTD_RELAY_WORKERS"`
 	// RelayClaimMinAge is the age below which the relay's polls leave
 	// outbox rows to the fire path's hand-off; default
 	// RelayClaimMinAgeDefault. It must exceed the PubAck timeout (5s).
-	RelayClaimMinAge time.Duration
+	RelayClaimMinAge time.Duration `env:"TIMEOUTD_RELAY_CLAIM_MIN_AGE"`
 	// MemoryLimit is the soft memory limit in bytes
 	// (runtime/debug.SetMemoryLimit) that cmd/timeoutd applies, unless
 	// GOMEMLIMIT is set; 0 means MemoryLimitDefault, negative none. It is
 	// process-wide, so New and Run leave it alone (in-process tests).
-	MemoryLimit int64
-	// Consumer configures the command consumer.
-	Consumer tjs.ConsumerConfig
-	// Service configures the domain service (FireSubjectPrefixes, Tick, …).
-	Service timeoutd.Config
+	MemoryLimit envconfig.Bytes `env:"TIMEOUTD_MEMORY_LIMIT"`
+	// LogLevel (TIMEOUTD_LOG_LEVEL: debug, info, warn or error) is the
+	// level of cmd/timeoutd's logger; default info.
+	LogLevel slog.Level `env:"TIMEOUTD_LOG_LEVEL"`
+	// Consumer configures the command consumer (TIMEOUTD_BATCH_SIZE,
+	// TIMEOUTD_ACK_WAIT, TIMEOUTD_PULL_HEARTBEAT).
+	Consumer tjs.ConsumerConfig `envPrefix:"TIMEOUTD_"`
+	// Service configures the domain service (TIMEOUTD_ and the names of
+	// its tags: TIMEOUTD_TICK, TIMEOUTD_LEASE_TTL, …).
+	Service timeoutd.Config `envPrefix:"TIMEOUTD_"`
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
-// envDuration, envInt parse optional variables, naming them in errors.
-func envDuration(getenv func(string) string, name string, dst *time.Duration, errs *[]error) {
-	if v := getenv(name); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			*errs = append(*errs, fmt.Errorf("%s: %q is not a duration such as 250ms", name, v))
-			return
-		}
-		*dst = d
-	}
-}
-
-func envInt(getenv func(string) string, name string, dst *int, errs *[]error) {
-	if v := getenv(name); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			*errs = append(*errs, fmt.Errorf("%s: %q is not a non-negative integer", name, v))
-			return
-		}
-		*dst = n
-	}
-}
-
-// parseBytes parses a size such as 1400MiB, 2GiB, 512MB or 1000000 (bytes),
-// or "off" (returned as -1).
-func parseBytes(v string) (int64, error) {
-	if v == "off" {
-		return -1, nil
-	}
-	num := strings.TrimRight(v, "KMGTiB")
-	unit := int64(1)
-	switch v[len(num):] {
-	case "", "B":
-	case "KiB":
-		unit = 1 << 10
-	case "MiB":
-		unit = 1 << 20
-	case "GiB":
-		unit = 1 << 30
-	case "KB":
-		unit = 1e3
-	case "MB":
-		unit = 1e6
-	case "GB":
-		unit = 1e9
-	default:
-		return 0, fmt.Errorf("%q: unknown unit (B, KiB, MiB, GiB, KB, MB, GB, or off)", v)
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > math.MaxInt64/unit {
-		return 0, fmt.Errorf("%q is not a positive size such as 1400MiB", v)
-	}
-	return n * unit, nil
-}
-
-// FromEnv reads the TIMEOUTD_* variables (see services/timeoutd/README.md).
-func FromEnv(getenv func(string) string) (Config, error) {
-	c := Config{
-		DatabaseURL:   getenv("TIMEOUTD_DATABASE_URL"),
-		NATSURL:       getenv("TIMEOUTD_NATS_URL"),
-		HTTPAddr:      getenv("TIMEOUTD_HTTP_ADDR"),
-		DashboardDir:  getenv("TIMEOUTD_DASHBOARD_DIR"),
-		OperatorToken: getenv("TIMEOUTD_OPERATOR_TOKEN"),
-		OrdersURL:     getenv("TIMEOUTD_ORDERS_URL"),
-		OrdersToken:   getenv("TIMEOUTD_ORDERS_TOKEN"),
-		ReadToken:     getenv("TIMEOUTD_READ_TOKEN"),
-	}
-	var errs []error
-	if v := getenv("TIMEOUTD_FIRE_SUBJECT_PREFIXES"); v != "" {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				c.Service.FireSubjectPrefixes = append(c.Service.FireSubjectPrefixes, p)
-			}
-		}
-	}
-	envDuration(getenv, "TIMEOUTD_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, &errs)
-	envDuration(getenv, "TIMEOUTD_SHUTDOWN_DELAY", &c.ShutdownDelay, &errs)
-	envDuration(getenv, "TIMEOUTD_TICK", &c.Service.Tick, &errs)
-	envDuration(getenv, "TIMEOUTD_TOMBSTONE_TTL", &c.Service.TombstoneTTL, &errs)
-	envDuration(getenv, "TIMEOUTD_MAX_HORIZON", &c.Service.MaxHorizon, &errs)
-	envDuration(getenv, "TIMEOUTD_RECOVERY_CATCHUP_MAX", &c.Service.RecoveryCatchupMax, &errs)
-	envDuration(getenv, "TIMEOUTD_ACK_WAIT", &c.Consumer.AckWait, &errs)
-	envDuration(getenv, "TIMEOUTD_PULL_HEARTBEAT", &c.Consumer.PullHeartbeat, &errs)
-	envDuration(getenv, "TIMEOUTD_LEASE_TTL", &c.Service.LeaseTTL, &errs)
-	envDuration(getenv, "TIMEOUTD_LEASE_RENEW_INTERVAL", &c.Service.LeaseRenewInterval, &errs)
-	c.Service.InstanceID = getenv("TIMEOUTD_INSTANCE_ID")
-	envDuration(getenv, "TIMEOUTD_STATEMENT_TIMEOUT", &c.StatementTimeout, &errs)
-	envDuration(getenv, "TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout, &errs)
-	envDuration(getenv, "TIMEOUTD_RELAY_CLAIM_MIN_AGE", &c.RelayClaimMinAge, &errs)
-	envDuration(getenv, "TIMEOUTD_STREAM_WRITE_TIMEOUT", &c.StreamWriteTimeout, &errs)
-	if v := getenv("TIMEOUTD_MEMORY_LIMIT"); v != "" {
-		n, err := parseBytes(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("TIMEOUTD_MEMORY_LIMIT: %w", err))
-		}
-		c.MemoryLimit = n
-	}
-	envInt(getenv, "TIMEOUTD_DB_MAX_CONNS", &c.DBMaxConns, &errs)
-	envInt(getenv, "TIMEOUTD_READ_DB_MAX_CONNS", &c.ReadDBMaxConns, &errs)
-	envInt(getenv, "TIMEOUTD_MAX_STREAMS", &c.MaxStreams, &errs)
-	envInt(getenv, "TIMEOUTD_RELAY_BATCH", &c.RelayBatch, &errs)
-	envInt(getenv, "TIMEOUTD_RELAY_WORKERS", &c.RelayWorkers, &errs)
-	envInt(getenv, "TIMEOUTD_BATCH_SIZE", &c.Consumer.BatchSize, &errs)
-	envInt(getenv, "TIMEOUTD_MAX_PENDING", &c.Service.MaxPending, &errs)
-	envInt(getenv, "TIMEOUTD_FIRE_BATCH", &c.Service.FireBatch, &errs)
-	envInt(getenv, "TIMEOUTD_FIRE_CONCURRENCY", &c.Service.FireConcurrency, &errs)
-	envInt(getenv, "TIMEOUTD_OVERDUE_RATE", &c.Service.OverdueRate, &errs)
-	return c, errors.Join(errs...)
+// FromEnv reads the TIMEOUTD_* variables of environ (envconfig.Environ()
+// in cmd/timeoutd; see services/timeoutd/README.md), each named by its
+// field's tag. Unset ones stay zero, which New reads as the default;
+// ranges are checked by New, as for a Config built in code.
+func FromEnv(environ map[string]string) (Config, error) {
+	var c Config
+	err := envconfig.Parse(&c, environ)
+	return c, err
 }
 
 func (c Config) withDefaults() (_ Config, err error) {

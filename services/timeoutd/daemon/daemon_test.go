@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -615,7 +616,7 @@ func TestFromEnvMemoryLimit(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, value string
-		want        int64
+		want        envconfig.Bytes
 		wantErr     bool
 	}{
 		{"unset", "", 0, false},
@@ -623,16 +624,21 @@ func TestFromEnvMemoryLimit(t *testing.T) {
 		{"GiB", "2GiB", 2 << 30, false},
 		{"MB", "900MB", 900e6, false},
 		{"bytes", "123456", 123456, false},
+		{"fraction", "1.5GiB", 3 << 29, false},
+		{"spaces", " 2 GiB ", 2 << 30, false},
 		{"off", "off", -1, false},
 		{"negative", "-5MiB", 0, true},
-		{"fraction", "1.5GiB", 0, true},
-		{"unknown unit", "3TB", 0, true},
+		{"zero", "0", 0, true},
+		{"unknown unit", "3 lots", 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{"TIMEOUTD_MEMORY_LIMIT": tt.value}
-			c, err := daemon.FromEnv(func(k string) string { return env[k] })
+			env := map[string]string{}
+			if tt.value != "" {
+				env["TIMEOUTD_MEMORY_LIMIT"] = tt.value
+			}
+			c, err := daemon.FromEnv(env)
 			if tt.wantErr {
 				if err == nil || !strings.Contains(err.Error(), "TIMEOUTD_MEMORY_LIMIT") {
 					t.Fatalf("err = %v, want one naming TIMEOUTD_MEMORY_LIMIT", err)
@@ -663,7 +669,7 @@ func TestOperatorSettingsValidated(t *testing.T) {
 			t.Parallel()
 			env := maps.Clone(base)
 			maps.Copy(env, tt.env)
-			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			cfg, err := daemon.FromEnv(env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -784,7 +790,7 @@ func TestSettingsValidated(t *testing.T) {
 			t.Parallel()
 			env := maps.Clone(base)
 			maps.Copy(env, tt.env)
-			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			cfg, err := daemon.FromEnv(env)
 			if err == nil {
 				_, err = daemon.New(context.Background(), cfg)
 			}

@@ -36,7 +36,7 @@ func TestPoolSetsSessionTimeouts(t *testing.T) {
 			for k, v := range tt.env {
 				env[k] = v
 			}
-			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			cfg, err := daemon.FromEnv(env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestFromEnvSessionTimeouts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			env := map[string]string{"TIMEOUTD_DATABASE_URL": "postgres://x", "TIMEOUTD_NATS_URL": "nats://x", tt.variable: tt.value}
-			cfg, err := daemon.FromEnv(func(k string) string { return env[k] })
+			cfg, err := daemon.FromEnv(env)
 			if err == nil {
 				_, err = daemon.OpenPool(context.Background(), cfg)
 			}

@@ -134,8 +134,16 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	s := &server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, streams: newStreams(cfg.MaxStreams), orders: orders,
 		operatorToken: httpapi.NewTokens(cfg.Operator.Token), readToken: httpapi.NewTokens(cfg.ReadToken)}
+	var record func(httpapi.Observed)
+	if cfg.Registry != nil {
+		m, err := httpapi.NewRequestMetrics(cfg.Registry, "timeoutd")
+		if err != nil {
+			return nil, err
+		}
+		record = m.Record
+	}
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.Use(httpapi.RequestID, httpapi.Observe(s.log, s.fail, record))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

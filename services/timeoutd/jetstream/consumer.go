@@ -44,13 +44,13 @@ const (
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
 	// BatchSize is the most commands Next returns; default BatchSizeDefault.
-	BatchSize int
+	BatchSize int `env:"BATCH_SIZE"`
 	// AckWait is the redelivery timeout of an unacked command (at least 1s);
 	// default AckWaitDefault.
-	AckWait time.Duration
+	AckWait time.Duration `env:"ACK_WAIT"`
 	// PullHeartbeat is the idle heartbeat of the pull requests (500ms to
 	// 2.5s); default PullHeartbeatDefault.
-	PullHeartbeat time.Duration
+	PullHeartbeat time.Duration `env:"PULL_HEARTBEAT"`
 }
 
 // Consumer delivers the commands of the partitions this instance owns. The

@@ -59,7 +59,7 @@ func start(t *testing.T) *app {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }) }()
+	go func() { done <- run(ctx, env) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

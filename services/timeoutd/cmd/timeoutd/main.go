@@ -12,10 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	_ "time/tzdata"
 
+	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 )
 
@@ -29,20 +29,14 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	var level slog.Level
-	if v := os.Getenv("TIMEOUTD_LOG_LEVEL"); v != "" {
-		if err := level.UnmarshalText([]byte(strings.ToUpper(v))); err != nil {
-			return fmt.Errorf("TIMEOUTD_LOG_LEVEL: %w", err)
-		}
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	slog.SetDefault(log)
-	cfg, err := daemon.FromEnv(os.Getenv)
+	cfg, err := daemon.FromEnv(envconfig.Environ())
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	slog.SetDefault(log)
 	cfg.Logger = log
-	if lim := cmp.Or(cfg.MemoryLimit, daemon.MemoryLimitDefault); lim > 0 && os.Getenv("GOMEMLIMIT") == "" {
+	if lim := int64(cmp.Or(cfg.MemoryLimit, daemon.MemoryLimitDefault)); lim > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(lim)
 		log.Info("memory limit set", "bytes", lim)
 	}
