@@ -135,6 +135,9 @@ bench-orders: images ## orders POST /v1/orders at 64 clients beside pgbench sing
 	cd bench && $(GO) run ./cmd/loadgen orders -duration $(BENCH_ORDERS_DURATION) -out results/orders.txt
 
 .PHONY: bench
+figures: ## copy the current figures of docs/BENCHMARKS.md and docs/RELIABILITY.md into the README
+	go run ./scripts/figures
+
 bench: bench-wheel bench-timeoutd bench-orders ## every benchmark
 
 # Reliability and security (docs/RELIABILITY.md). The short soak also runs in
