@@ -27,7 +27,8 @@
 //   - the janitor (janitor.go): expired tombstones shrink to version marks
 //     in batches (a key's version is never forgotten).
 //   - stats (stats.go): counters, rates, recent expiries, and the sampler
-//     that refreshes the upcoming buckets and the outbox backlog.
+//     that refreshes the outbox backlog; deadlines.go counts the pending
+//     timeouts by deadline for the dashboard's histogram, from the schedule.
 //
 // Each long-running component embeds internal/startstop's Base: Start runs
 // its loop, Stop ends it and waits. The adapters live in subpackages

@@ -113,7 +113,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
 	s.janitor = &janitor{cfg: cfg, store: d.Store}
-	s.sampler = &sampler{cfg: cfg, sched: s.sched, relay: d.Relay, stats: s.stats}
+	s.sampler = &sampler{cfg: cfg, relay: d.Relay, stats: s.stats}
 	return s, nil
 }
 

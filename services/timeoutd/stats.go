@@ -10,24 +10,10 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
-
-// Horizons of the upcoming buckets in Stats.
-var horizons = []struct {
-	label  string
-	within time.Duration
-}{{"next minute", time.Minute}, {"next 10 minutes", 10 * time.Minute}, {"next hour", time.Hour}}
 
 // rateWindow is the number of one-second samples rates are computed over.
 const rateWindow = 5
-
-// Bucket counts the pending timeouts due within a horizon.
-type Bucket struct {
-	Label  string
-	Within time.Duration
-	Count  int64
-}
 
 // Stats is what the API shows of the service.
 type Stats struct {
@@ -41,26 +27,23 @@ type Stats struct {
 	// Outbox backlog, refreshed every second.
 	OutboxRows   int64
 	OutboxOldest time.Duration
-	// Upcoming buckets, refreshed every second.
-	Upcoming []Bucket
 }
 
 // counters are the totals behind Stats.
 type counters struct{ scheduled, cleared, fired, missed, deadLettered uint64 }
 
 // stats holds the counters, rate samples, recent expiries and the cached
-// upcoming buckets and outbox backlog.
+// outbox backlog.
 type stats struct {
 	scheduled, cleared, fired, missed, deadLettered atomic.Uint64
-	// refreshed counts the refreshes that changed the upcoming buckets or
-	// the outbox rows, so that Generation changes with them too.
+	// refreshed counts the refreshes that changed the outbox rows, so
+	// that Generation changes with them too.
 	refreshed atomic.Uint64
 
 	mu       sync.Mutex
 	samples  [rateWindow + 1]counters // ring of one-second samples
 	sampleAt [rateWindow + 1]time.Time
 	nSamples int
-	upcoming []Bucket
 	outbox   outbox.Stats
 	recent   []events.Expiry // ring, newest at recent[(next-1)%len]
 	next     int
@@ -73,13 +56,11 @@ func (st *stats) totals() counters {
 	return counters{st.scheduled.Load(), st.cleared.Load(), st.fired.Load(), st.missed.Load(), st.deadLettered.Load()}
 }
 
-// sampler samples the counters for the rates and refreshes the upcoming
-// buckets (from the schedule) and the outbox backlog (from Postgres) every
-// second.
+// sampler samples the counters for the rates and refreshes the outbox
+// backlog (from Postgres) every second.
 type sampler struct {
 	startstop.Base
 	cfg   Config
-	sched *schedule.Schedule
 	relay Relay
 	stats *stats
 }
@@ -91,44 +72,31 @@ func (sm *sampler) run(ctx context.Context) {
 	for {
 		now := sm.cfg.Now()
 		sm.stats.sample(now)
-		sm.refresh(ctx, now)
+		sm.refresh(ctx)
 		if !sleep(ctx, time.Second) {
 			return
 		}
 	}
 }
 
-// refresh counts the upcoming buckets from the schedule and reads the
-// outbox backlog from Postgres.
-func (sm *sampler) refresh(ctx context.Context, now time.Time) {
+// refresh reads the outbox backlog from Postgres.
+func (sm *sampler) refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	hs := make([]time.Time, len(horizons))
-	for i, h := range horizons {
-		hs[i] = now.Add(h.within)
-	}
-	counts := sm.sched.DueBefore(hs)
 	ob, err := sm.relay.Stats(ctx)
-	if err != nil && ctx.Err() == nil {
-		sm.cfg.Logger.Warn("read outbox backlog", "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			sm.cfg.Logger.Warn("read outbox backlog", "err", err)
+		}
+		return
 	}
 	st := sm.stats
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	changed := len(st.upcoming) != len(horizons)
-	upcoming := make([]Bucket, len(horizons))
-	for i, h := range horizons {
-		upcoming[i] = Bucket{Label: h.label, Within: h.within, Count: counts[i]}
-		changed = changed || st.upcoming[i].Count != counts[i]
-	}
-	st.upcoming = upcoming
-	if err == nil {
-		changed = changed || st.outbox.Rows != ob.Rows
-		st.outbox = ob
-	}
-	if changed {
+	if st.outbox.Rows != ob.Rows {
 		st.refreshed.Add(1)
 	}
+	st.outbox = ob
 }
 
 func (st *stats) sample(now time.Time) {
@@ -158,14 +126,13 @@ func (s *Service) Stats() Stats {
 		}
 	}
 	out.OutboxRows, out.OutboxOldest = st.outbox.Rows, st.outbox.OldestAge
-	out.Upcoming = append([]Bucket(nil), st.upcoming...)
 	return out
 }
 
 // Generation changes whenever a counter changes, when a refresh changed
-// the upcoming buckets or the outbox rows (deadlines move into a horizon as
-// time passes, with no counter changing) and when the cluster view changed,
-// so a stream of snapshots can skip sending when nothing happened.
+// the outbox rows and when the cluster view changed, so a stream of
+// snapshots can skip sending when nothing happened. It does not change as
+// time alone moves deadlines between the buckets of Deadlines.
 func (s *Service) Generation() uint64 {
 	t := s.stats.totals()
 	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered + s.stats.refreshed.Load() + s.view.gen.Load()

@@ -393,33 +393,6 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 }
 
-func TestUpcomingBucketsFollowTheSchedule(t *testing.T) {
-	t.Parallel()
-	now := time.Now().Add(time.Hour).UTC()
-	s, _, _ := newTestService(t, newClock(now))
-	s.ingest.apply([]Change{
-		{Key: "a", Version: 1, Deadline: now.Add(30 * time.Second)},
-		{Key: "b", Version: 1, Deadline: now.Add(5 * time.Minute)},
-		{Key: "c", Version: 1, Deadline: now.Add(2 * time.Hour)},
-		{Key: "d", Version: 1, Deadline: now.Add(40 * time.Second)},
-	})
-	s.ingest.apply([]Change{
-		{Key: "c", Version: 2, Deadline: now.Add(50 * time.Minute)}, // moved into the hour
-		{Key: "d", Version: 2, State: StateCleared},
-	})
-	s.sampler.refresh(context.Background(), now)
-	got := s.Stats().Upcoming
-	want := []int64{1, 2, 3}
-	if len(got) != len(want) {
-		t.Fatalf("upcoming = %+v, want %d buckets with counts %v", got, len(want), want)
-	}
-	for i, b := range got {
-		if b.Count != want[i] {
-			t.Fatalf("upcoming = %+v, want counts %v", got, want)
-		}
-	}
-}
-
 // backlogSource reports the backlog consumed from the n-th Consumed call
 // on (never when n is 0), and counts the calls made after st fired
 // something (there must be none: the overdue are held until then).
@@ -504,31 +477,6 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 				t.Fatalf("pending = %d, want 1 (b at version 2)", s.Pending())
 			}
 		})
-	}
-}
-
-func TestGenerationFollowsUpcomingBuckets(t *testing.T) {
-	t.Parallel()
-	now := time.Now().Add(time.Hour).UTC()
-	s, _, _ := newTestService(t, newClock(now))
-	s.ingest.apply([]Change{{Key: "a", Version: 1, Deadline: now.Add(90 * time.Second)}})
-	s.sampler.refresh(context.Background(), now)
-	steps := []struct {
-		name    string
-		at      time.Duration // refresh time after now
-		changed bool
-	}{
-		{"same buckets", time.Second, false},
-		{"deadline enters the next minute", 31 * time.Second, true},
-		{"unchanged again", 32 * time.Second, false},
-	}
-	// Steps run in order: each depends on the previous refresh.
-	for _, st := range steps {
-		before := s.Generation()
-		s.sampler.refresh(context.Background(), now.Add(st.at))
-		if got := s.Generation() != before; got != st.changed {
-			t.Fatalf("%s: generation changed = %v, want %v (upcoming %+v)", st.name, got, st.changed, s.Stats().Upcoming)
-		}
 	}
 }
 

@@ -102,13 +102,37 @@ type Outbox struct {
 	OldestAgeMs float64 `json:"oldest_age_ms"`
 }
 
-// Bucket counts the pending timeouts due within a horizon from Stats.Now.
+// Bucket counts the pending timeouts due within a horizon from Stats.Now,
+// the overdue included.
 type Bucket struct {
 	// Label is a human name, e.g. "next minute".
 	Label string `json:"label"`
 	// WithinMs is the horizon in milliseconds.
 	WithinMs int64 `json:"within_ms"`
 	Count    int64 `json:"count"`
+}
+
+// Deadlines is the histogram of the pending timeouts' deadlines, counted
+// from timeoutd's memory at the same instant as Stats.Pending, so that Due,
+// the Counts and Later add up to Pending. A deadline counts by its second:
+// one within From's second is in the first bucket.
+type Deadlines struct {
+	// From is the start of the first bucket: Stats.Now truncated to the
+	// second.
+	From time.Time `json:"from"`
+	// WidthMs is every bucket's width in milliseconds: the narrowest of
+	// 1 s, 5 s, 10 s, 30 s, 1 min, 5 min, 10 min, 30 min and 1 h of which
+	// at most 24 buckets reach the latest deadline, or a day.
+	WidthMs int64 `json:"width_ms"`
+	// Due counts the timeouts whose deadline second is before From's: due
+	// and being fired.
+	Due int64 `json:"due"`
+	// Counts[i] counts the deadlines from From + i×WidthMs to From +
+	// (i+1)×WidthMs, end excluded; empty when nothing is due after From.
+	Counts []int64 `json:"counts"`
+	// Later counts the deadlines after the last bucket: more than a day
+	// ahead.
+	Later int64 `json:"later"`
 }
 
 // Stats is the answer of /api/v1/stats.
@@ -122,8 +146,12 @@ type Stats struct {
 	Totals          Counters  `json:"totals"`
 	Rates           Rates     `json:"rates"`
 	Outbox          Outbox    `json:"outbox"`
+	// Deadlines is the histogram of the pending deadlines (the dashboard's
+	// "Upcoming expiries").
+	Deadlines Deadlines `json:"deadlines"`
 	// Upcoming has the buckets next minute, next 10 minutes, next hour, in
-	// that order; each count includes the shorter horizons.
+	// that order; each count includes the shorter horizons. Counted with
+	// Deadlines, it is kept for clients from before the histogram.
 	Upcoming []Bucket `json:"upcoming"`
 }
 

@@ -32,6 +32,8 @@ type Service interface {
 	IsReady() bool
 	Check(ctx context.Context) error
 	Stats() timeoutd.Stats
+	// Deadlines counts the pending timeouts by deadline at now.
+	Deadlines(now time.Time) timeoutd.Deadlines
 	Recent(n int) []events.Expiry
 	Generation() uint64
 	// Cluster returns the live instances of the cluster.
@@ -385,23 +387,6 @@ func (s *server) getTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.json(w, toAPI(t, payloads))
-}
-
-func (s *server) statsToAPI(st timeoutd.Stats) api.Stats {
-	out := api.Stats{OperatorActions: s.cfg.Operator.Enabled(), Now: st.Now, Ready: st.Ready, Pending: st.Pending,
-		Totals: api.Counters{Scheduled: st.Scheduled, Cleared: st.Cleared, Fired: st.Fired, Missed: st.Missed, DeadLettered: st.DeadLettered},
-		Rates:  api.Rates{ScheduledPerSec: st.ScheduledPerSec, ClearedPerSec: st.ClearedPerSec, FiredPerSec: st.FiredPerSec},
-		Outbox: api.Outbox{Rows: st.OutboxRows, OldestAgeMs: float64(st.OutboxOldest) / 1e6},
-	}
-	out.Upcoming = make([]api.Bucket, len(st.Upcoming))
-	for i, b := range st.Upcoming {
-		out.Upcoming[i] = api.Bucket{Label: b.Label, WithinMs: b.Within.Milliseconds(), Count: b.Count}
-	}
-	return out
-}
-
-func (s *server) stats(w http.ResponseWriter, _ *http.Request) {
-	s.json(w, s.statsToAPI(s.svc.Stats()))
 }
 
 // cluster serves /api/v1/cluster.

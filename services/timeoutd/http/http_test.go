@@ -38,8 +38,11 @@ func (f *fakeService) Recent(n int) []events.Expiry {
 	return []events.Expiry{{Key: "r", Version: 1, Outcome: events.OutcomeFired, LatenessNs: 2e6}}[:min(n, 1)]
 }
 func (f *fakeService) Stats() timeoutd.Stats {
-	return timeoutd.Stats{Ready: f.ready, Pending: int64(len(f.pending)), Fired: 3,
-		Upcoming: []timeoutd.Bucket{{Label: "next minute", Within: time.Minute, Count: 1}}}
+	return timeoutd.Stats{Ready: f.ready, Pending: int64(len(f.pending)), Fired: 3}
+}
+func (f *fakeService) Deadlines(now time.Time) timeoutd.Deadlines {
+	return timeoutd.Deadlines{From: now.Truncate(time.Second), Width: 5 * time.Second, Due: 1, Counts: []int64{2, 0, 1},
+		Pending: int64(len(f.pending)), Upcoming: []timeoutd.Bucket{{Label: "next minute", Within: time.Minute, Count: 1}}}
 }
 
 func (f *fakeService) ListPending(_ context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
@@ -96,7 +99,7 @@ func TestAPI(t *testing.T) {
 		{"get missing", "/api/v1/timeouts/zz", nil, 404, "application/problem+json", []string{`"status":404`}, ""},
 		{"get invalid key", "/api/v1/timeouts/a.b", nil, 400, "application/problem+json", nil, "key"},
 		{"store failure is a generic 500", "/api/v1/timeouts", func(f *fakeService) { f.failDB = errors.New("secret dsn in error") }, 500, "application/problem+json", []string{"request id"}, ""},
-		{"stats", "/api/v1/stats", nil, 200, "application/json", []string{`"pending":4`, `"fired":3`, `"within_ms":60000`}, ""},
+		{"stats", "/api/v1/stats", nil, 200, "application/json", []string{`"pending":4`, `"fired":3`, `"width_ms":5000,"due":1,"counts":[2,0,1],"later":0`, `"within_ms":60000`}, ""},
 		{"cluster", "/api/v1/cluster", nil, 200, "application/json", []string{`"partitions":64`, `"id":"timeoutd-1"`, `"self":true`, `"partitions":[0,1]`, `"pending":4`, `"lateness_p50_ms":2`}, ""},
 		{"expiries", "/api/v1/expiries?limit=5", nil, 200, "application/json", []string{`"key":"r"`, `"lateness_ms":2`}, ""},
 		{"unknown endpoint", "/api/v1/nope", nil, 404, "application/problem+json", nil, ""},

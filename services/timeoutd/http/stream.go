@@ -69,7 +69,7 @@ func (s *server) snapshot(ctx context.Context, soonest, recent int, payloads boo
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	return api.Snapshot{Stats: s.statsToAPI(s.svc.Stats()), Soonest: p.Items, Recent: s.recent(recent), Cluster: s.clusterToAPI()}, nil
+	return api.Snapshot{Stats: s.statsNow(), Soonest: p.Items, Recent: s.recent(recent), Cluster: s.clusterToAPI()}, nil
 }
 
 // snapshotCacheMax bounds the distinct (soonest, recent, payloads) views

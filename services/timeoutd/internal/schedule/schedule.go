@@ -79,18 +79,17 @@ type Config struct {
 // Config.OnDue when due. Its mutex guards the index; the wheel has its own
 // locks and never calls back under them. All methods are safe for
 // concurrent use. Costs: Apply, Load and Release are O(1) per timeout
-// (amortised hash-table and wheel operations); DueBefore is O(distinct
-// deadline seconds); Drop is O(timeouts held).
+// (amortised hash-table and wheel operations); CountBefore is
+// O(distinct deadline hours + bounds); Drop is O(timeouts held).
 type Schedule struct {
 	cfg Config
 	w   *wheel.Wheel[Ref]
 
 	mu sync.Mutex
 	x  index
-	// perSecond counts the pending timeouts by deadline second (Unix), for
-	// DueBefore: one entry per distinct second, so a few thousand for an
-	// hour of deadlines.
-	perSecond map[int64]int64
+	// deadlines counts the timeouts held by deadline second, minute and
+	// hour, for CountBefore (census.go).
+	deadlines deadlineCounts
 	// reserved counts the slots reserved by Admit for sets being
 	// committed, so that concurrent ingest lanes never overfill memory.
 	reserved int
@@ -113,7 +112,7 @@ func New(cfg Config) (*Schedule, error) {
 	case cfg.Partitions > 1 && cfg.Partition == nil:
 		return nil, errors.New("schedule: Partition is nil")
 	}
-	s := &Schedule{cfg: cfg, x: newIndex(), perSecond: make(map[int64]int64)}
+	s := &Schedule{cfg: cfg, x: newIndex(), deadlines: newDeadlineCounts()}
 	w, err := wheel.New(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.expire)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: new wheel: %w", err)
@@ -302,26 +301,6 @@ func (s *Schedule) partition(key string) int {
 	return s.cfg.Partition(key)
 }
 
-// DueBefore returns, for each horizon, the timeouts held whose deadline is
-// before it (rounded to whole seconds).
-func (s *Schedule) DueBefore(horizons []time.Time) []int64 {
-	out := make([]int64, len(horizons))
-	secs := make([]int64, len(horizons))
-	for i, h := range horizons {
-		secs[i] = h.Unix()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for sec, n := range s.perSecond {
-		for i, h := range secs {
-			if sec < h {
-				out[i] += n
-			}
-		}
-	}
-	return out
-}
-
 // Stop stops the wheel: no timeout is handed out after it returns (the
 // timeouts held stay pending in the store).
 func (s *Schedule) Stop() { s.w.Stop() }
@@ -448,12 +427,5 @@ func (s *Schedule) removeLocked(pos uint64, i uint32) {
 	s.x.remove(pos, i)
 }
 
-// count adds d to the deadline second of deadlineNs.
-func (s *Schedule) count(deadlineNs int64, d int64) {
-	sec := deadlineNs / 1e9
-	if n := s.perSecond[sec] + d; n != 0 {
-		s.perSecond[sec] = n
-	} else {
-		delete(s.perSecond, sec)
-	}
-}
+// count adds d to the count of deadlineNs's second.
+func (s *Schedule) count(deadlineNs int64, d int64) { s.deadlines.add(deadlineNs/1e9, d) }
