@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/outbox"
@@ -367,54 +368,59 @@ func (m *Main) Ready() <-chan struct{} { return m.svc.Ready() }
 
 // Run serves HTTP and runs the service until ctx ends, then shuts down
 // gracefully within ShutdownTimeout: readiness false for ShutdownDelay,
-// fetching stopped, the batch in flight finished, the outbox flushed, HTTP drained,
-// connections closed. It returns the first error that stopped it early.
+// fetching stopped, the batch in flight finished, the outbox flushed, HTTP
+// drained, connections closed. It returns the first error that stopped it
+// early. Like orders' main, the parts run under one errgroup.
 func (m *Main) Run(ctx context.Context) error {
 	defer m.close()
-	errc := make(chan error, 2)
-	go func() {
-		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("serve http: %w", err)
-		}
-	}()
-	// The service outlives ctx by ShutdownDelay: it stops only when
-	// stopSvc is called, after readiness has been false for that long.
+	// The service outlives ctx by ShutdownDelay: it stops only once
+	// readiness has been false that long, so balancers stop sending first.
 	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSvc()
-	svcDone := make(chan error, 1)
-	go func() { svcDone <- m.svc.Run(svcCtx) }()
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	case err = <-svcDone:
-		svcDone <- err
-	}
-	m.log.Info("timeoutd shutting down", "readiness_off_for", m.cfg.ShutdownDelay)
-	m.svc.Unready()
-	if err == nil {
-		delay := time.NewTimer(m.cfg.ShutdownDelay)
-		select {
-		case <-delay.C:
-		case err = <-svcDone:
-			svcDone <- err
+	svcDone := make(chan struct{})
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
 		}
-		delay.Stop()
-	}
-	stopSvc()
-	timer := time.AfterFunc(m.cfg.ShutdownTimeout, func() {
-		m.log.Error("graceful shutdown timed out; aborting")
-		m.svc.Kill()
+		return nil
 	})
-	defer timer.Stop()
-	if e := <-svcDone; err == nil {
-		err = e
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = m.srv.Shutdown(sctx)
-	return err
+	g.Go(func() error {
+		defer close(svcDone)
+		err := m.svc.Run(svcCtx)
+		// HTTP answers (readiness false) until the service has stopped.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = m.srv.Shutdown(sctx)
+		return err
+	})
+	g.Go(func() error {
+		select {
+		case <-gctx.Done():
+		case <-svcDone: // only a misuse (Run twice) ends it early
+		}
+		m.log.Info("timeoutd shutting down", "readiness_off_for", m.cfg.ShutdownDelay)
+		m.svc.Unready()
+		if ctx.Err() != nil { // asked to stop, not failed
+			delay := time.NewTimer(m.cfg.ShutdownDelay)
+			select {
+			case <-delay.C:
+			case <-svcDone:
+			}
+			delay.Stop()
+		}
+		stopSvc()
+		watchdog := time.NewTimer(m.cfg.ShutdownTimeout)
+		defer watchdog.Stop()
+		select {
+		case <-svcDone:
+		case <-watchdog.C:
+			m.log.Error("graceful shutdown timed out; aborting")
+			m.svc.Kill()
+		}
+		return nil
+	})
+	return g.Wait()
 }
 
 // Kill stops the daemon abruptly, as SIGKILL would: the service abandons
