@@ -126,9 +126,10 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func snap(pending int64, keys ...string) api.Snapshot {
 	s := api.Snapshot{Stats: api.Stats{
 		Now: t0, Ready: true, Pending: pending,
-		Rates:    api.Rates{ScheduledPerSec: 250, FiredPerSec: 1.5},
-		Outbox:   api.Outbox{Rows: 1, OldestAgeMs: 12},
-		Upcoming: []api.Bucket{{Label: "next minute", WithinMs: 60000, Count: 2}, {Label: "next 10 minutes", WithinMs: 600000, Count: 5}, {Label: "next hour", WithinMs: 3600000, Count: pending}},
+		Rates:  api.Rates{ScheduledPerSec: 250, FiredPerSec: 1.5},
+		Outbox: api.Outbox{Rows: 1, OldestAgeMs: 12},
+		// The soonest in the first bucket, the rest beyond the last.
+		Deadlines: api.Deadlines{From: t0, WidthMs: 10000, Counts: []int64{int64(len(keys)), 0}, Later: pending - int64(len(keys))},
 	}}
 	for i, k := range keys {
 		s.Soonest = append(s.Soonest, api.Timeout{Key: k, Version: int64(i + 1), Deadline: t0.Add(time.Duration(i+1) * 10 * time.Second)})
@@ -200,14 +201,67 @@ func TestSnapshotRendersAndCountsDown(t *testing.T) {
 		t.Errorf("feed = %q, want %q", got, wantFeed)
 	}
 	bars := byID(t, "hist").Call("all", js.FuncOf(func(_ js.Value, a []js.Value) any { return a[0].Get("tagName").String() == "RECT" }))
-	if bars.Length() != 3 || bars.Index(0).Get("textContent").String() != "next minute: 2" {
+	if bars.Length() != 3 || bars.Index(0).Get("textContent").String() != "in 0s–10s: 2" || bars.Index(2).Get("textContent").String() != "after 20s: 1,232" {
 		t.Errorf("histogram has %d bars, first titled %q", bars.Length(), bars.Index(0).Get("textContent"))
+	}
+	if got, want := byID(t, "hist").Call("getAttribute", "aria-label").String(),
+		"Upcoming expiries of 1,234 pending, bars of 10s: in 0s–10s 2; in 10s–20s 0; after 20s 1,232."; got != want {
+		t.Errorf("histogram's label = %q, want %q", got, want)
+	}
+	if got := textOf(t, "hist-caption"); got != "(bars of 10s, tallest 1,232)" {
+		t.Errorf("histogram's caption = %q", got)
 	}
 	if got := byID(t, "app").Call("getAttribute", "data-snapshots").String(); got != "1" {
 		t.Errorf("data-snapshots = %q", got)
 	}
 	if n := js.Global().Get("performance").Call("getEntriesByName", firstDataMark).Length(); n != 1 {
 		t.Errorf("%d %q marks, want 1", n, firstDataMark)
+	}
+}
+
+// TestLongIdsAndDates: time-ordered ids that begin alike are told apart by
+// their tail, the whole id staying the tooltip and the accessible text; a
+// deadline or a fire not on the server's today shows its date.
+func TestLongIdsAndDates(t *testing.T) {
+	newTestApp(t)
+	ids := []string{"019abb2c-7d1e-7f00-8b3a-1c2d3e4f5a6b", "019abb2c-7d1e-7f00-9c4b-77aa88bb99cc"}
+	s := snap(2)
+	s.Soonest = []api.Timeout{
+		{Key: ids[0], Version: 1, Deadline: t0.Add(time.Minute)},
+		{Key: ids[1], Version: 1, Deadline: t0.Add(20 * time.Hour)},
+	}
+	s.Recent = []api.Expiry{{Key: ids[0], Version: 1, FiredAt: t0.Add(-7 * time.Hour), Outcome: "fired"}}
+	emit(t, stream(t, 0), s)
+	cells := func(tbodyID string, row int) js.Value {
+		return byID(t, tbodyID).Get("children").Index(row).Get("children")
+	}
+	tests := []struct {
+		name              string
+		tbody             string
+		row               int
+		short, full, when string
+	}{
+		{"pending, today", "pending-rows", 0, "…3e4f5a6b", ids[0], "06:01:00.000"},
+		{"pending, tomorrow", "pending-rows", 1, "…88bb99cc", ids[1], "Nov 24 02:00:00.000"},
+		{"feed, yesterday", "feed-rows", 0, "…3e4f5a6b", ids[0], "Nov 22 23:00:00.000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th := cells(tt.tbody, tt.row).Index(0)
+			parts := th.Get("children")
+			if got := parts.Index(1).Get("textContent").String(); got != tt.short {
+				t.Errorf("short id %q, want the tail %q", got, tt.short)
+			}
+			if got := parts.Index(0).Get("textContent").String(); got != tt.full {
+				t.Errorf("accessible id %q, want %q", got, tt.full)
+			}
+			if got := th.Call("getAttribute", "title").String(); got != tt.full {
+				t.Errorf("tooltip %q, want %q", got, tt.full)
+			}
+			if got := cells(tt.tbody, tt.row).Index(2).Get("textContent").String(); got != tt.when {
+				t.Errorf("time %q, want %q", got, tt.when)
+			}
+		})
 	}
 }
 

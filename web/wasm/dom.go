@@ -6,14 +6,14 @@ import "syscall/js"
 
 const svgNS = "http://www.w3.org/2000/svg"
 
-// h creates an HTML element with attributes given as name, value pairs and
-// children that are elements or strings (text nodes).
-func h(doc js.Value, tag string, attrs []string, kids ...any) js.Value {
+// elem creates an HTML element with attributes given as name, value pairs
+// (attrs) and children that are elements or strings (text nodes).
+func elem(doc js.Value, tag string, attrs []string, kids ...any) js.Value {
 	return build(doc.Call("createElement", tag), doc, attrs, kids)
 }
 
-// s creates an SVG element like h.
-func s(doc js.Value, tag string, attrs []string, kids ...any) js.Value {
+// svgElem creates an SVG element like elem.
+func svgElem(doc js.Value, tag string, attrs []string, kids ...any) js.Value {
 	return build(doc.Call("createElementNS", svgNS, tag), doc, attrs, kids)
 }
 
@@ -32,8 +32,29 @@ func build(el, doc js.Value, attrs []string, kids []any) js.Value {
 	return el
 }
 
-// a is shorthand for an attribute list.
-func a(pairs ...string) []string { return pairs }
+// attrs lists an element's attributes as name, value pairs.
+func attrs(pairs ...string) []string { return pairs }
+
+// replaceChildren replaces el's children by kids.
+func replaceChildren(el js.Value, kids []any) {
+	el.Call("replaceChildren", kids...)
+}
+
+// fit grows or shrinks a table body's rows to n, appending the rows newRow
+// builds and removing the last ones (tr is a row's element), so the table
+// is updated in place.
+func fit[R any](body js.Value, rows []R, n int, newRow func() R, tr func(R) js.Value) []R {
+	for len(rows) < n {
+		r := newRow()
+		body.Call("appendChild", tr(r))
+		rows = append(rows, r)
+	}
+	for len(rows) > n {
+		body.Call("removeChild", tr(rows[len(rows)-1]))
+		rows = rows[:len(rows)-1]
+	}
+	return rows
+}
 
 // text is an element's text content, written to the DOM only on change.
 type text struct {
@@ -69,11 +90,7 @@ func (t *attr) Set(v string) {
 // listen adds an event listener and returns its function, to release.
 func listen(el js.Value, event string, fn func(ev js.Value)) js.Func {
 	f := js.FuncOf(func(_ js.Value, args []js.Value) any {
-		var ev js.Value
-		if len(args) > 0 {
-			ev = args[0]
-		}
-		fn(ev)
+		fn(firstArg(args))
 		return nil
 	})
 	el.Call("addEventListener", event, f)
@@ -86,18 +103,18 @@ func then(p js.Value, ok, fail func(v js.Value)) {
 	done := func() { okF.Release(); failF.Release() }
 	okF = js.FuncOf(func(_ js.Value, args []js.Value) any {
 		done()
-		ok(arg0(args))
+		ok(firstArg(args))
 		return nil
 	})
 	failF = js.FuncOf(func(_ js.Value, args []js.Value) any {
 		done()
-		fail(arg0(args))
+		fail(firstArg(args))
 		return nil
 	})
 	p.Call("then", okF, failF)
 }
 
-// timeout calls fn once after d milliseconds, like setTimeout.
+// timeout calls fn once after ms milliseconds, like setTimeout.
 func timeout(win js.Value, ms int, fn func()) js.Value {
 	var f js.Func
 	f = js.FuncOf(func(js.Value, []js.Value) any {
@@ -108,7 +125,8 @@ func timeout(win js.Value, ms int, fn func()) js.Value {
 	return win.Call("setTimeout", f, ms)
 }
 
-func arg0(args []js.Value) js.Value {
+// firstArg is a callback's first argument, or undefined.
+func firstArg(args []js.Value) js.Value {
 	if len(args) == 0 {
 		return js.Undefined()
 	}

@@ -6,35 +6,49 @@ import (
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
-func TestHistogram(t *testing.T) {
+func TestDeadlines(t *testing.T) {
 	t.Parallel()
-	span := HistWidth - HistLabelWidth - HistValueWidth
+	area := HistHeight - HistAxisHeight
 	tests := []struct {
 		name    string
-		buckets []api.Bucket
-		widths  []float64
-		max     string
+		d       api.Deadlines
+		labels  []string
+		heights []float64
+		alerts  []bool
+		ticks   []string
+		caption string
+		summary string
 	}{
-		{"no buckets", nil, nil, "0"},
-		{"all empty", []api.Bucket{{Label: "next minute"}, {Label: "next hour"}}, []float64{0, 0}, "0"},
-		{"proportional", []api.Bucket{{Label: "next minute", Count: 25}, {Label: "next 10 minutes", Count: 50}, {Label: "next hour", Count: 100}},
-			[]float64{span / 4, span / 2, span}, "100"},
-		{"tiny counts stay visible", []api.Bucket{{Label: "next minute", Count: 1}, {Label: "next hour", Count: 1000000}},
-			[]float64{minBar, span}, "1,000,000"},
+		{"nothing pending", api.Deadlines{WidthMs: 1000, Counts: []int64{}}, nil, nil, nil, nil,
+			"nothing pending", "Upcoming expiries: nothing pending."},
+		{"seconds", api.Deadlines{WidthMs: 1000, Counts: []int64{1, 0, 2}},
+			[]string{"in 0s–1s", "in 1s–2s", "in 2s–3s"}, []float64{area / 2, 0, area}, []bool{false, false, false},
+			[]string{"now", "+3s"}, "bars of 1s, tallest 2", "Upcoming expiries of 3 pending, bars of 1s: in 0s–1s 1; in 1s–2s 0; in 2s–3s 2."},
+		{"due and later apart, tiny counts visible", api.Deadlines{WidthMs: 3600000, Due: 1, Counts: []int64{1000000, 0, 0, 5}, Later: 3},
+			[]string{"due", "in 0s–1h", "in 1h–2h", "in 2h–3h", "in 3h–4h", "after 4h"}, []float64{minBar, area, 0, 0, minBar, minBar},
+			[]bool{true, false, false, false, false, false}, []string{"now", "+2h", "+4h"}, "bars of 1h, tallest 1,000,000",
+			"Upcoming expiries of 1,000,009 pending, bars of 1h: due 1; in 0s–1h 1,000,000; in 1h–2h 0; in 2h–3h 0; in 3h–4h 5; after 4h 3."},
+		{"only due", api.Deadlines{WidthMs: 1000, Due: 4, Counts: []int64{}}, []string{"due"}, []float64{area}, []bool{true}, nil,
+			"bars of 1s, tallest 4", "Upcoming expiries of 4 pending, bars of 1s: due 4."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := Histogram(tt.buckets)
-			if c.Max != tt.max || len(c.Bars) != len(tt.widths) {
-				t.Fatalf("Histogram = %+v, want max %q and %d bars", c, tt.max, len(tt.widths))
+			h := Deadlines(tt.d)
+			if h.Caption != tt.caption || h.Summary != tt.summary || len(h.Bars) != len(tt.labels) || len(h.Ticks) != len(tt.ticks) {
+				t.Fatalf("Deadlines = %+v, want caption %q, summary %q, %d bars, ticks %q", h, tt.caption, tt.summary, len(tt.labels), tt.ticks)
 			}
-			for i, b := range c.Bars {
-				if b.W != tt.widths[i] || b.Label != tt.buckets[i].Label {
-					t.Errorf("bar %d = %+v, want width %v", i, b, tt.widths[i])
+			for i, b := range h.Bars {
+				if b.Label != tt.labels[i] || b.H != tt.heights[i] || b.Alert != tt.alerts[i] || b.Y+b.H != area {
+					t.Errorf("bar %d = %+v, want %q of height %v, alert %v, on the axis", i, b, tt.labels[i], tt.heights[i], tt.alerts[i])
 				}
-				if b.X+b.W > HistWidth-HistValueWidth || b.Y < 0 || b.Y+b.H > HistHeight {
-					t.Errorf("bar %d = %+v leaves its area", i, b)
+				if b.X < 0 || b.X+b.W > HistWidth || (i > 0 && b.X <= h.Bars[i-1].X+h.Bars[i-1].W) {
+					t.Errorf("bar %d = %+v leaves the chart or meets its neighbour", i, b)
+				}
+			}
+			for i, tk := range h.Ticks {
+				if tk.Text != tt.ticks[i] || tk.X < 0 || tk.X > HistWidth {
+					t.Errorf("tick %d = %+v, want %q within the chart", i, tk, tt.ticks[i])
 				}
 			}
 		})

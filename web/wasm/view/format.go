@@ -27,13 +27,47 @@ func Countdown(left time.Duration) string {
 	}
 }
 
-// FormatClock formats an instant as a UTC time of day with milliseconds,
-// "15:04:05.000"; the zero time is "–".
-func FormatClock(t time.Time) string {
+// FormatInstant formats an instant in UTC as its time of day with
+// milliseconds, "15:04:05.000", preceded by its date when it is not on
+// the UTC day of today, the server's current time as the browser sees it:
+// "Nov 24 15:04:05.000", or "2027-01-02 15:04:05.000" in another year.
+// The zero time is "–".
+func FormatInstant(t, today time.Time) string {
 	if t.IsZero() {
 		return "–"
 	}
-	return t.UTC().Format("15:04:05.000")
+	t, today = t.UTC(), today.UTC()
+	switch {
+	case t.Year() != today.Year():
+		return t.Format("2006-01-02 15:04:05.000")
+	case t.YearDay() != today.YearDay():
+		return t.Format("Jan 2 15:04:05.000")
+	default:
+		return t.Format("15:04:05.000")
+	}
+}
+
+// FormatSpan formats a duration of whole seconds compactly, for the axis
+// of the deadlines' histogram: "0s", "30s", "1m30s", "5m", "2h", "1h30m",
+// "1d".
+func FormatSpan(d time.Duration) string {
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600 && s%60 == 0:
+		return fmt.Sprintf("%dm", s/60)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 86400 && s%3600 == 0:
+		return fmt.Sprintf("%dh", s/3600)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+	case s%86400 == 0:
+		return fmt.Sprintf("%dd", s/86400)
+	default:
+		return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+	}
 }
 
 // FormatMillis formats a duration given in milliseconds: "0.4 ms",
@@ -90,12 +124,16 @@ func FormatCount(n int64) string {
 // ShortKeyLen is the longest key ShortKey leaves whole.
 const ShortKeyLen = 16
 
-// ShortKey abbreviates a long key (a UUID order id, say) to its first and
-// last six characters, "01a206…a6d5aa", for narrow columns; the end of a
-// UUIDv7 is its random part, so abbreviations stay distinct in practice.
+// shortKeyTail is how many of a long key's last characters ShortKey keeps.
+const shortKeyTail = 8
+
+// ShortKey abbreviates a long key (a UUID order id, say) to its last eight
+// characters, "…a6a6d5aa", for narrow columns. Time-ordered ids (UUIDv7,
+// ULID) begin alike for orders created close together; their tail is
+// random, so the tail is what tells rows apart.
 func ShortKey(key string) string {
 	if len(key) <= ShortKeyLen {
 		return key
 	}
-	return key[:6] + "…" + key[len(key)-6:]
+	return "…" + key[len(key)-shortKeyTail:]
 }

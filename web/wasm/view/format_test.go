@@ -104,21 +104,46 @@ func TestFormatCount(t *testing.T) {
 	}
 }
 
-func TestFormatClock(t *testing.T) {
+func TestFormatInstant(t *testing.T) {
 	t.Parallel()
+	today := time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC)
 	tests := []struct {
 		name string
 		t    time.Time
 		want string
 	}{
 		{"zero", time.Time{}, "–"},
+		{"today: the time only", time.Date(2026, 11, 23, 7, 4, 5, 6e6, time.UTC), "07:04:05.006"},
 		{"converted to UTC", time.Date(2026, 11, 23, 7, 4, 5, 6e6, time.FixedZone("CET", 3600)), "06:04:05.006"},
+		{"tomorrow: the date", time.Date(2026, 11, 24, 0, 0, 1, 0, time.UTC), "Nov 24 00:00:01.000"},
+		{"yesterday: the date", time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC), "Nov 22 23:00:00.000"},
+		{"another year: the year", time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC), "2027-01-02 03:04:05.000"},
+		{"UTC day, whatever the zone of today", time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC), "12:00:00.000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := FormatClock(tt.t); got != tt.want {
-				t.Errorf("FormatClock(%v) = %q, want %q", tt.t, got, tt.want)
+			if got := FormatInstant(tt.t, today); got != tt.want {
+				t.Errorf("FormatInstant(%v) = %q, want %q", tt.t, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFormatSpan(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {30 * time.Second, "30s"}, {90 * time.Second, "1m30s"}, {5 * time.Minute, "5m"},
+		{2 * time.Hour, "2h"}, {90 * time.Minute, "1h30m"}, {24 * time.Hour, "1d"}, {27 * time.Hour, "1d03h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			t.Parallel()
+			if got := FormatSpan(tt.d); got != tt.want {
+				t.Errorf("FormatSpan(%v) = %q, want %q", tt.d, got, tt.want)
 			}
 		})
 	}
@@ -131,7 +156,8 @@ func TestShortKey(t *testing.T) {
 	}{
 		{"short stays", "o-1", "o-1"},
 		{"at the limit stays", "abcdefghijklmnop", "abcdefghijklmnop"},
-		{"uuid keeps both ends", "01a206f7-04ab-77d2-aa89-6952a6a6d5aa", "01a206…a6d5aa"},
+		{"uuid keeps its random tail", "01a206f7-04ab-77d2-aa89-6952a6a6d5aa", "…a6a6d5aa"},
+		{"ids of one second differ in the tail", "019abb2c-7d1e-7f00-8b3a-1c2d3e4f5a6b", "…3e4f5a6b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

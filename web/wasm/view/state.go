@@ -94,8 +94,9 @@ func (s *State) Pending() []api.Timeout {
 
 // Row is one line of the pending table, formatted.
 type Row struct {
-	Key       string
-	Version   int64
+	Key     string
+	Version int64
+	// Deadline is the deadline in UTC, with its date when it is not today.
 	Deadline  string
 	Countdown string
 	// Due is true once the deadline passed (the expiry is on its way).
@@ -117,7 +118,7 @@ func (s *State) Rows(now time.Time) []Row {
 		rows[i] = Row{
 			Key:       t.Key,
 			Version:   t.Version,
-			Deadline:  FormatClock(t.Deadline),
+			Deadline:  FormatInstant(t.Deadline, server),
 			Countdown: Countdown(left),
 			Due:       left <= 0,
 			Soon:      left > 0 && left < SoonThreshold,
@@ -128,22 +129,26 @@ func (s *State) Rows(now time.Time) []Row {
 
 // FeedItem is one line of the recent-expiries feed, formatted.
 type FeedItem struct {
-	Key      string
-	Version  int64
+	Key     string
+	Version int64
+	// FiredAt is the instant of the fire in UTC, with its date when it is
+	// not today.
 	FiredAt  string
 	Lateness string
 	// Missed is true when the timeout was too late and not fired.
 	Missed bool
 }
 
-// Feed formats the recent expiries, newest first as the server sends them.
-func (s *State) Feed() []FeedItem {
+// Feed formats the recent expiries, newest first as the server sends them,
+// at the browser's instant now.
+func (s *State) Feed(now time.Time) []FeedItem {
+	server := s.ServerNow(now)
 	items := make([]FeedItem, len(s.Recent))
 	for i, e := range s.Recent {
 		items[i] = FeedItem{
 			Key:      e.Key,
 			Version:  e.Version,
-			FiredAt:  FormatClock(e.FiredAt),
+			FiredAt:  FormatInstant(e.FiredAt, server),
 			Lateness: FormatMillis(e.LatenessMs),
 			Missed:   e.Outcome == "missed",
 		}

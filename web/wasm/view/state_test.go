@@ -1,6 +1,7 @@
 package view
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -98,6 +99,35 @@ func TestRowsCountDownWithServerClock(t *testing.T) {
 	}
 }
 
+func TestRowsDateDeadlinesNotTodayOnTheServer(t *testing.T) {
+	t.Parallel()
+	lateEvening := time.Date(2026, 11, 23, 23, 59, 50, 0, time.UTC)
+	tests := []struct {
+		name        string
+		browserSkew time.Duration // browser clock minus server clock
+		elapsed     time.Duration // since the snapshot arrived
+		want        []string
+	}{
+		{"today, then tomorrow", 0, 0, []string{"23:59:55.000", "Nov 24 00:00:30.000"}},
+		{"after midnight, yesterday and today", 0, 20 * time.Second, []string{"Nov 23 23:59:55.000", "00:00:30.000"}},
+		{"a browser a day ahead follows the server's day", 24 * time.Hour, 0, []string{"23:59:55.000", "Nov 24 00:00:30.000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var s State
+			s.ApplySnapshot(api.Snapshot{Stats: api.Stats{Now: lateEvening}, Soonest: []api.Timeout{
+				{Key: "a", Deadline: lateEvening.Add(5 * time.Second)},
+				{Key: "b", Deadline: lateEvening.Add(40 * time.Second)},
+			}}, lateEvening.Add(tt.browserSkew))
+			rows := s.Rows(lateEvening.Add(tt.browserSkew + tt.elapsed))
+			if got := []string{rows[0].Deadline, rows[1].Deadline}; !slices.Equal(got, tt.want) {
+				t.Errorf("deadlines = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestHeader(t *testing.T) {
 	t.Parallel()
 	full := api.Stats{
@@ -134,12 +164,14 @@ func TestFeed(t *testing.T) {
 	s.ApplySnapshot(api.Snapshot{Stats: api.Stats{Now: t0}, Recent: []api.Expiry{
 		{Key: "o-2", Version: 3, FiredAt: t0.Add(1500 * time.Microsecond), LatenessMs: 1.5, Outcome: "fired"},
 		{Key: "o-1", Version: 1, FiredAt: t0.Add(-time.Minute), LatenessMs: 90000, Outcome: "missed"},
+		{Key: "o-0", Version: 1, FiredAt: t0.Add(-7 * time.Hour), LatenessMs: 2, Outcome: "fired"},
 	}}, t0)
 	want := []FeedItem{
 		{Key: "o-2", Version: 3, FiredAt: "06:00:00.001", Lateness: "1.5 ms"},
 		{Key: "o-1", Version: 1, FiredAt: "05:59:00.000", Lateness: "1m30s", Missed: true},
+		{Key: "o-0", Version: 1, FiredAt: "Nov 22 23:00:00.000", Lateness: "2.0 ms"},
 	}
-	got := s.Feed()
+	got := s.Feed(t0)
 	if len(got) != len(want) {
 		t.Fatalf("Feed() = %+v, want %+v", got, want)
 	}
