@@ -69,16 +69,17 @@ type Deadlines struct {
 // 1,000,000 pending, never a read of Postgres. The HTTP API calls it once
 // per snapshot it builds and per /api/v1/stats.
 func (s *Service) Deadlines(now time.Time) Deadlines {
-	d := Deadlines{From: now.UTC().Truncate(time.Second), Width: deadlineWidths[0]}
+	d := Deadlines{From: now.UTC().Truncate(time.Second)}
 	var (
 		bounds []time.Time
 		n      int
 	)
+	bucketStart := func(i int) time.Time { return d.From.Add(time.Duration(i) * d.Width) }
 	before, total := s.sched.CountBefore(func(latest time.Time) []time.Time {
 		d.Width, n = bucketsFor(d.From, latest)
 		bounds = make([]time.Time, 0, n+1+len(horizons))
 		for i := range n + 1 {
-			bounds = append(bounds, d.From.Add(time.Duration(i)*d.Width))
+			bounds = append(bounds, bucketStart(i))
 		}
 		for _, h := range horizons {
 			bounds = append(bounds, d.From.Add(h.within))
@@ -92,7 +93,6 @@ func (s *Service) Deadlines(now time.Time) Deadlines {
 		i, _ := slices.BinarySearchFunc(bounds, t, time.Time.Compare)
 		return before[i]
 	}
-	bucketStart := func(i int) time.Time { return d.From.Add(time.Duration(i) * d.Width) }
 	d.Pending, d.Due = total, countBefore(d.From)
 	d.Counts = make([]int64, n)
 	for i := range n {

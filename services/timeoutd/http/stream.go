@@ -84,8 +84,9 @@ type snapshotView struct {
 
 // snapshotEvents shares the encoded snapshot events between streams: every
 // stream of the same view gets the same bytes, built at most once per
-// generation and SnapshotInterval, so a stream's cost to the read pool
-// and to the CPU does not grow with the number of streams.
+// SnapshotInterval however often the generation changes, so the streams'
+// cost to the read pool and to the CPU does not grow with their number,
+// idle or busy.
 type snapshotEvents struct {
 	mu      sync.Mutex // held while building: one build at a time
 	entries map[snapshotView]snapshotEvent
@@ -97,30 +98,34 @@ type snapshotEvent struct {
 	data []byte // "event: snapshot\ndata: …\n\n"
 }
 
-// event returns the encoded snapshot event of v, building it when the
-// cached one is of an older generation or older than SnapshotInterval.
-func (s *server) snapshotEvent(ctx context.Context, v snapshotView) ([]byte, error) {
+// snapshotEvent returns the encoded snapshot event of v and the generation
+// it was built at, building it when the cached one is older than
+// SnapshotInterval. A stream that gets an event of an older generation
+// than the current one sends again at its next tick, when a newer one is
+// due.
+func (s *server) snapshotEvent(ctx context.Context, v snapshotView) ([]byte, uint64, error) {
 	c := &s.snapshots
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	gen, now := s.svc.Generation(), time.Now()
-	if e, ok := c.entries[v]; ok && e.gen == gen && now.Sub(e.at) < s.cfg.SnapshotInterval {
-		return e.data, nil
+	now := time.Now()
+	if e, ok := c.entries[v]; ok && now.Sub(e.at) < s.cfg.SnapshotInterval {
+		return e.data, e.gen, nil
 	}
+	gen := s.svc.Generation() // before reading, so a change meanwhile is sent again
 	snap, err := s.snapshot(ctx, v.soonest, v.recent, v.payloads)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	data, err := json.Marshal(snap)
 	if err != nil {
-		return nil, fmt.Errorf("encode snapshot: %w", err)
+		return nil, 0, fmt.Errorf("encode snapshot: %w", err)
 	}
 	data = append(append([]byte("event: snapshot\ndata: "), data...), '\n', '\n')
 	if c.entries == nil || len(c.entries) >= snapshotCacheMax {
 		c.entries = make(map[snapshotView]snapshotEvent)
 	}
 	c.entries[v] = snapshotEvent{gen: gen, at: now, data: data}
-	return data, nil
+	return data, gen, nil
 }
 
 // stream serves /api/v1/stream: a full "snapshot" event at once (so a
@@ -185,8 +190,10 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 
 	ctx := r.Context()
 	view := snapshotView{soonest: soonest, recent: recent, payloads: payloads}
+	// sent is the generation of the last snapshot sent.
+	var sent uint64
 	send := func() error {
-		data, err := s.snapshotEvent(ctx, view)
+		data, gen, err := s.snapshotEvent(ctx, view)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -194,6 +201,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("build snapshot", "err", err)
 			return nil // skip this one, try at the next tick
 		}
+		sent = gen
 		return write(data)
 	}
 	if err := send(); err != nil {
@@ -202,15 +210,15 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	tick := time.NewTicker(s.cfg.SnapshotInterval)
 	defer tick.Stop()
-	gen, lastSent, lastWrite := s.svc.Generation(), time.Now(), time.Now()
+	lastSent, lastWrite := time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			var err error
-			if g := s.svc.Generation(); g != gen || now.Sub(lastSent) >= ResyncDefault {
-				gen, lastSent, lastWrite = g, now, now
+			if s.svc.Generation() != sent || now.Sub(lastSent) >= ResyncDefault {
+				lastSent, lastWrite = now, now
 				err = send()
 			} else if now.Sub(lastWrite) >= s.cfg.Heartbeat {
 				lastWrite = now

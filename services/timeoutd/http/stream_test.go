@@ -295,3 +295,39 @@ func TestStreamsShareOneSnapshot(t *testing.T) {
 		t.Fatalf("a stream of another view read no page of its own (%d reads)", n)
 	}
 }
+
+// busyCountingService is a busyService that counts the pages read.
+type busyCountingService struct {
+	*busyService
+	lists atomic.Int64
+}
+
+func (c *busyCountingService) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
+	c.lists.Add(1)
+	return c.busyService.ListPending(ctx, q)
+}
+
+// TestBusyStreamsShareOneSnapshotPerInterval: while the generation changes
+// all the time, streams of one view still share one snapshot per
+// SnapshotInterval, so ten open dashboards cost the read pool what one
+// does (each built its own under load before, 4 a second each).
+func TestBusyStreamsShareOneSnapshotPerInterval(t *testing.T) {
+	t.Parallel()
+	const interval = 20 * time.Millisecond
+	svc := &busyCountingService{busyService: newBusy(3, 0)}
+	h, err := NewHandler(Config{Service: svc, SnapshotInterval: interval, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for range 10 {
+		openStream(t, srv.URL)
+	}
+	start, before := time.Now(), svc.lists.Load()
+	time.Sleep(25 * interval) // a window to count the builds in
+	builds, most := svc.lists.Load()-before, int64(time.Since(start)/interval)+2
+	if builds > most || builds < 2 {
+		t.Fatalf("10 busy streams built %d snapshots in %s, want 2 to %d (one per %s)", builds, time.Since(start), most, interval)
+	}
+}
