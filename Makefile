@@ -134,11 +134,16 @@ bench-timeoutd: images ## timeoutd beside River on one Postgres: ingest, clear, 
 bench-orders: images ## orders POST /v1/orders at 64 clients beside pgbench single-row inserts on one Postgres
 	cd bench && $(GO) run ./cmd/loadgen orders -duration $(BENCH_ORDERS_DURATION) -out results/orders.txt
 
-.PHONY: bench
-figures: ## copy the current figures of docs/BENCHMARKS.md and docs/RELIABILITY.md into the README
-	go run ./scripts/figures
+.PHONY: bench-dashboard
+bench-dashboard: images chromium ## the dashboard in Chromium with 1,000,000 pending: first data, liveness, CPU per page (web/wasm/README.md)
+	DASHBOARD_1M=1 $(GO) test -count=1 -v -timeout 40m -run '^TestMeasureDashboardWith1MPending$$' ./e2e
 
-bench: bench-wheel bench-timeoutd bench-orders ## every benchmark
+.PHONY: figures
+figures: ## copy the current figures of docs/BENCHMARKS.md and docs/RELIABILITY.md into the README
+	$(GO) run ./scripts/figures
+
+.PHONY: bench
+bench: bench-wheel bench-timeoutd bench-orders bench-dashboard ## every benchmark
 
 # Reliability and security (docs/RELIABILITY.md). The short soak also runs in
 # `make test` (package e2e); the long one only here. SOAK_REPORT receives

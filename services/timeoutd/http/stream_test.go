@@ -260,15 +260,16 @@ func TestStreamConfigValidated(t *testing.T) {
 	}
 }
 
-// countingService counts the pages read from the store.
+// countingService counts the pages read from the store by the Service it
+// wraps.
 type countingService struct {
-	*fakeService
+	Service
 	lists atomic.Int64
 }
 
 func (c *countingService) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
 	c.lists.Add(1)
-	return c.fakeService.ListPending(ctx, q)
+	return c.Service.ListPending(ctx, q)
 }
 
 // TestStreamsShareOneSnapshot: streams of the same view share the encoded
@@ -277,7 +278,7 @@ func (c *countingService) ListPending(ctx context.Context, q timeoutd.Query) ([]
 // to 52 ms when each built its own).
 func TestStreamsShareOneSnapshot(t *testing.T) {
 	t.Parallel()
-	svc := &countingService{fakeService: newFake()}
+	svc := &countingService{Service: newFake()}
 	h, err := NewHandler(Config{Service: svc, SnapshotInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -296,17 +297,6 @@ func TestStreamsShareOneSnapshot(t *testing.T) {
 	}
 }
 
-// busyCountingService is a busyService that counts the pages read.
-type busyCountingService struct {
-	*busyService
-	lists atomic.Int64
-}
-
-func (c *busyCountingService) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.Timeout, error) {
-	c.lists.Add(1)
-	return c.busyService.ListPending(ctx, q)
-}
-
 // TestBusyStreamsShareOneSnapshotPerInterval: while the generation changes
 // all the time, streams of one view still share one snapshot per
 // SnapshotInterval, so ten open dashboards cost the read pool what one
@@ -314,7 +304,7 @@ func (c *busyCountingService) ListPending(ctx context.Context, q timeoutd.Query)
 func TestBusyStreamsShareOneSnapshotPerInterval(t *testing.T) {
 	t.Parallel()
 	const interval = 20 * time.Millisecond
-	svc := &busyCountingService{busyService: newBusy(3, 0)}
+	svc := &countingService{Service: newBusy(3, 0)}
 	h, err := NewHandler(Config{Service: svc, SnapshotInterval: interval, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
