@@ -21,6 +21,20 @@ type ownership struct {
 	epochs  [events.Partitions]atomic.Int64
 	opened  [events.Partitions]atomic.Bool
 	changed atomic.Uint64 // bumped by every gain and loss, for the stats
+	// until is when the leases stop being trusted without a renewal (the
+	// membership's validUntil), read by the fire path before it publishes.
+	until atomic.Pointer[time.Time]
+}
+
+// trustUntil records when the leases stop being trusted without a renewal.
+func (o *ownership) trustUntil(t time.Time) { o.until.Store(&t) }
+
+// trusted reports whether the leases are still trusted: the last renewal
+// was sent less than the renew deadline ago, by this process's monotonic
+// clock (a process paused longer, or cut off from Postgres, is not).
+func (o *ownership) trusted() bool {
+	u := o.until.Load()
+	return u != nil && time.Now().Before(*u)
 }
 
 // gain records lease l; its fires stay shut until open.
@@ -162,7 +176,7 @@ func (m *membership) round(ctx context.Context) time.Duration {
 			m.cfg.Logger.Warn("leases lost", "partitions", partitionsOf(lost))
 			m.drop(lost)
 		}
-		m.validUntil = sent.Add(m.cfg.renewDeadline())
+		m.setValidUntil(sent.Add(m.cfg.renewDeadline()))
 	}
 	share := (events.Partitions + live - 1) / live
 	switch {
@@ -181,7 +195,7 @@ func (m *membership) round(ctx context.Context) time.Duration {
 		}
 		if len(got) > 0 {
 			if len(m.held) == 0 {
-				m.validUntil = sent.Add(m.cfg.renewDeadline())
+				m.setValidUntil(sent.Add(m.cfg.renewDeadline()))
 			}
 			m.take(ctx, got, !m.firstDone)
 			m.firstDone = true
@@ -196,6 +210,13 @@ func (m *membership) round(ctx context.Context) time.Duration {
 		return max(min(m.cfg.LeaseRenewInterval, time.Until(wake)), expiryMargin)
 	}
 	return m.cfg.LeaseRenewInterval
+}
+
+// setValidUntil records when the leases stop being trusted here without a
+// renewal, for the membership and for the fire path.
+func (m *membership) setValidUntil(t time.Time) {
+	m.validUntil = t
+	m.own.trustUntil(t)
 }
 
 // readView refreshes the cluster view, after the round's changes; a

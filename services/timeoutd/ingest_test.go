@@ -92,7 +92,7 @@ func TestIngestNeverWaitsForRoom(t *testing.T) {
 			}
 			src := &batchSource{batches: [][]Message{batch}, drained: make(chan struct{})}
 			s, err := New(Config{MaxPending: tt.maxPending, Now: func() time.Time { return now }, RetryDelay: time.Hour},
-				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
+				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
 			if err != nil {
 				t.Fatal(err)
 			}

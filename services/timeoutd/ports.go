@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -20,13 +19,18 @@ type Store interface {
 	// per key. It returns the rows that changed, once committed. A clear
 	// writes a tombstone whose deadline is now.
 	Apply(ctx context.Context, fence Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error)
-	// Fire, in one transaction fenced as Apply is, marks fired the rows of
-	// due still pending at that version (their tombstone time becomes
-	// firedAt), calls build for each such row and inserts the returned
-	// messages into the outbox. It returns the messages, committed, with
-	// their outbox IDs set. Rows that changed since, or whose partition the
-	// fence refuses, are skipped.
-	Fire(ctx context.Context, fence Fence, due []Due, firedAt time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error)
+	// DueRows returns the rows of due still pending at their version, with
+	// what their expiry events carry (Deadline is due's). It writes nothing:
+	// the fire path publishes the events, then calls MarkFired.
+	DueRows(ctx context.Context, due []Due) ([]Timeout, error)
+	// MarkFired, in one transaction fenced as Apply is, marks fired at
+	// firedAt (their tombstone time) the rows of due still pending at that
+	// version, and returns the partitions the fence refused. It is called
+	// once the rows' expiry events are stored in JetStream: a pending row
+	// whose deadline passed is an event not known to be published (the
+	// timeout row is the outbox), so the commit need not wait for the WAL
+	// flush.
+	MarkFired(ctx context.Context, fence Fence, due []Due, firedAt time.Time) (refused []int, err error)
 	// LoadPending returns up to limit pending rows of partition with key >
 	// afterKey, in key order (only Key, Version and Deadline are set).
 	LoadPending(ctx context.Context, partition int, afterKey string, limit int) ([]Timeout, error)
@@ -147,18 +151,22 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, d events.DeadLetter) error
 }
 
-// Relay is the outbox relay (internal/outbox.Relay satisfies it).
-type Relay interface {
-	// Start publishes the outbox in the background until ctx ends or Stop.
-	Start(ctx context.Context)
-	// Stop ends the publishing and waits for it.
-	Stop()
-	// Handoff publishes committed outbox rows without reading them back,
-	// waiting while too many are in flight; false means ctx ended first
-	// and they were left to the relay's polls.
-	Handoff(ctx context.Context, msgs []outbox.Message) bool
-	Flush(ctx context.Context) (int, error)
-	Stats(ctx context.Context) (outbox.Stats, error)
+// Event is an expiry event as published: its subject, its Nats-Msg-Id
+// and its encoded form.
+type Event struct {
+	Subject string
+	MsgID   string
+	Data    []byte
+}
+
+// Publisher publishes expiry events to JetStream; package jetstream
+// implements it.
+type Publisher interface {
+	// Publish sends events without waiting between them, each with its
+	// Nats-Msg-Id, and waits for every PubAck; it returns the time the last
+	// one arrived. On error some may have been stored: publishing them again
+	// is deduplicated by their ids.
+	Publish(ctx context.Context, events []Event) (ackedAt time.Time, err error)
 }
 
 // Metrics receives the observations the counters of Stats do not cover;

@@ -60,7 +60,7 @@ func TestRecoveryHoldsFiresDueDuringCatchup(t *testing.T) {
 	st := &fakeStore{rows: map[string]Timeout{}, pending: []Timeout{{Key: "k", Version: 1, Deadline: deadline}}}
 	src := &lateBacklogSource{clear: cmdMsg(t, 1, clearCmd("k", 2)), ready: make(chan struct{})}
 	s, err := New(Config{RecoveryCatchupMax: time.Minute},
-		Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
+		Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
 	}

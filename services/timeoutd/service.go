@@ -23,7 +23,8 @@ type Deps struct {
 	Reads       Reader
 	Source      Source
 	DeadLetters DeadLetterer
-	Relay       Relay
+	// Publisher publishes the expiry events.
+	Publisher Publisher
 	// Leases is the partition lease table.
 	Leases Leases
 	// Metrics is optional; default NopMetrics.
@@ -33,14 +34,12 @@ type Deps struct {
 // Service is the timeout daemon: it recovers, then ingests commands, fires
 // expired timeouts and sweeps tombstones until its context ends. It wires
 // one component per job (each in its own file) around the schedule:
-// recovery, ingest, the fire path, the janitor, the stats sampler and the
-// outbox relay.
+// recovery, ingest, the fire path, the janitor and the stats sampler.
 type Service struct {
 	cfg   Config
 	store Store
 	reads Reader
 	src   Source
-	relay Relay
 	sched *schedule.Schedule
 	stats *stats
 
@@ -82,8 +81,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, errors.New("timeoutd: Deps.Source is nil")
 	case d.DeadLetters == nil:
 		return nil, errors.New("timeoutd: Deps.DeadLetters is nil")
-	case d.Relay == nil:
-		return nil, errors.New("timeoutd: Deps.Relay is nil")
+	case d.Publisher == nil:
+		return nil, errors.New("timeoutd: Deps.Publisher is nil")
 	case d.Leases == nil:
 		return nil, errors.New("timeoutd: Deps.Leases is nil")
 	}
@@ -93,13 +92,13 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Reads == nil {
 		d.Reads = d.Store
 	}
-	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, relay: d.Relay, m: d.Metrics,
+	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, m: d.Metrics,
 		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
 	s.own = &ownership{id: cfg.InstanceID}
 	s.view = &clusterView{}
 	s.caughtUp = make(chan struct{})
-	s.fire = &firer{cfg: cfg, store: d.Store, relay: d.Relay, own: s.own, stats: s.stats, m: d.Metrics, hard: s.hard,
+	s.fire = &firer{cfg: cfg, store: d.Store, pub: d.Publisher, own: s.own, stats: s.stats, m: d.Metrics, hard: s.hard,
 		slots: make(chan struct{}, cfg.FireConcurrency)}
 	s.sched, err = schedule.New(schedule.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending, Partitions: events.Partitions,
 		Partition: events.PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger})
@@ -113,7 +112,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
 	s.janitor = &janitor{cfg: cfg, store: d.Store}
-	s.sampler = &sampler{cfg: cfg, relay: d.Relay, stats: s.stats}
+	s.sampler = &sampler{cfg: cfg, stats: s.stats}
 	return s, nil
 }
 
@@ -149,7 +148,7 @@ func (s *Service) Kill() {
 // the fire path, the janitor and the stats sampler until ctx ends. Then it
 // shuts down gracefully: readiness goes false, ingest finishes the batch in
 // flight, the wheel stops (the timeouts it held stay pending in Postgres),
-// the fires in flight commit, fetching stops and the outbox is flushed. It
+// the fires in flight are published and marked, and fetching stops. It
 // returns nil after a graceful shutdown or Kill, or the error that
 // prevented recovery. Run may be called once.
 func (s *Service) Run(ctx context.Context) error {
@@ -166,20 +165,8 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stop()
 	defer s.sched.Stop()
 
-	// The relay outlives the loops: it publishes the last fires' events
-	// until the flush below; Kill stops it at once.
-	s.relay.Start(hard)
-	defer s.relay.Stop()
 	start := time.Now()
 	s.startedAt.Store(&start)
-	// What a previous process committed to the outbox and did not publish
-	// goes out first; the relay keeps retrying if NATS is away (the outbox
-	// is durable, readiness does not wait for NATS).
-	if n, err := s.relay.Flush(hard); err != nil {
-		s.cfg.Logger.Warn("flush outbox at start", "err", err)
-	} else if n > 0 {
-		s.cfg.Logger.Info("outbox flushed at start", "published", n)
-	}
 	// The membership takes this instance's share of the partitions over
 	// (load, consume, open) and reports ready; ingest consumes what it adds.
 	components := []startstop.Service{s.membership, s.ingest, s.janitor, s.sampler}
@@ -207,11 +194,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.src.Close(); err != nil {
 		s.cfg.Logger.Warn("close command source", "err", err)
 	}
-	n, err := s.relay.Flush(hard)
-	if err != nil {
-		s.cfg.Logger.Warn("flush outbox on shutdown", "err", err)
-	}
-	s.cfg.Logger.Info("timeoutd stopped", "flushed", n)
+	s.cfg.Logger.Info("timeoutd stopped")
 	return nil
 }
 

@@ -2,12 +2,10 @@ package timeoutd
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
@@ -24,7 +22,10 @@ type Stats struct {
 	Scheduled, Cleared, Fired, Missed, DeadLettered uint64
 	// Per-second rates over the last few seconds.
 	ScheduledPerSec, ClearedPerSec, FiredPerSec float64
-	// Outbox backlog, refreshed every second.
+	// The fire path's backlog: expiry events fired and not yet marked
+	// published (read, publishing, awaiting their PubAck or their mark),
+	// and the age of the oldest since its fire. The timeout rows are the
+	// outbox; these are the rows it holds for this process.
 	OutboxRows   int64
 	OutboxOldest time.Duration
 }
@@ -32,19 +33,14 @@ type Stats struct {
 // counters are the totals behind Stats.
 type counters struct{ scheduled, cleared, fired, missed, deadLettered uint64 }
 
-// stats holds the counters, rate samples, recent expiries and the cached
-// outbox backlog.
+// stats holds the counters, rate samples and recent expiries.
 type stats struct {
 	scheduled, cleared, fired, missed, deadLettered atomic.Uint64
-	// refreshed counts the refreshes that changed the outbox rows, so
-	// that Generation changes with them too.
-	refreshed atomic.Uint64
 
 	mu       sync.Mutex
 	samples  [rateWindow + 1]counters // ring of one-second samples
 	sampleAt [rateWindow + 1]time.Time
 	nSamples int
-	outbox   outbox.Stats
 	recent   []events.Expiry // ring, newest at recent[(next-1)%len]
 	next     int
 	full     bool
@@ -56,12 +52,10 @@ func (st *stats) totals() counters {
 	return counters{st.scheduled.Load(), st.cleared.Load(), st.fired.Load(), st.missed.Load(), st.deadLettered.Load()}
 }
 
-// sampler samples the counters for the rates and refreshes the outbox
-// backlog (from Postgres) every second.
+// sampler samples the counters for the rates every second.
 type sampler struct {
 	startstop.Base
 	cfg   Config
-	relay Relay
 	stats *stats
 }
 
@@ -72,31 +66,10 @@ func (sm *sampler) run(ctx context.Context) {
 	for {
 		now := sm.cfg.Now()
 		sm.stats.sample(now)
-		sm.refresh(ctx)
 		if !sleep(ctx, time.Second) {
 			return
 		}
 	}
-}
-
-// refresh reads the outbox backlog from Postgres.
-func (sm *sampler) refresh(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ob, err := sm.relay.Stats(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			sm.cfg.Logger.Warn("read outbox backlog", "err", err)
-		}
-		return
-	}
-	st := sm.stats
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.outbox.Rows != ob.Rows {
-		st.refreshed.Add(1)
-	}
-	st.outbox = ob
 }
 
 func (st *stats) sample(now time.Time) {
@@ -125,17 +98,17 @@ func (s *Service) Stats() Stats {
 			out.FiredPerSec = float64(b.fired+b.missed-a.fired-a.missed) / secs
 		}
 	}
-	out.OutboxRows, out.OutboxOldest = st.outbox.Rows, st.outbox.OldestAge
+	out.OutboxRows, out.OutboxOldest = s.fire.backlog(s.cfg.Now())
 	return out
 }
 
-// Generation changes whenever a counter changes, when a refresh changed
-// the outbox rows and when the cluster view changed, so a stream of
+// Generation changes whenever a counter changes and when the cluster view
+// changed, so a stream of
 // snapshots can skip sending when nothing happened. It does not change as
 // time alone moves deadlines between the buckets of Deadlines.
 func (s *Service) Generation() uint64 {
 	t := s.stats.totals()
-	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered + s.stats.refreshed.Load() + s.view.gen.Load()
+	return t.scheduled + t.cleared + t.fired + t.missed + t.deadLettered + s.view.gen.Load()
 }
 
 // Recent returns up to n recent expiries, newest first, without payloads.
@@ -155,33 +128,17 @@ func (s *Service) Recent(n int) []events.Expiry {
 	return out
 }
 
-// Published is the relay's OnPublished callback: it observes the lateness of
-// each expiry event at its PubAck (ackedAt minus deadline) and records the
-// batch's last events as recent expiries. It reads a handed-over event from
-// its Tag and decodes only those the relay claimed from the table. Messages
-// that are not expiry events are ignored.
-func (s *Service) Published(batch []outbox.Message, ackedAt time.Time) {
-	s.cfg.Logger.Debug("outbox batch published", "size", len(batch))
-	st := s.stats
-	keep := max(0, len(batch)-len(st.recent))
-	recent := make([]events.Expiry, 0, len(batch)-keep)
-	for i, m := range batch {
-		e, ok := m.Tag.(*events.Expiry)
-		if !ok {
-			e = new(events.Expiry)
-			if err := json.Unmarshal(m.Data, e); err != nil {
-				continue
-			}
-			e.Payload = nil
-		}
-		s.m.FireLateness(ackedAt.Sub(e.Deadline))
-		if i >= keep {
-			recent = append(recent, *e)
-		}
+// published observes the lateness of each expiry event at its PubAck
+// (ackedAt minus deadline) and records the batch's last events as recent
+// expiries.
+func (st *stats) published(batch []events.Expiry, ackedAt time.Time, m Metrics) {
+	for _, e := range batch {
+		m.FireLateness(ackedAt.Sub(e.Deadline))
 	}
+	batch = batch[max(0, len(batch)-len(st.recent)):]
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, e := range recent {
+	for _, e := range batch {
 		st.recent[st.next] = e
 		st.next++
 		if st.next == len(st.recent) {

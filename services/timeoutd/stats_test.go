@@ -1,12 +1,12 @@
 package timeoutd
 
 import (
-	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -23,57 +23,44 @@ func (l *latencies) FireLateness(d time.Duration) {
 	l.got = append(l.got, d)
 }
 
-func TestPublishedReadsTaggedAndClaimedEvents(t *testing.T) {
+func TestPublishedObservesLatenessAndKeepsRecent(t *testing.T) {
 	t.Parallel()
 	deadline := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	expiry := func(key string) events.Expiry {
-		return events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: key, Version: 1,
-			Deadline: deadline, FiredAt: deadline, Payload: json.RawMessage(`{"big":true}`)}
-	}
-	message := func(t *testing.T, e events.Expiry, tagged bool) outbox.Message {
-		t.Helper()
-		data, err := json.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := outbox.Message{Subject: events.OrderCancelSubject(e.Key), MsgID: e.MsgID(), Data: data}
-		if tagged {
-			e.Payload = nil
-			m.Tag = &e
-		}
-		return m
-	}
 	tests := []struct {
 		name   string
-		tagged bool
+		recent int
+		batch  int
+		want   []string // Recent, newest first
 	}{
-		{"handed over, read from the tag", true},
-		{"claimed from the table, decoded", false},
+		{"a batch within the ring", 10, 2, []string{"o-1", "o-0"}},
+		{"a batch larger than the ring keeps its last", 2, 5, []string{"o-4", "o-3"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			m := &latencies{}
-			s, err := New(Config{}, Deps{Store: &fakeStore{rows: map[string]Timeout{}}, Source: nopSource{},
-				DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}, Metrics: m})
+			st := &fakeStore{rows: map[string]Timeout{}}
+			s, err := New(Config{Recent: tc.recent}, Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st,
+				Leases: soleLeases{}, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(s.sched.Stop)
-			batch := []outbox.Message{message(t, expiry("o-1"), tc.tagged), message(t, expiry("o-2"), tc.tagged),
-				{Subject: "not.an.expiry", Data: []byte("not json")}}
-			s.Published(batch, deadline.Add(7*time.Millisecond))
-			if len(m.got) != 2 || m.got[0] != 7*time.Millisecond || m.got[1] != 7*time.Millisecond {
-				t.Errorf("lateness observed = %v, want 7ms twice", m.got)
+			batch := make([]events.Expiry, tc.batch)
+			for i := range batch {
+				batch[i] = events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: fmt.Sprintf("o-%d", i),
+					Version: 1, Deadline: deadline, FiredAt: deadline}
 			}
-			recent := s.Recent(10)
-			if len(recent) != 2 || recent[0].Key != "o-2" || recent[1].Key != "o-1" {
-				t.Fatalf("recent = %+v, want o-2 then o-1", recent)
+			s.stats.published(batch, deadline.Add(7*time.Millisecond), m)
+			if len(m.got) != tc.batch || m.got[0] != 7*time.Millisecond {
+				t.Errorf("lateness observed = %v, want 7ms %d times", m.got, tc.batch)
 			}
-			for _, e := range recent {
-				if e.Payload != nil || !e.Deadline.Equal(deadline) {
-					t.Errorf("recent %s: payload %s, deadline %v; want no payload and the deadline", e.Key, e.Payload, e.Deadline)
-				}
+			var got []string
+			for _, e := range s.Recent(10) {
+				got = append(got, e.Key)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("recent = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -12,22 +12,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
-// fakeStore records Apply and Fire calls; Fire returns due as stored rows
-// unless failFire is set.
+// fakeStore is the Store and the Publisher of the unit tests: it records
+// Apply calls, the events published and the timeouts marked fired.
+// DueRows returns due as stored rows (with the fields of rows[key]).
+// failRead, failPublish and failMark make that step of a fire fail.
 type fakeStore struct {
-	mu       sync.Mutex
-	applied  [][]events.Command
-	fired    []Due
-	built    []outbox.Message
-	failFire error
-	rows     map[string]Timeout // what Fire reads for a key
-	// beforeFire, when set, runs once at the start of the next Fire, while
-	// the fire transaction would be in flight.
+	mu          sync.Mutex
+	applied     [][]events.Command
+	fired       []Due   // marked fired
+	built       []Event // published
+	failRead    error
+	failPublish error
+	failMark    error
+	rows        map[string]Timeout // what DueRows reads for a key
+	// beforeFire, when set, runs once at the start of the next DueRows,
+	// while the fire would be in flight.
 	beforeFire func()
 	fireCalls  int
 	// pending is what LoadPending returns (one page).
@@ -48,7 +51,7 @@ func (f *fakeStore) Apply(_ context.Context, fence Fence, cmds []events.Command,
 	return out, nil, nil
 }
 
-func (f *fakeStore) Fire(_ context.Context, _ Fence, due []Due, _ time.Time, build func(Timeout) outbox.Message) ([]outbox.Message, error) {
+func (f *fakeStore) DueRows(_ context.Context, due []Due) ([]Timeout, error) {
 	f.mu.Lock()
 	before := f.beforeFire
 	f.beforeFire = nil
@@ -59,20 +62,37 @@ func (f *fakeStore) Fire(_ context.Context, _ Fence, due []Due, _ time.Time, bui
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fireCalls++
-	if f.failFire != nil {
-		return nil, f.failFire
+	if f.failRead != nil {
+		return nil, f.failRead
 	}
-	var out []outbox.Message
+	var out []Timeout
 	for _, d := range due {
 		t := f.rows[d.Key]
 		t.Key, t.Version, t.Deadline = d.Key, d.Version, d.Deadline
 		t.FireSubject = events.OrderCancelSubject(d.Key)
-		m := build(t)
-		f.built = append(f.built, m)
-		out = append(out, m)
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Publish(_ context.Context, evs []Event) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failPublish != nil {
+		return time.Time{}, f.failPublish
+	}
+	f.built = append(f.built, evs...)
+	return time.Now(), nil
+}
+
+func (f *fakeStore) MarkFired(_ context.Context, _ Fence, due []Due, _ time.Time) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failMark != nil {
+		return nil, f.failMark
 	}
 	f.fired = append(f.fired, due...)
-	return out, nil
+	return nil, nil
 }
 
 func (f *fakeStore) LoadPending(_ context.Context, p int, after string, _ int) ([]Timeout, error) {
@@ -144,13 +164,14 @@ func (soleLeases) Release(context.Context, string, []Lease) error { return nil }
 func (soleLeases) Leave(context.Context, string) error            { return nil }
 func (soleLeases) Instances(context.Context) ([]Instance, error)  { return nil, nil }
 
-// ownAll makes s the owner of every partition, open: as after the
-// membership's first round, without running it.
+// ownAll makes s the owner of every partition, open, its leases trusted
+// for an hour: as after the membership's first round, without running it.
 func ownAll(s *Service) {
 	for p := range events.Partitions {
 		s.own.gain(Lease{Partition: p, Epoch: 1})
 		s.own.openAt(p, 1)
 	}
+	s.own.trustUntil(time.Now().Add(time.Hour))
 }
 
 type fakeDLQ struct{ got []events.DeadLetter }
@@ -159,16 +180,6 @@ func (d *fakeDLQ) DeadLetter(_ context.Context, dl events.DeadLetter) error {
 	d.got = append(d.got, dl)
 	return nil
 }
-
-type fakeRelay struct{}
-
-func (r *fakeRelay) Start(context.Context)                          {}
-func (r *fakeRelay) Stop()                                          {}
-func (r *fakeRelay) Handoff(context.Context, []outbox.Message) bool { return true }
-func (r *fakeRelay) Flush(context.Context) (int, error) {
-	return 0, nil
-}
-func (r *fakeRelay) Stats(context.Context) (outbox.Stats, error) { return outbox.Stats{}, nil }
 
 // fakeClock is a wall clock the test sets; safe for concurrent use.
 type fakeClock struct{ ns atomic.Int64 }
@@ -188,7 +199,7 @@ func newTestService(t *testing.T, clk *fakeClock) (*Service, *fakeStore, *fakeDL
 	t.Helper()
 	st, dlq := &fakeStore{rows: map[string]Timeout{}}, &fakeDLQ{}
 	s, err := New(Config{Now: clk.Now, RetryDelay: 10 * time.Millisecond},
-		Deps{Store: st, Source: nopSource{}, DeadLetters: dlq, Relay: &fakeRelay{}, Leases: soleLeases{}})
+		Deps{Store: st, Source: nopSource{}, DeadLetters: dlq, Publisher: st, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,18 +367,64 @@ func TestMisfireOutcome(t *testing.T) {
 
 func TestFailedFireIsRequeued(t *testing.T) {
 	t.Parallel()
-	deadline := time.Now().UTC()
-	s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
-	st.failFire = errors.New("connection reset")
-	s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
-	waitFor(t, "a first fire attempt", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.fireCalls > 0 })
-	if s.Pending() != 1 || s.stats.fired.Load() != 0 {
-		t.Fatalf("after a failed fire: pending %d, fired %d; want 1, 0", s.Pending(), s.stats.fired.Load())
+	reset := errors.New("connection reset")
+	tests := []struct {
+		name string
+		fail func(st *fakeStore, s *Service, on bool)
+		// published is how many times k's event was published before the
+		// retry that succeeds.
+		published int
+	}{
+		{"read", func(st *fakeStore, _ *Service, on bool) { st.failRead = errIf(on, reset) }, 0},
+		{"publish", func(st *fakeStore, _ *Service, on bool) { st.failPublish = errIf(on, reset) }, 0},
+		{"mark, after the event was published", func(st *fakeStore, _ *Service, on bool) { st.failMark = errIf(on, reset) }, 1},
+		{"leases not renewed in time", func(_ *fakeStore, s *Service, on bool) {
+			if on {
+				s.own.trustUntil(time.Now())
+			} else {
+				s.own.trustUntil(time.Now().Add(time.Hour))
+			}
+		}, 0},
 	}
-	st.mu.Lock()
-	st.failFire = nil
-	st.mu.Unlock()
-	waitFor(t, "the retry fired k", func() bool { return len(st.firedKeys()) == 1 && s.stats.fired.Load() == 1 })
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			deadline := time.Now().UTC()
+			s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
+			st.mu.Lock()
+			tt.fail(st, s, true)
+			st.mu.Unlock()
+			s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+			waitFor(t, "a first fire attempt", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.fireCalls > 0 })
+			time.Sleep(30 * time.Millisecond) // a few retries
+			st.mu.Lock()
+			published := len(st.built)
+			st.mu.Unlock()
+			if s.Pending() != 1 || s.stats.fired.Load() != 0 || len(st.firedKeys()) != 0 || (published > 0) != (tt.published > 0) {
+				t.Fatalf("while failing: pending %d, fired %d, marked %v, published %d times; want 1, 0, none, %d+",
+					s.Pending(), s.stats.fired.Load(), st.firedKeys(), published, tt.published)
+			}
+			st.mu.Lock()
+			tt.fail(st, s, false)
+			st.mu.Unlock()
+			waitFor(t, "the retry fired k", func() bool { return len(st.firedKeys()) == 1 && s.stats.fired.Load() == 1 && s.Pending() == 0 })
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			for _, e := range st.built {
+				if e.MsgID != "fired:k:1" {
+					t.Fatalf("published %s, want every copy under fired:k:1", e.MsgID)
+				}
+			}
+		})
+	}
+}
+
+// errIf returns err if on, else nil.
+func errIf(on bool, err error) error {
+	if on {
+		return err
+	}
+	return nil
 }
 
 func TestConfigValidationNamesTheField(t *testing.T) {
@@ -428,7 +485,7 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			st := &fakeStore{rows: map[string]Timeout{}}
 			src := &backlogSource{st: st, n: tt.consumed}
 			s, err := New(Config{RecoveryCatchupMax: 150 * time.Millisecond},
-				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
+				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -442,6 +499,7 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			}
 			lease := Lease{Partition: p, Epoch: 1}
 			s.own.gain(lease)
+			s.own.trustUntil(time.Now().Add(time.Hour))
 			overdue := time.Now().Add(-time.Minute)
 			held, err := s.sched.Load([]schedule.Entry{{Key: "a", Version: 1, Deadline: overdue}, {Key: b, Version: 1, Deadline: overdue}}, time.Now())
 			if err != nil || len(held) != 2 {
@@ -488,9 +546,9 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 	t.Parallel()
 	deadline := time.Now().UTC()
 	now := deadline.Add(time.Millisecond)
-	st := &fakeStore{rows: map[string]Timeout{}, failFire: errors.New("connection reset")}
+	st := &fakeStore{rows: map[string]Timeout{}, failRead: errors.New("connection reset")}
 	s, err := New(Config{MaxPending: 2, Now: newClock(now).Now, RetryDelay: 20 * time.Millisecond},
-		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Relay: &fakeRelay{}, Leases: soleLeases{}})
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +568,7 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 		t.Fatalf("during the fire: a %q, b %q; want a acked, b deferred (k keeps its room)", a.fate, b.fate)
 	}
 	st.mu.Lock()
-	st.failFire = nil
+	st.failRead = nil
 	st.mu.Unlock()
 	// k was re-armed, not lost: the retry fires it.
 	waitFor(t, "the retry fired k", func() bool { f := st.firedKeys(); return len(f) == 1 && f[0].Key == "k" })

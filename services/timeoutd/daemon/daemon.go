@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
@@ -40,30 +39,15 @@ const (
 	// ShutdownDelayDefault is how long /readyz answers 503 after SIGTERM
 	// before fetching stops and the listener closes.
 	ShutdownDelayDefault = time.Second
-	// IdleInTransactionTimeoutDefault is short: a fire transaction takes
-	// two round trips, and an instance frozen between them (docker pause,
-	// a stalled VM) holds its partitions' lease rows FOR SHARE, so no
-	// survivor can take them over until Postgres ends the transaction. The
-	// outbox relay, which waits for PubAcks inside its transaction, raises
-	// it for its own transactions.
+	// IdleInTransactionTimeoutDefault is short: an instance frozen inside a
+	// fenced transaction (docker pause, a stalled VM) holds its
+	// partitions' lease rows FOR SHARE, so no survivor can take them over
+	// until Postgres ends the transaction.
 	IdleInTransactionTimeoutDefault = time.Second
 	// DBMaxConnsDefault is the pgxpool size.
 	DBMaxConnsDefault = 16
 	// ReadDBMaxConnsDefault is the size of the read API's own pool.
 	ReadDBMaxConnsDefault = 4
-	// RelayBatchDefault is the outbox relay's batch (PubAcks in flight).
-	RelayBatchDefault = 5000
-	// RelayWorkersDefault is the number of relay batches in flight at once:
-	// claiming, publishing and committing overlap, so the relay keeps up
-	// with an expiry storm. Expiry events are one per key and version, so
-	// their order across batches does not matter.
-	RelayWorkersDefault = 4
-	// RelayClaimMinAgeDefault is the age below which the relay's polls
-	// leave outbox rows alone: the fire path hands its committed events
-	// to the relay in memory, and a row is normally published and deleted
-	// within milliseconds; one older than the PubAck timeout (5s) plus a
-	// margin failed to be published or deleted and is the poll's to retry.
-	RelayClaimMinAgeDefault = 10 * time.Second
 	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
 	// sets: with about 95 B of live heap per pending timeout, 10M pending
 	// need about 1 GB, and the limit keeps the collector from letting the
@@ -125,15 +109,6 @@ type Config struct {
 	// IdleInTransactionTimeoutDefault, and below Service.LeaseTTL. The
 	// parameter in DatabaseURL wins.
 	IdleInTransactionTimeout time.Duration `env:"TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT"`
-	// RelayBatch is the relay's batch size; default RelayBatchDefault.
-	RelayBatch int `env:"TIMEOUTD_RELAY_BATCH"`
-	// RelayWorkers is the number of relay batches in flight; default
-	// RelayWorkersDefault.
-	RelayWorkers int `env:"TIMEOUTD_RELAY_WORKERS"`
-	// RelayClaimMinAge is the age below which the relay's polls leave
-	// outbox rows to the fire path's hand-off; default
-	// RelayClaimMinAgeDefault. It must exceed the PubAck timeout (5s).
-	RelayClaimMinAge time.Duration `env:"TIMEOUTD_RELAY_CLAIM_MIN_AGE"`
 	// MemoryLimit is the soft memory limit in bytes
 	// (runtime/debug.SetMemoryLimit) that cmd/timeoutd applies, unless
 	// GOMEMLIMIT is set; 0 means MemoryLimitDefault, negative none. It is
@@ -170,9 +145,6 @@ func (c Config) withDefaults() (_ Config, err error) {
 	c.ReadDBMaxConns = cmp.Or(c.ReadDBMaxConns, ReadDBMaxConnsDefault)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, pgparams.StatementTimeoutDefault)
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
-	c.RelayBatch = cmp.Or(c.RelayBatch, RelayBatchDefault)
-	c.RelayWorkers = cmp.Or(c.RelayWorkers, RelayWorkersDefault)
-	c.RelayClaimMinAge = cmp.Or(c.RelayClaimMinAge, RelayClaimMinAgeDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -204,8 +176,6 @@ func (c Config) withDefaults() (_ Config, err error) {
 		return c, errors.New("daemon: TIMEOUTD_READ_TOKEN (ReadToken) must differ from TIMEOUTD_OPERATOR_TOKEN: a reader must not be an operator")
 	case c.StatementTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_STATEMENT_TIMEOUT (StatementTimeout) must be at least 1ms, got %s", c.StatementTimeout)
-	case c.RelayClaimMinAge <= outbox.AckTimeoutDefault:
-		return c, fmt.Errorf("daemon: TIMEOUTD_RELAY_CLAIM_MIN_AGE (RelayClaimMinAge) must exceed the PubAck timeout %s, got %s", outbox.AckTimeoutDefault, c.RelayClaimMinAge)
 	case cmp.Or(c.Service.MaxPending, timeoutd.MaxPendingDefault) < cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault):
 		// Ingest would not stall (only the sets that do not fit wait), but
 		// it would defer most of every batch and crawl.
@@ -277,8 +247,9 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}
-	// Room for every poll batch and every handed-over message in flight.
-	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(cfg.RelayWorkers*cfg.RelayBatch+outbox.HandoffMaxDefault))
+	// Room for every fire batch in flight.
+	fire := cmp.Or(cfg.Service.FireBatch, timeoutd.FireBatchDefault) * cmp.Or(cfg.Service.FireConcurrency, timeoutd.FireConcurrencyDefault)
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(fire))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -297,18 +268,9 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := thttp.NewMetrics(reg)
-	var svc *timeoutd.Service
-	relay, err := outbox.NewRelay(m.pool, js, outbox.Config{
-		Table: postgres.OutboxTable, BatchSize: cfg.RelayBatch, Workers: cfg.RelayWorkers, Logger: cfg.Logger,
-		ClaimMinAge: cfg.RelayClaimMinAge,
-		OnPublished: func(b []outbox.Message, at time.Time) { svc.Published(b, at) },
-	})
-	if err != nil {
-		return nil, err
-	}
 	store := postgres.NewStore(m.pool)
-	svc, err = timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads), Source: src,
-		DeadLetters: tjs.NewDeadLetters(js), Relay: relay, Leases: store.Leases(), Metrics: metrics})
+	svc, err := timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads), Source: src,
+		DeadLetters: tjs.NewDeadLetters(js), Publisher: tjs.NewPublisher(js, 0), Leases: store.Leases(), Metrics: metrics})
 	if err != nil {
 		_ = src.Close()
 		return nil, err
@@ -368,7 +330,7 @@ func (m *Main) Ready() <-chan struct{} { return m.svc.Ready() }
 
 // Run serves HTTP and runs the service until ctx ends, then shuts down
 // gracefully within ShutdownTimeout: readiness false for ShutdownDelay,
-// fetching stopped, the batch in flight finished, the outbox flushed, HTTP
+// fetching stopped, the batches in flight finished, HTTP
 // drained, connections closed. It returns the first error that stopped it
 // early. Like orders' main, the parts run under one errgroup.
 func (m *Main) Run(ctx context.Context) error {

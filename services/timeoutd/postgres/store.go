@@ -14,25 +14,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordertimeout/ordertimeout/internal/migrate"
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
 
-// OutboxTable is the name of timeoutd's outbox table.
-const OutboxTable = "outbox"
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations are timeoutd's tables' migrations (the outbox ships its own).
+// Migrations are timeoutd's tables' migrations.
 var Migrations = migrate.Set{Name: "timeoutd", FS: migrationFiles, Dir: "migrations", Table: "goose_db_version"}
 
-// Migrate applies the outbox's migrations, then timeoutd's, under a
-// Postgres advisory lock so that instances starting together (a cluster)
-// migrate once.
+// Migrate applies timeoutd's migrations under a Postgres advisory lock so
+// that instances starting together (a cluster) migrate once.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return migrate.Up(ctx, pool, outbox.Migrations, Migrations)
+	return migrate.Up(ctx, pool, Migrations)
 }
 
 // Store implements timeoutd.Store on a pgxpool.
@@ -181,11 +176,55 @@ func (s *Store) inTx(ctx context.Context, queue func(*pgx.Batch)) error {
 	return conn.SendBatch(ctx, b).Close()
 }
 
-// fireSQL locks the due rows still pending at their version, of the
-// partitions the fence grants (locked by fenceSQL in the same
+// dueSQL reads the rows of due ($1 keys, $2 versions) still pending at
+// their version, with what their expiry events carry.
+const dueSQL = `
+SELECT t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload FROM timeouts t
+JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
+WHERE t.state = 0`
+
+// DueRows implements timeoutd.Store with one read, no transaction: the
+// fire path publishes the events first and marks the rows with MarkFired.
+func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Timeout, error) {
+	keys, versions := dueArrays(due)
+	deadlines := make(map[string]time.Time, len(due))
+	for _, d := range due {
+		deadlines[d.Key] = d.Deadline
+	}
+	rows, err := s.pool.Query(ctx, dueSQL, keys, versions)
+	if err != nil {
+		return nil, fmt.Errorf("read due timeouts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
+		var t timeoutd.Timeout
+		var part int16
+		var lateness int32
+		var subject *string
+		err := r.Scan((*keyDest)(&t.Key), &t.Version, &part, &lateness, &subject, &t.Payload)
+		t.Partition, t.MaxLateness, t.State = int(part), time.Duration(lateness)*time.Millisecond, timeoutd.StatePending
+		t.Deadline, t.FireSubject = deadlines[t.Key], fireSubject(t.Key, subject)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read due timeouts: %w", err)
+	}
+	return out, nil
+}
+
+// dueArrays returns the stored keys and the versions of due.
+func dueArrays(due []timeoutd.Due) ([][]byte, []int64) {
+	keys, versions := make([][]byte, len(due)), make([]int64, len(due))
+	for i, d := range due {
+		keys[i], versions[i] = encodeKey(d.Key), d.Version
+	}
+	return keys, versions
+}
+
+// markFiredSQL locks the rows of $1/$2 still pending at their version, of
+// the partitions the fence grants (locked by fenceSQL in the same
 // transaction), in key order (the order Apply's upsert takes them in, so
-// the two cannot deadlock), then marks them fired.
-const fireSQL = `
+// the two cannot deadlock), then marks them fired at $3.
+const markFiredSQL = `
 WITH locked AS (
 	SELECT t.key FROM timeouts t
 	JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
@@ -196,64 +235,30 @@ WITH locked AS (
 	FOR UPDATE OF t)
 UPDATE timeouts t SET state = 2, deadline_ns = $3
 FROM locked
-WHERE t.key = locked.key AND t.state = 0
-RETURNING t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload`
+WHERE t.key = locked.key AND t.state = 0`
 
-// Fire implements timeoutd.Store: the fence, the conditional update and
-// the outbox insert share one transaction, pipelined in two round trips
-// (BEGIN, the fence and the update; the insert and COMMIT) instead of five, which under a storm's
-// load saves two wake-ups of the connection and of its backend per batch.
-// The insert's statement needs the update's rows, so it cannot join the
-// first trip. If reading the insert's ids fails after Postgres ran it, the
-// COMMIT has already been sent: the rows are fired and their events are in
-// the outbox, which the relay's polls publish, and the error makes the
-// caller retry timeouts that are no longer pending, which does nothing.
-func (s *Store) Fire(ctx context.Context, fence timeoutd.Fence, due []timeoutd.Due, firedAt time.Time, build func(timeoutd.Timeout) outbox.Message) (_ []outbox.Message, err error) {
-	keys, versions := make([][]byte, len(due)), make([]int64, len(due))
-	deadlines := make(map[string]time.Time, len(due))
+// MarkFired implements timeoutd.Store: BEGIN, synchronous_commit off, the
+// fence, the update and COMMIT pipelined in one round trip. The commit does
+// not wait for the WAL flush: the events are already stored in JetStream,
+// and a mark lost with a crash of Postgres leaves the rows pending, to be
+// published again under the same Nats-Msg-Id.
+func (s *Store) MarkFired(ctx context.Context, fence timeoutd.Fence, due []timeoutd.Due, firedAt time.Time) ([]int, error) {
+	keys, versions := dueArrays(due)
+	parts := make([]int16, len(due))
 	for i, d := range due {
-		keys[i], versions[i] = encodeKey(d.Key), d.Version
-		deadlines[d.Key] = d.Deadline
+		parts[i] = int16(events.PartitionOf(d.Key))
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("fire: %w", err)
-	}
-	// A connection left inside the transaction by a failure is closed by
-	// the pool on release, which rolls the transaction back.
-	defer conn.Release()
-	var msgs []outbox.Message
 	fp, fe := fenceArrays(fence)
 	var granted []int16
-	mark := &pgx.Batch{}
-	mark.Queue("BEGIN")
-	queueFence(mark, fp, fe, fence.Owner, &granted)
-	mark.Queue(fireSQL, keys, versions, firedAt.UnixNano(), fp, fe, fence.Owner).Query(func(rows pgx.Rows) error {
-		var err error
-		msgs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Message, error) {
-			var t timeoutd.Timeout
-			var part int16
-			var lateness int32
-			var subject *string
-			if err := r.Scan((*keyDest)(&t.Key), &t.Version, &part, &lateness, &subject, &t.Payload); err != nil {
-				return outbox.Message{}, err
-			}
-			t.Partition, t.MaxLateness, t.State = int(part), time.Duration(lateness)*time.Millisecond, timeoutd.StateFired
-			t.Deadline, t.FireSubject = deadlines[t.Key], fireSubject(t.Key, subject)
-			return build(t), nil
-		})
-		return err
+	err := s.inTx(ctx, func(b *pgx.Batch) {
+		b.Queue("SET LOCAL synchronous_commit TO off")
+		queueFence(b, fp, fe, fence.Owner, &granted)
+		b.Queue(markFiredSQL, keys, versions, firedAt.UnixNano(), fp, fe, fence.Owner)
 	})
-	if err := conn.SendBatch(ctx, mark).Close(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("mark fired: %w", err)
 	}
-	queue := &pgx.Batch{}
-	outbox.QueueInsertReturning(queue, OutboxTable, msgs)
-	queue.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, queue).Close(); err != nil {
-		return nil, fmt.Errorf("queue expiry events and commit fire: %w", err)
-	}
-	return msgs, nil
+	return refused(parts, granted), nil
 }
 
 func fireSubject(key string, stored *string) string {

@@ -1,0 +1,61 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+// AckTimeoutDefault bounds the wait for a batch's PubAcks.
+const AckTimeoutDefault = 5 * time.Second
+
+// Publisher publishes expiry events asynchronously and waits for their
+// PubAcks. It implements timeoutd.Publisher.
+type Publisher struct {
+	js         jetstream.JetStream
+	ackTimeout time.Duration
+}
+
+var _ timeoutd.Publisher = Publisher{}
+
+// NewPublisher returns a Publisher through js whose batches wait at most
+// ackTimeout for their PubAcks (0: AckTimeoutDefault). js's
+// PublishAsyncMaxPending must hold the batches in flight (FireBatch times
+// FireConcurrency), or publishing stalls.
+func NewPublisher(js jetstream.JetStream, ackTimeout time.Duration) Publisher {
+	return Publisher{js: js, ackTimeout: cmp.Or(ackTimeout, AckTimeoutDefault)}
+}
+
+// Publish implements timeoutd.Publisher. The wait for the PubAcks is
+// bounded from the first send, not from the wait, so that when a
+// connection drops the batches in flight time out together.
+func (p Publisher) Publish(ctx context.Context, events []timeoutd.Event) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	defer cancel()
+	futures := make([]jetstream.PubAckFuture, len(events))
+	for i, e := range events {
+		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, e.MsgID)
+		f, err := p.js.PublishMsgAsync(m)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("publish %s: %w", e.Subject, err)
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return time.Time{}, fmt.Errorf("publish %s (%s): %w", events[i].Subject, events[i].MsgID, err)
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("wait for the PubAck of %s: %w", events[i].MsgID, ctx.Err())
+		}
+	}
+	return time.Now(), nil
+}
