@@ -2,12 +2,10 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
@@ -64,29 +62,27 @@ func TestFencingRefusesAFormerOwner(t *testing.T) {
 	if st, v := stateOf(t, s, lost); st != timeoutd.StatePending || v != 1 {
 		t.Fatalf("%s after a's stale clear: state %d version %d, want pending at 1", lost, st, v)
 	}
-	build := func(tm timeoutd.Timeout) outbox.Message {
-		e := events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: tm.Key, Version: tm.Version, Deadline: tm.Deadline}
-		data, _ := json.Marshal(e)
-		return outbox.Message{Subject: tm.FireSubject, MsgID: e.MsgID(), Data: data}
-	}
-	msgs, err := s.Fire(ctx, stale, []timeoutd.Due{{Key: lost, Version: 1, Deadline: deadline}, {Key: kept, Version: 2, Deadline: deadline}}, time.Now(), build)
+	due := []timeoutd.Due{{Key: lost, Version: 1, Deadline: deadline}, {Key: kept, Version: 2, Deadline: deadline}}
+	refused, err = s.MarkFired(ctx, stale, due, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != 1 || msgs[0].MsgID != "fired:"+kept+":2" {
-		t.Fatalf("stale fire published %+v, want %s only", msgs, kept)
+	if len(refused) != 1 || refused[0] != pLost {
+		t.Fatalf("stale mark refused %v, want partition %d", refused, pLost)
 	}
-	var outboxLost int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE msg_id LIKE $1`, "%:"+lost+":%").Scan(&outboxLost); err != nil {
-		t.Fatal(err)
+	if st, _ := stateOf(t, s, lost); st != timeoutd.StatePending {
+		t.Fatalf("%s after a's stale mark: state %d, want pending", lost, st)
 	}
-	if st, _ := stateOf(t, s, lost); st != timeoutd.StatePending || outboxLost != 0 {
-		t.Fatalf("%s after a's stale fire: state %d, %d outbox rows; want pending and none", lost, st, outboxLost)
+	if st, _ := stateOf(t, s, kept); st != timeoutd.StateFired {
+		t.Fatalf("%s after a's mark: state %d, want fired", kept, st)
 	}
-	// The owner of the new epoch writes and fires it.
+	// The owner of the new epoch marks it.
 	fenceB := timeoutd.Fence{Owner: "b", Leases: b}
-	if msgs, err := s.Fire(ctx, fenceB, []timeoutd.Due{{Key: lost, Version: 1, Deadline: deadline}}, time.Now(), build); err != nil || len(msgs) != 1 {
-		t.Fatalf("b fires %s: %+v, %v", lost, msgs, err)
+	if refused, err := s.MarkFired(ctx, fenceB, due[:1], time.Now()); err != nil || len(refused) != 0 {
+		t.Fatalf("b marks %s: refused %v, %v", lost, refused, err)
+	}
+	if st, _ := stateOf(t, s, lost); st != timeoutd.StateFired {
+		t.Fatalf("%s after b's mark: state %d, want fired", lost, st)
 	}
 }
 

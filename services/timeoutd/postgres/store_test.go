@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -175,20 +176,16 @@ func TestMaxLatenessRoundTrip(t *testing.T) {
 		}
 	}
 	due := []timeoutd.Due{{Key: "none", Version: 1, Deadline: d}, {Key: "bounded", Version: 1, Deadline: d}}
-	built := map[string]time.Duration{} // the bound each fired timeout was built with
-	fired, err := s.Fire(ctx, fenceAll(t, s), due, d, func(f timeoutd.Timeout) outbox.Message {
-		built[f.Key] = f.MaxLateness
-		return outbox.Message{Subject: f.FireSubject, MsgID: f.Key, Data: []byte("{}")}
-	})
+	rows, err := s.DueRows(ctx, due)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fired) != 2 || len(built) != 2 {
-		t.Fatalf("fired %d, built %d, want 2", len(fired), len(built))
+	if len(rows) != 2 {
+		t.Fatalf("DueRows returned %d rows, want 2", len(rows))
 	}
-	for key, got := range built {
-		if got != want[key] {
-			t.Errorf("Fire %s: max lateness %v, want %v", key, got, want[key])
+	for _, r := range rows {
+		if r.MaxLateness != want[r.Key] || !r.Deadline.Equal(d) || r.FireSubject != events.OrderCancelSubject(r.Key) {
+			t.Errorf("DueRows %s: max lateness %v, deadline %v, subject %s; want %v, %v, the default", r.Key, r.MaxLateness, r.Deadline, r.FireSubject, want[r.Key], d)
 		}
 	}
 }
@@ -300,7 +297,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"LoadPending", loadPendingSQL, []any{int16(3), encodeKey("order-0125000"), 5000}, "timeouts_pending_part", "timeouts_pending_part"},
 		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey"},
 		{"RetireTombstones", retireTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones"},
-		{"Fire", fireSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey"},
+		{"MarkFired", markFiredSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, generic := range []bool{false, true} {
@@ -438,7 +435,7 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	check("after down and up")
 }
 
-// TestFireAndApplyDoNotDeadlock: a fire transaction and an ingest upsert
+// TestFireAndApplyDoNotDeadlock: a fire's mark and an ingest upsert
 // over the same keys, given in opposite orders, run at once round after
 // round: both lock rows in key order, so neither fails with a deadlock (a
 // deadlock costs deadlock_timeout, 1 s, and a retry; under load that piled
@@ -462,9 +459,6 @@ func TestFireAndApplyDoNotDeadlock(t *testing.T) {
 	}
 	reversed := slices.Clone(keys)
 	slices.Reverse(reversed)
-	build := func(f timeoutd.Timeout) outbox.Message {
-		return outbox.Message{Subject: f.FireSubject, MsgID: fmt.Sprintf("%s:%d", f.Key, f.Version), Data: []byte("{}")}
-	}
 	for round := int64(1); round <= 15; round++ {
 		if _, _, err := s.Apply(ctx, fenceAll(t, s), set(2*round-1, keys), time.Now()); err != nil {
 			t.Fatal(err)
@@ -475,7 +469,7 @@ func TestFireAndApplyDoNotDeadlock(t *testing.T) {
 		}
 		errs := make(chan error, 2)
 		go func() {
-			_, err := s.Fire(ctx, fenceAll(t, s), due, deadline, build)
+			_, err := s.MarkFired(ctx, fenceAll(t, s), due, deadline)
 			errs <- err
 		}()
 		go func() {
@@ -490,61 +484,111 @@ func TestFireAndApplyDoNotDeadlock(t *testing.T) {
 	}
 }
 
-// TestFireIsAtomic: Fire pipelines its transaction; when the outbox insert
-// fails (a subject Postgres refuses), no row is marked fired and no event
-// queued (the pool closes the connection left in the failed transaction),
-// and the next Fire commits both, with the outbox ids set.
-func TestFireIsAtomic(t *testing.T) {
+// TestDueRowsAndMarkFired: DueRows reads only the rows still pending at
+// the version asked, and MarkFired marks only those, at the fire time,
+// leaving a row a newer command replaced pending.
+func TestDueRowsAndMarkFired(t *testing.T) {
 	t.Parallel()
 	s, pool := newStore(t)
 	ctx := context.Background()
 	d := time.Now().Add(time.Hour).UTC()
-	keys := []string{"atom-1", "atom-2", "atom-3"}
-	var cmds []events.Command
-	var due []timeoutd.Due
-	for _, k := range keys {
-		cmds = append(cmds, setCmd(k, 1, d, 0))
-		due = append(due, timeoutd.Due{Key: k, Version: 1, Deadline: d})
-	}
+	firedAt := d.Add(3 * time.Millisecond)
+	cmds := []events.Command{setCmd("mf-1", 1, d, 0), setCmd("mf-2", 2, d, 0), setCmd("mf-3", 1, d, 0)}
+	cmds[0].Payload = []byte(`{"order":1}`)
 	if _, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	count := func(sql string) int {
-		t.Helper()
-		var n int
-		if err := pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+	// mf-2 was replaced by version 2; mf-4 does not exist.
+	due := []timeoutd.Due{{Key: "mf-1", Version: 1, Deadline: d}, {Key: "mf-2", Version: 1, Deadline: d},
+		{Key: "mf-3", Version: 1, Deadline: d}, {Key: "mf-4", Version: 1, Deadline: d}}
+	rows, err := s.DueRows(ctx, due)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]timeoutd.Timeout{}
+	for _, r := range rows {
+		got[r.Key] = r
+	}
+	if len(rows) != 2 || string(got["mf-1"].Payload) != `{"order":1}` || got["mf-3"].Version != 1 {
+		t.Fatalf("DueRows = %+v, want mf-1 with its payload and mf-3", rows)
+	}
+	refused, err := s.MarkFired(ctx, fenceAll(t, s), due, firedAt)
+	if err != nil || len(refused) != 0 {
+		t.Fatalf("MarkFired: refused %v, %v", refused, err)
+	}
+	for _, tc := range []struct {
+		key   string
+		state timeoutd.State
+		ns    int64
+	}{{"mf-1", timeoutd.StateFired, firedAt.UnixNano()}, {"mf-2", timeoutd.StatePending, d.UnixNano()}, {"mf-3", timeoutd.StateFired, firedAt.UnixNano()}} {
+		var state int16
+		var ns int64
+		if err := pool.QueryRow(ctx, `SELECT state, deadline_ns FROM timeouts WHERE key = $1`, encodeKey(tc.key)).Scan(&state, &ns); err != nil {
 			t.Fatal(err)
 		}
-		return n
+		if timeoutd.State(state) != tc.state || ns != tc.ns {
+			t.Errorf("%s: state %d at %d, want %d at %d", tc.key, state, ns, tc.state, tc.ns)
+		}
 	}
-	tests := []struct {
-		name    string
-		subject func(timeoutd.Timeout) string
-		wantErr bool
-		pending int
-	}{
-		{"insert fails: rolled back", func(timeoutd.Timeout) string { return "bad\x00subject" }, true, 3},
-		{"insert succeeds: committed", func(f timeoutd.Timeout) string { return f.FireSubject }, false, 0},
+	if rows, err := s.DueRows(ctx, due); err != nil || len(rows) != 0 {
+		t.Fatalf("DueRows after the mark = %+v, %v; want none", rows, err)
 	}
-	for _, tc := range tests { // sequential: the second fires what the first left
-		msgs, err := s.Fire(ctx, fenceAll(t, s), due, d, func(f timeoutd.Timeout) outbox.Message {
-			return outbox.Message{Subject: tc.subject(f), MsgID: f.Key, Data: []byte("{}")}
-		})
-		if (err != nil) != tc.wantErr {
-			t.Fatalf("%s: Fire error = %v, want error %v", tc.name, err, tc.wantErr)
+}
+
+// TestMigrationRepublishesTheOutbox: 00006 turns the expiry events an
+// earlier release left in its outbox back into pending rows at their
+// deadline (to the nanosecond), for recovery to publish, and drops the
+// outbox; a fired row whose event was published stays fired.
+func TestMigrationRepublishesTheOutbox(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	if err := migrate.Up(ctx, pool, outbox.Migrations); err != nil {
+		t.Fatal(err)
+	}
+	p, err := migrate.Provider(db, Migrations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Date(2026, 11, 25, 10, 0, 0, 123456789, time.UTC)
+	firedAt := deadline.Add(time.Millisecond)
+	const uuidKey = "019abcde-f012-7345-8678-9abcdef01234"
+	for _, k := range []string{uuidKey, "published"} {
+		if _, err := pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, part, state, key) VALUES (7, $1, $2, 2, $3)`,
+			firedAt.UnixNano(), events.PartitionOf(k), encodeKey(k)); err != nil {
+			t.Fatal(err)
 		}
-		if got := count(`SELECT count(*) FROM timeouts WHERE key LIKE 'atom-%' AND state = 0`); got != tc.pending {
-			t.Fatalf("%s: %d rows pending, want %d", tc.name, got, tc.pending)
-		}
-		if got := count(`SELECT count(*) FROM outbox WHERE msg_id LIKE 'atom-%'`); got != 3-tc.pending {
-			t.Fatalf("%s: %d events queued, want %d", tc.name, got, 3-tc.pending)
-		}
-		for _, m := range msgs {
-			var key string
-			if err := pool.QueryRow(ctx, `SELECT msg_id FROM outbox WHERE id = $1`, m.ID).Scan(&key); err != nil || key != m.MsgID {
-				t.Fatalf("%s: message %s has id %d, whose row is %q (%v)", tc.name, m.MsgID, m.ID, key, err)
-			}
-		}
+	}
+	e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: uuidKey, Version: 7, Deadline: deadline, FiredAt: firedAt}
+	data, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Insert(ctx, pool, "outbox", []outbox.Message{{Subject: events.OrderCancelSubject(uuidKey), MsgID: e.MsgID(), Data: data}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(pool)
+	got, err := s.GetPending(ctx, uuidKey)
+	if err != nil {
+		t.Fatalf("the unpublished event's timeout: %v, want pending", err)
+	}
+	if got.Version != 7 || !got.Deadline.Equal(deadline) {
+		t.Fatalf("pending %+v, want version 7 due at %v", got, deadline)
+	}
+	if _, err := s.GetPending(ctx, "published"); !errors.Is(err, timeoutd.ErrNotFound) {
+		t.Fatalf("the published one: %v, want not pending", err)
+	}
+	var table *string
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox')::text`).Scan(&table); err != nil || table != nil {
+		t.Fatalf("outbox table %v (%v), want dropped", table, err)
 	}
 }
 
@@ -566,12 +610,8 @@ func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
 			}
 		}},
 		{"fired", func(t *testing.T, s *Store, v1 events.Command) {
-			msgs, err := s.Fire(ctx, fenceAll(t, s), []timeoutd.Due{{Key: v1.Key, Version: 1, Deadline: v1.Deadline}}, now,
-				func(timeoutd.Timeout) outbox.Message {
-					return outbox.Message{Subject: "s", MsgID: "m", Data: []byte("{}")}
-				})
-			if err != nil || len(msgs) != 1 {
-				t.Fatalf("fire: %d messages, %v", len(msgs), err)
+			if refused, err := s.MarkFired(ctx, fenceAll(t, s), []timeoutd.Due{{Key: v1.Key, Version: 1, Deadline: v1.Deadline}}, now); err != nil || len(refused) != 0 {
+				t.Fatalf("mark fired: refused %v, %v", refused, err)
 			}
 		}},
 	}

@@ -5,8 +5,9 @@
 -- to be published. The outbox table of earlier releases goes: the events
 -- it still held make their timeouts pending again at their (passed)
 -- deadline, and recovery publishes them at once under the same
--- Nats-Msg-Id. A deadline read back from the event is rounded to the
--- microsecond.
+-- Nats-Msg-Id. The deadline is read back from the event to the
+-- nanosecond: its RFC 3339 text in UTC, whole seconds and fraction apart
+-- (a timestamptz holds microseconds).
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -19,7 +20,8 @@ BEGIN
                 THEN '\x00'::bytea || decode(replace(d->>'key', '-', ''), 'hex')
                 ELSE convert_to(d->>'key', 'UTF8') END AS key,
             (d->>'version')::bigint AS version,
-            (extract(epoch FROM (d->>'deadline')::timestamptz) * 1000000000)::bigint AS deadline_ns
+            extract(epoch FROM (substring(d->>'deadline' FROM '^[^.Z]+') || 'Z')::timestamptz)::bigint * 1000000000
+                + coalesce(rpad(substring(d->>'deadline' FROM '\.([0-9]+)'), 9, '0')::bigint, 0) AS deadline_ns
         FROM (SELECT convert_from(data, 'UTF8')::jsonb AS d FROM outbox) o
     ) e
     WHERE t.key = e.key AND t.version = e.version AND t.state = 2;
