@@ -114,6 +114,16 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 		return err
 	}
 	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers)
+	pgCPU, err := in.pg.CPU(ctx)
+	if err != nil {
+		return err
+	}
+	natsCPU, err := in.nats.CPU(ctx)
+	if err != nil {
+		return err
+	}
+	postgres := harness.CPUSource{Name: "postgres", Platform: true, Time: pgCPU}
+	nats := harness.CPUSource{Name: "nats", Platform: true, Time: natsCPU}
 	run := time.Now().Unix()
 	// Far-future deadlines: nothing fires while ingest, bytes and recovery
 	// are measured.
@@ -123,9 +133,9 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	for _, peer := range strings.Split(w.peers, ",") {
 		switch peer {
 		case "timeoutd":
-			err = w.timeoutd(ctx, o, rep, in, keys, deadlines)
+			err = w.timeoutd(ctx, o, rep, in, harness.CPUs{postgres, nats}, keys, deadlines)
 		case "river":
-			err = w.river(ctx, rep, in, keys, deadlines)
+			err = w.river(ctx, rep, in, harness.CPUs{postgres}, keys, deadlines)
 		default:
 			err = fmt.Errorf("unknown peer %q", peer)
 		}
@@ -141,7 +151,9 @@ func (w *timeoutdWorkload) stormKeys(peer string) ([]string, []time.Time) {
 	return spread(fmt.Sprintf("s%d%s", time.Now().Unix(), peer), w.stormN, time.Now().Add(w.stormLead), w.stormSpan, w.uuidKeys)
 }
 
-func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness.Report, in *infra, keys []string, deadlines []time.Time) error {
+// timeoutd measures the timeoutd peer; cpus are the containers whose CPU
+// time its storm reports beside timeoutd's.
+func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness.Report, in *infra, cpus harness.CPUs, keys []string, deadlines []time.Time) error {
 	bin, err := harness.Build(ctx, o.root, "./services/timeoutd/cmd/timeoutd", o.work)
 	if err != nil {
 		return err
@@ -152,7 +164,7 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	}
 	b, err := timeoutdbench.New(ctx, timeoutdbench.Config{
 		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, LogPath: filepath.Join(o.work, "timeoutd.log"),
-		ReadyTimeout: w.readyTimeout,
+		ReadyTimeout: w.readyTimeout, CPUs: cpus,
 	}, rep)
 	if err != nil {
 		return err
@@ -201,13 +213,15 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	return b.Storm(ctx, sk, sd, w.stormGrace)
 }
 
-func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *infra, keys []string, deadlines []time.Time) error {
+// river measures the River peer; cpus are the containers whose CPU time
+// its storms report beside this process's.
+func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *infra, cpus harness.CPUs, keys []string, deadlines []time.Time) error {
 	db, err := in.pg.CreateDatabase(ctx, "river")
 	if err != nil {
 		return err
 	}
 	b, err := riverbench.New(ctx, riverbench.Config{
-		DatabaseURL: db, Workers: w.riverWorkers, CancelSample: w.cancelSample, CancelConcurrency: w.cancelConc,
+		DatabaseURL: db, Workers: w.riverWorkers, CancelSample: w.cancelSample, CancelConcurrency: w.cancelConc, CPUs: cpus,
 	}, rep)
 	if err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +56,9 @@ type Config struct {
 	CancelConcurrency int
 	// PoolSize is the pgxpool's MaxConns; default 40.
 	PoolSize int
+	// CPUs are the platform's processes beside this one (the Postgres
+	// container) whose CPU time Storm divides by its jobs.
+	CPUs harness.CPUs
 }
 
 // Storm is one configuration of the storm client.
@@ -307,6 +312,10 @@ func (w *stormWorker) Work(_ context.Context, job *river.Job[TimeoutArgs]) error
 // lateness distribution (worker start minus scheduled_at) and the early
 // count. Jobs that have not run grace after the last deadline are reported
 // (complete=false, received=…) and returned as an error.
+//
+// It also prints the CPU time of Config.CPUs and of this process, which
+// holds River's client and workers, per job: during InsertMany, and from
+// the first deadline until every job ran and was marked completed.
 func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []time.Time, grace time.Duration) error {
 	w := &stormWorker{want: len(keys), done: make(chan struct{}), lateness: make([]time.Duration, 0, len(keys))}
 	workers := river.NewWorkers()
@@ -323,11 +332,26 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 		defer cancel()
 		_ = c.Stop(stopCtx)
 	}()
+	cpus := append(slices.Clip(b.cfg.CPUs), harness.CPUSource{Name: "loadgen", Platform: true, Time: harness.ProcessCPU(os.Getpid())})
+	var cpu [4]harness.CPUSample // insert from, to; expiry from, to
+	if cpu[0], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("river storm: %w", err)
+	}
 	_, d, err := b.insert(ctx, c, keys, deadlines)
 	if err != nil {
 		return err
 	}
+	if cpu[1], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("river storm: %w", err)
+	}
 	lead := time.Until(deadlines[0])
+	if err := harness.SleepUntil(ctx, deadlines[0]); err != nil {
+		return err
+	}
+	expiryStart := time.Now()
+	if cpu[2], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("river storm: %w", err)
+	}
 	last := deadlines[len(deadlines)-1]
 	complete := true
 	select {
@@ -336,6 +360,20 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 		complete = false
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	// The expiry ends when the completer has marked every job completed
+	// (the index on state answers without a scan).
+	err = harness.Poll(ctx, 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		var unfinished bool
+		err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM river_job WHERE state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))").Scan(&unfinished)
+		return err == nil && !unfinished, err
+	})
+	if err != nil {
+		b.rep.Line("note", "peer", "river", "workload", "storm", "jobs_not_completed", err.Error())
+	}
+	expiry := time.Since(expiryStart)
+	if cpu[3], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("river storm: %w", err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -351,6 +389,12 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 		"n", len(keys), "due_per_sec", harness.PerSec(len(keys), span), "insert_seconds", d.Seconds(), "lead_after_insert_ms", lead,
 		"complete", complete, "received", len(w.lateness), "early", early}
 	kv = append(kv, harness.Summarize(w.lateness).KV("lateness_")...)
+	b.rep.Line("result", kv...)
+	kv = []any{"peer", "river", "workload", "storm", "mode", string(st.Mode), "measured", "cpu", "n", len(keys),
+		"insert_seconds", d.Seconds()}
+	kv = append(kv, cpus.PerUnit("insert_us_per_job_", cpu[0], cpu[1], len(keys))...)
+	kv = append(kv, "expiry_seconds", expiry.Seconds())
+	kv = append(kv, cpus.PerUnit("expiry_us_per_job_", cpu[2], cpu[3], len(keys))...)
 	b.rep.Line("result", kv...)
 	if !complete {
 		return fmt.Errorf("river storm: %d of %d jobs ran within %s after the last deadline", len(w.lateness), len(keys), grace)

@@ -3,6 +3,7 @@ package timeoutdbench
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -21,6 +22,11 @@ import (
 // own fired_at. Early counts must be 0. Events still missing grace after the
 // last deadline are reported (complete=false, received=…) with the
 // distribution of those that arrived, and as an error.
+//
+// It also prints the CPU time of timeoutd, of Config.CPUs and of the
+// harness's own process per command, from the first publish until timeoutd
+// holds them all, and per expiry, from the first deadline until every event
+// arrived and the outbox is empty.
 func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time, grace time.Duration) error {
 	want := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
@@ -123,12 +129,39 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	if err != nil {
 		return err
 	}
+	s0, err := b.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	cpus := append(harness.CPUs{{Name: "timeoutd", Platform: true, Time: harness.ProcessCPU(b.proc.PID())}}, b.cfg.CPUs...)
+	cpus = append(cpus, harness.CPUSource{Name: "harness", Time: harness.ProcessCPU(os.Getpid())})
+	var cpu [4]harness.CPUSample // ingest from, to; expiry from, to
+	if cpu[0], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("storm: %w", err)
+	}
 	start := time.Now()
 	if err := b.publish(ctx, func(i int) events.Command { return setCommand(keys[i], 1, deadlines[i]) }, len(keys)); err != nil {
 		return err
 	}
 	ingested := time.Since(start)
 	lead := time.Until(deadlines[0])
+	// The ingest ends when timeoutd holds every command, at the latest at
+	// the first deadline (held=false).
+	held := harness.Poll(ctx, lead, 20*time.Millisecond, func() (bool, error) {
+		s, err := b.Stats(ctx)
+		return err == nil && s.Pending >= s0.Pending+int64(len(keys)), nil
+	}) == nil
+	ingest := time.Since(start)
+	if cpu[1], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("storm: %w", err)
+	}
+	if err := harness.SleepUntil(ctx, deadlines[0]); err != nil {
+		return err
+	}
+	expiryStart := time.Now()
+	if cpu[2], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("storm: %w", err)
+	}
 	last := deadlines[len(deadlines)-1]
 	complete := true
 	select {
@@ -139,6 +172,19 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		return ctx.Err()
 	}
 	stopSampling()
+	// The expiry ends when every event arrived and timeoutd's outbox is
+	// empty again (its stats count the rows once a second).
+	err = harness.Poll(ctx, 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		s, err := b.Stats(ctx)
+		return err == nil && s.Outbox.Rows == 0, nil
+	})
+	if err != nil {
+		b.rep.Line("note", "peer", "timeoutd", "workload", "storm", "outbox_not_empty", err.Error())
+	}
+	expiry := time.Since(expiryStart)
+	if cpu[3], err = cpus.Sample(); err != nil {
+		return fmt.Errorf("storm: %w", err)
+	}
 	// timeoutd observes an event's PubAck lateness once its outbox row is
 	// deleted, a little after the consumer saw it.
 	var acks histogram
@@ -158,6 +204,14 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		"lead_after_publish_ms", lead, "complete", complete, "received", len(arrival), "early", early, "early_fired_at", earlyDec, "duplicates", dupes, "undecodable", bad}
 	kv = append(kv, harness.Summarize(arrival).KV("lateness_")...)
 	kv = append(kv, "outbox_max_rows", maxRows, "outbox_max_oldest_age_ms", maxAge)
+	b.rep.Line("result", kv...)
+	// CPU per command while ingesting, per expiry while firing; total is
+	// the platform's (timeoutd, Postgres, NATS), the harness apart.
+	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "cpu", "n", len(keys),
+		"ingest_seconds", ingest.Seconds(), "ingest_held", held}
+	kv = append(kv, cpus.PerUnit("ingest_us_per_command_", cpu[0], cpu[1], len(keys))...)
+	kv = append(kv, "expiry_seconds", expiry.Seconds())
+	kv = append(kv, cpus.PerUnit("expiry_us_per_expiry_", cpu[2], cpu[3], len(keys))...)
 	b.rep.Line("result", kv...)
 	pubMu.Lock()
 	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "relay_publish_core_sub", "n", len(pub)}

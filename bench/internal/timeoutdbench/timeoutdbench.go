@@ -49,6 +49,10 @@ type Config struct {
 	// IngestTimeout bounds the wait for a workload's pending count; default
 	// 10m.
 	IngestTimeout time.Duration
+	// CPUs are the platform's processes beside timeoutd (the Postgres and
+	// NATS containers) whose CPU time Storm divides by its commands and
+	// expiries.
+	CPUs harness.CPUs
 }
 
 // Bench is a running timeoutd and the clients that drive and observe it.
