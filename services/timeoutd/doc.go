@@ -1,6 +1,6 @@
 // Package timeoutd is the durable timeout daemon's domain: the Timeout type
 // and its errors (timeoutd.go), the contracts of its adapters (ports.go:
-// [Store], [Source], [DeadLetterer], [Relay], [Metrics]), its [Config]
+// [Store], [Source], [DeadLetterer], [Publisher], [Metrics]), its [Config]
 // (config.go), and the [Service] (service.go) that runs one component per
 // job around the in-memory schedule:
 //
@@ -15,19 +15,20 @@
 //     applied to the schedule; invalid commands are dead-lettered with their
 //     reason and terminated.
 //   - the fire path (fire.go): the schedule hands out the timeouts due by the
-//     wall clock (never early); they are marked fired and their expiry events
-//     written to the outbox in one transaction per batch, and the committed
-//     events are handed to the relay, which publishes them without reading
-//     them back.
+//     wall clock (never early); for each batch their rows are read, their
+//     expiry events published and PubAcked, then the rows marked fired in
+//     one fenced transaction. The timeout row is the outbox: it stays
+//     pending until its event is stored, so a crash republishes it under
+//     the same Nats-Msg-Id.
 //   - recovery (recovery.go): at start, the pending rows are loaded into the
-//     schedule in keyset-paginated batches, the outbox is flushed, and only
-//     then is the service ready; no timeout fires until ingest has consumed
+//     schedule in keyset-paginated batches, and only then is the service
+//     ready; no timeout fires until ingest has consumed
 //     the commands waiting at start (bounded by RecoveryCatchupMax), and the
 //     overdue ones are then released at a bounded rate.
 //   - the janitor (janitor.go): expired tombstones shrink to version marks
 //     in batches (a key's version is never forgotten).
-//   - stats (stats.go): counters, rates, recent expiries, and the sampler
-//     that refreshes the outbox backlog; deadlines.go counts the pending
+//   - stats (stats.go): counters, rates, recent expiries and the sampler of
+//     the rates; deadlines.go counts the pending
 //     timeouts by deadline for the dashboard's histogram, from the schedule.
 //
 // Each long-running component embeds internal/startstop's Base: Start runs

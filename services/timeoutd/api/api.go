@@ -96,7 +96,9 @@ type Rates struct {
 	FiredPerSec     float64 `json:"fired_per_sec"`
 }
 
-// Outbox describes the unpublished expiry events.
+// Outbox describes the fire path's backlog: the expiry events fired and not
+// yet marked published (the timeout rows are the outbox), and the time since
+// the oldest one's fire.
 type Outbox struct {
 	Rows        int64   `json:"rows"`
 	OldestAgeMs float64 `json:"oldest_age_ms"`

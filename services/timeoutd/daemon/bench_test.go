@@ -116,7 +116,7 @@ func BenchmarkExpiryStorm(b *testing.B) {
 	if time.Now().After(first) {
 		b.Fatalf("ingest of %d took past the first deadline", n)
 	}
-	eventually(b, 2*time.Minute, "applied", func() bool { return e.outboxRows(b) == 0 && d.Service().Stats().Fired == n })
+	eventually(b, 2*time.Minute, "applied", func() bool { return e.unpublished(b) == 0 && d.Service().Stats().Fired == n })
 
 	_, metrics := get(b, "http://"+d.Addr()+"/metrics")
 	for _, l := range strings.Split(metrics, "\n") {
@@ -209,7 +209,7 @@ func BenchmarkFireLatenessIdleStreams(b *testing.B) {
 			if time.Now().After(first) {
 				b.Fatalf("ingest of %d took past the first deadline", n)
 			}
-			eventually(b, 2*time.Minute, "fired", func() bool { return e.outboxRows(b) == 0 && d.Service().Stats().Fired == n })
+			eventually(b, 2*time.Minute, "fired", func() bool { return e.unpublished(b) == 0 && d.Service().Stats().Fired == n })
 			_, metrics := get(b, "http://"+d.Addr()+"/metrics")
 			for _, l := range strings.Split(metrics, "\n") {
 				if strings.HasPrefix(l, "timeoutd_http_streams") {
@@ -222,7 +222,7 @@ func BenchmarkFireLatenessIdleStreams(b *testing.B) {
 }
 
 // BenchmarkRecovery1M inserts 1M pending rows with SQL, then measures a
-// daemon's start to ready (migrations, streams, load, outbox flush), the
+// daemon's start to ready (migrations, streams, load), the
 // Postgres bytes per pending row and the Go heap per pending timeout.
 func BenchmarkRecovery1M(b *testing.B) {
 	const n = 1_000_000

@@ -238,11 +238,14 @@ func (e *env) state(t testing.TB, key string) (state int16, version int64) {
 	return state, version
 }
 
-// outboxRows returns the number of unpublished events.
-func (e *env) outboxRows(t testing.TB) int {
+// unpublished returns the number of timeouts whose deadline passed and
+// whose event is not known to be published: the timeout rows are the
+// outbox, a row stays pending until its event has a PubAck.
+func (e *env) unpublished(t testing.TB) int {
 	t.Helper()
 	var n int
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM timeouts WHERE state = 0 AND deadline_ns <= $1`,
+		time.Now().UnixNano()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -57,9 +57,9 @@ func (m *Metrics) Watch(svc *timeoutd.Service) {
 		counter("timeoutd_cleared_total", "Clear commands that changed a timeout.", func(s timeoutd.Stats) uint64 { return s.Cleared }),
 		counter("timeoutd_fired_total", "Timeouts fired (outcome fired).", func(s timeoutd.Stats) uint64 { return s.Fired }),
 		counter("timeoutd_missed_total", "Timeouts past their misfire bound (outcome missed).", func(s timeoutd.Stats) uint64 { return s.Missed }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_outbox_rows", Help: "Unpublished expiry events (refreshed every second)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_outbox_rows", Help: "Expiry events fired and not yet marked published (reading, publishing, awaiting the PubAck or the mark)."},
 			func() float64 { return float64(svc.Stats().OutboxRows) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_outbox_oldest_age_seconds", Help: "Age of the oldest unpublished expiry event."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_outbox_oldest_age_seconds", Help: "Time since the fire of the oldest of those events."},
 			func() float64 { return svc.Stats().OutboxOldest.Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_ready", Help: "1 when recovery is done and the service is not shutting down."},
 			func() float64 {
