@@ -128,7 +128,7 @@ func tableSizes(ctx context.Context, url string) ([]string, error) {
 	}
 	// Exact counts of the tables that must stay bounded.
 	for _, q := range []struct{ table, sql string }{
-		{"outbox", `SELECT count(*) FROM outbox`},
+		{"outbox", `SELECT count(*) FROM outbox`}, // orders' (timeoutd's rows are its outbox)
 		{"timeouts", `SELECT string_agg(state::text || '=' || n::text, ' ' ORDER BY state) FROM (SELECT state, count(*) n FROM timeouts GROUP BY state) x`},
 	} {
 		var v *string

@@ -442,7 +442,7 @@ func TestCluster(t *testing.T) {
 	cpu0 := s.cpuTime(t, svcTimeoutd)
 	time.Sleep(costWindow)
 	idleCPU := s.cpuTime(t, svcTimeoutd) - cpu0
-	idle := fmt.Sprintf("1 instance, no load: %.2f%% of one core (%.1f CPU-ms/s: heartbeat, 64 lease renewals, samplers, outbox polls)",
+	idle := fmt.Sprintf("1 instance, no load: %.2f%% of one core (%.1f CPU-ms/s: heartbeat, 64 lease renewals, samplers)",
 		100*idleCPU.Seconds()/costWindow.Seconds(), float64(idleCPU.Milliseconds())/costWindow.Seconds())
 
 	faults := []fault{
