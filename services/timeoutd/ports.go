@@ -28,8 +28,7 @@ type Store interface {
 	// version, and returns the partitions the fence refused. It is called
 	// once the rows' expiry events are stored in JetStream: a pending row
 	// whose deadline passed is an event not known to be published (the
-	// timeout row is the outbox), so the commit need not wait for the WAL
-	// flush.
+	// timeout row is the outbox).
 	MarkFired(ctx context.Context, fence Fence, due []Due, firedAt time.Time) (refused []int, err error)
 	// LoadPending returns up to limit pending rows of partition with key >
 	// afterKey, in key order (only Key, Version and Deadline are set).

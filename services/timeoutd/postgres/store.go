@@ -237,11 +237,13 @@ UPDATE timeouts t SET state = 2, deadline_ns = $3
 FROM locked
 WHERE t.key = locked.key AND t.state = 0`
 
-// MarkFired implements timeoutd.Store: BEGIN, synchronous_commit off, the
-// fence, the update and COMMIT pipelined in one round trip. The commit does
-// not wait for the WAL flush: the events are already stored in JetStream,
-// and a mark lost with a crash of Postgres leaves the rows pending, to be
-// published again under the same Nats-Msg-Id.
+// MarkFired implements timeoutd.Store: BEGIN, the fence, the update and
+// COMMIT pipelined in one round trip. The commit waits for the WAL flush
+// (synchronous_commit stays on): a mark lost with a crash of Postgres would
+// leave a row pending that the running process has already taken out of
+// its schedule, to be fired again only by the next owner, maybe past its
+// misfire bound as a missed event with another Nats-Msg-Id. The wait is
+// off the publish path: the events are already stored.
 func (s *Store) MarkFired(ctx context.Context, fence timeoutd.Fence, due []timeoutd.Due, firedAt time.Time) ([]int, error) {
 	keys, versions := dueArrays(due)
 	parts := make([]int16, len(due))
@@ -251,7 +253,6 @@ func (s *Store) MarkFired(ctx context.Context, fence timeoutd.Fence, due []timeo
 	fp, fe := fenceArrays(fence)
 	var granted []int16
 	err := s.inTx(ctx, func(b *pgx.Batch) {
-		b.Queue("SET LOCAL synchronous_commit TO off")
 		queueFence(b, fp, fe, fence.Owner, &granted)
 		b.Queue(markFiredSQL, keys, versions, firedAt.UnixNano(), fp, fe, fence.Owner)
 	})
