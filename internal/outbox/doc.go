@@ -1,11 +1,12 @@
-// Package outbox is the transactional outbox shared by the orders service and
-// timeoutd: a writer inserts messages with [Insert] in the same Postgres
+// Package outbox is the transactional outbox of the orders service (timeoutd's
+// timeout rows are their own outbox: its fire path publishes first and marks
+// the row after the PubAck): a writer inserts messages with [Insert] in the same Postgres
 // transaction as the state change they announce, and a [Relay] publishes them
 // to JetStream with their Nats-Msg-Id, waits for every PubAck, and only then
 // deletes them.
 //
 // The table is created by the package's own migrations, [Migrations],
-// which each service applies with internal/migrate before its own:
+// which the service applies with internal/migrate before its own:
 //
 //	CREATE TABLE outbox (
 //	    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -31,11 +31,12 @@ const (
 
 // Defaults of Config.
 const (
-	// DuplicateWindowDefault must exceed the outbox relay's worst lag
-	// (normally milliseconds; a failed hand-off waits for a poll after the
-	// relay's ClaimMinAge, 10s in timeoutd, plus AckTimeout and a retry) so
-	// a republished batch is dropped by JetStream; beyond it idempotent
-	// consumers absorb the duplicate. Two minutes keeps the dedupe index small at 60k msgs/s.
+	// DuplicateWindowDefault must exceed the worst time between a first
+	// publish and its republish (orders' relay: a failed batch's AckTimeout
+	// and a retry; timeoutd: a fire batch's PubAck timeout and RetryDelay,
+	// or a takeover after a crash between the PubAck and the mark, a few
+	// seconds) so that the republish is dropped by JetStream; beyond it
+	// idempotent consumers absorb the duplicate. Two minutes keeps the dedupe index small at 60k msgs/s.
 	DuplicateWindowDefault = 2 * time.Minute
 	// MaxAgeDefault is how long expiry and order events stay readable by
 	// late or new consumers.
