@@ -196,7 +196,7 @@ func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Tim
 	for _, d := range due {
 		deadlines[d.Key] = d.Deadline
 	}
-	// Planned for each call's keys , not from a cached generic plan.
+	// Planned for each call's keys, not from a cached generic plan.
 	rows, err := s.pool.Query(ctx, dueSQL, pgx.QueryExecModeExec, keys, versions)
 	if err != nil {
 		return nil, fmt.Errorf("read due timeouts: %w", err)
