@@ -20,7 +20,7 @@ type Store interface {
 	// writes a tombstone whose deadline is now.
 	Apply(ctx context.Context, fence Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error)
 	// DueRows returns the rows of due still pending at their version, with
-	// what their expiry events carry (Deadline is due's). It writes nothing:
+	// what their expiry events carry. It writes nothing:
 	// the fire path publishes the events, then calls MarkFired.
 	DueRows(ctx context.Context, due []Due) ([]Timeout, error)
 	// MarkFired, in one transaction fenced as Apply is, marks fired at

@@ -179,7 +179,7 @@ func (s *Store) inTx(ctx context.Context, queue func(*pgx.Batch)) error {
 // dueSQL reads the rows of due ($1 keys, $2 versions) still pending at
 // their version, with what their expiry events carry.
 const dueSQL = `
-SELECT t.key, t.version, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload FROM timeouts t
+SELECT t.key, t.version, t.deadline_ns, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload FROM timeouts t
 JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
 WHERE t.state = 0`
 
@@ -192,25 +192,12 @@ WHERE t.state = 0`
 // fire-plan-base.txt, measured on the fire statement before issue 15).
 func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Timeout, error) {
 	keys, versions := dueArrays(due)
-	deadlines := make(map[string]time.Time, len(due))
-	for _, d := range due {
-		deadlines[d.Key] = d.Deadline
-	}
 	// Planned for each call's keys, not from a cached generic plan.
 	rows, err := s.pool.Query(ctx, dueSQL, pgx.QueryExecModeExec, keys, versions)
 	if err != nil {
 		return nil, fmt.Errorf("read due timeouts: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
-		var t timeoutd.Timeout
-		var part int16
-		var lateness int32
-		var subject *string
-		err := r.Scan((*keyDest)(&t.Key), &t.Version, &part, &lateness, &subject, &t.Payload)
-		t.Partition, t.MaxLateness, t.State = int(part), time.Duration(lateness)*time.Millisecond, timeoutd.StatePending
-		t.Deadline, t.FireSubject = deadlines[t.Key], fireSubject(t.Key, subject)
-		return t, err
-	})
+	out, err := pgx.CollectRows(rows, scanTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("read due timeouts: %w", err)
 	}
