@@ -2,7 +2,10 @@
 // (time.AfterFunc) on the same workloads in the same run, printing one line
 // per workload and implementation:
 //
-//	go run ./pkg/wheel/cmd/wheelbench <churn|memory|storm|idle|parallel|all> <n>
+//	go run ./pkg/wheel/cmd/wheelbench <churn|memory|storm|idle|parallel|pile|all> <n>
+//
+// pile has no Go peer: it measures the wheel alone delivering n timers that
+// share one deadline (see pile).
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,17 +34,17 @@ func main() {
 
 func run(args []string) error {
 	if len(args) != 2 {
-		return errors.New("usage: wheelbench <churn|memory|storm|idle|parallel|all> <n>")
+		return errors.New("usage: wheelbench <churn|memory|storm|idle|parallel|pile|all> <n>")
 	}
 	n, err := strconv.Atoi(args[1])
 	if err != nil || n <= 0 {
 		return fmt.Errorf("n %q: want a positive integer", args[1])
 	}
 	workloads := map[string]func(int) error{
-		"churn": churn, "memory": memory, "storm": storm, "idle": idle, "parallel": parallel,
+		"churn": churn, "memory": memory, "storm": storm, "idle": idle, "parallel": parallel, "pile": pile,
 	}
 	if args[0] == "all" {
-		for _, name := range []string{"churn", "memory", "storm", "idle", "parallel"} {
+		for _, name := range []string{"churn", "memory", "storm", "idle", "parallel", "pile"} {
 			if err := workloads[name](n); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -343,4 +347,73 @@ func parallel(n int) error {
 		t.Stop()
 	}
 	return nil
+}
+
+// pile schedules n timers on one deadline (from one goroutine, so mostly on
+// one shard, the worst case for the driver) on the default 1 ms tick, then
+// measures from the deadline to the last delivery: when onExpire first and
+// last received timers (after the deadline, by time.Now in the callback),
+// how many calls, the heap allocated (objects and
+// bytes, per timer), and the GC's work (cycles and CPU time, from
+// runtime/metrics). The consumer only counts. Three rounds, one line each.
+func pile(n int) error {
+	for round := range 3 {
+		var first, last time.Time
+		calls, got, early := 0, 0, 0
+		done := make(chan struct{})
+		deadline := time.Now().Add(time.Second + time.Duration(n/1000)*time.Millisecond)
+		w, err := wheel.New(wheel.Config{}, func(batch []wheel.Expired[int]) {
+			now := time.Now()
+			if calls == 0 {
+				first = now
+			}
+			calls++
+			for _, e := range batch {
+				if now.Before(deadline) || e.Fired.Before(e.Deadline) {
+					early++
+				}
+			}
+			if got += len(batch); got == n {
+				last = now
+				close(done)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if _, err := w.Schedule(deadline, i); err != nil {
+				return err
+			}
+		}
+		runtime.GC()
+		before := pileStats()
+		time.Sleep(time.Until(deadline) - 10*time.Millisecond)
+		<-done
+		after := pileStats()
+		w.Stop()
+		ms := func(t time.Time) string { return strconv.FormatFloat(float64(t.Sub(deadline))/1e6, 'f', 2, 64) }
+		fmt.Printf("wheel pile n=%d round=%d first_ms=%s last_ms=%s calls=%d allocs_per_timer=%.4f bytes_per_timer=%.1f gc_cycles=%d gc_cpu_ms=%.1f early=%d\n",
+			n, round+1, ms(first), ms(last), calls,
+			float64(after.allocs-before.allocs)/float64(n), float64(after.bytes-before.bytes)/float64(n),
+			after.cycles-before.cycles, (after.gcCPU-before.gcCPU)*1e3, early)
+	}
+	return nil
+}
+
+// pileCounters are the process's cumulative heap and GC counters.
+type pileCounters struct {
+	allocs, bytes, cycles uint64
+	gcCPU                 float64 // seconds
+}
+
+func pileStats() pileCounters {
+	s := []metrics.Sample{
+		{Name: "/gc/heap/allocs:objects"},
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+	}
+	metrics.Read(s)
+	return pileCounters{s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64(), s[3].Value.Float64()}
 }
