@@ -130,6 +130,21 @@ BENCH_ORDERS_DURATION ?= 30s
 bench-timeoutd: images ## timeoutd beside River on one Postgres: ingest, clear, bytes, recovery, RSS, expiry storm
 	cd bench && $(GO) run ./cmd/loadgen timeoutd -n $(BENCH_N) -out results/timeoutd.txt
 
+# make bench-sustained (issue 15, "No decay"): timeoutd under a steady churn
+# of SUSTAINED_RATE commands/s on live orders for SUSTAINED_DURATION, with a
+# 10k/s storm (100,000 deadlines over 10 s) every SUSTAINED_STORM_EVERY; the
+# storms' lateness is drawn into docs/sustained-storms.png.
+SUSTAINED_DURATION ?= 30m
+SUSTAINED_RATE ?= 1000
+SUSTAINED_STORM_EVERY ?= 5m
+SUSTAINED_OUT ?= results/sustained.txt
+
+.PHONY: bench-sustained
+bench-sustained: images ## timeoutd under steady churn for SUSTAINED_DURATION (30m), a 10k/s storm every 5 min; CPU, tables, streams per minute; the PNG
+	cd bench && $(GO) run ./cmd/loadgen timeoutd -steps sustained -peers timeoutd -sustained-duration $(SUSTAINED_DURATION) \
+		-sustained-rate $(SUSTAINED_RATE) -sustained-storm-every $(SUSTAINED_STORM_EVERY) -sustained-storm-n 100000 -out $(SUSTAINED_OUT)
+	cd bench && $(GO) run ./cmd/plotstorms -in $(SUSTAINED_OUT) -out ../docs/sustained-storms.png
+
 .PHONY: bench-orders
 bench-orders: images ## orders POST /v1/orders at 64 clients beside pgbench single-row inserts on one Postgres
 	cd bench && $(GO) run ./cmd/loadgen orders -duration $(BENCH_ORDERS_DURATION) -out results/orders.txt

@@ -31,6 +31,13 @@ type timeoutdWorkload struct {
 	cancelConc   int
 	steps        map[string]bool
 	uuidKeys     bool
+
+	capacityRates ratesFlag
+	capacityP99   time.Duration
+
+	sustainedStormN int
+
+	sustained timeoutdbench.SustainedConfig
 }
 
 // stepsFlag is the set of -steps.
@@ -42,10 +49,10 @@ func (s stepsFlag) Set(v string) error {
 	clear(s)
 	for _, step := range strings.Split(v, ",") {
 		switch step {
-		case "ingest", "bytes", "recovery", "clear", "backlog", "storm":
+		case "ingest", "bytes", "recovery", "clear", "backlog", "storm", "capacity", "sustained":
 			s[step] = true
 		default:
-			return fmt.Errorf("unknown step %q: want ingest, bytes, recovery, clear, backlog or storm", step)
+			return fmt.Errorf("unknown step %q: want ingest, bytes, recovery, clear, backlog, storm, capacity or sustained", step)
 		}
 	}
 	if (s["bytes"] || s["recovery"] || s["clear"]) && !s["ingest"] {
@@ -59,7 +66,7 @@ func (s stepsFlag) Set(v string) error {
 
 func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	w := &timeoutdWorkload{steps: map[string]bool{"ingest": true, "bytes": true, "recovery": true, "clear": true, "backlog": true, "storm": true}}
-	fs.Var(stepsFlag(w.steps), "steps", "steps to run, comma-separated (ingest,bytes,recovery,clear,backlog,storm; River runs insert, bytes, JobCancel and storms for them)")
+	fs.Var(stepsFlag(w.steps), "steps", "steps to run, comma-separated (ingest,bytes,recovery,clear,backlog,storm,capacity,sustained; River runs insert, bytes, JobCancel, storms and capacity for them, not sustained); capacity and sustained are not in the default")
 	fs.IntVar(&w.n, "n", 100_000, "timeouts for ingest, bytes, RSS, recovery and clear (the targets use 1000000)")
 	fs.IntVar(&w.stormN, "storm-n", 200_000, "timeouts of the expiry storm")
 	fs.DurationVar(&w.stormSpan, "storm-span", 10*time.Second, "the storm's deadlines are spread uniformly over this span")
@@ -73,6 +80,16 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.IntVar(&w.riverWorkers, "river-workers", riverbench.WorkersDefault, "River storm MaxWorkers")
 	fs.IntVar(&w.cancelSample, "river-cancel-sample", riverbench.CancelSampleDefault, "JobCancel is timed on this many jobs")
 	fs.IntVar(&w.cancelConc, "river-cancel-concurrency", riverbench.CancelConcurrencyDefault, "goroutines calling JobCancel")
+	w.capacityRates = ratesFlag{5000, 10000, 15000, 20000, 30000, 40000}
+	fs.Var(&w.capacityRates, "capacity-rates", "capacity: storm rates in deadlines/s, increasing; each storm spreads rate × -storm-span deadlines over -storm-span")
+	fs.DurationVar(&w.capacityP99, "capacity-p99", 100*time.Millisecond, "capacity: stop at the first storm whose lateness p99 (timeoutd: arrival at the consumer) exceeds this, or that does not complete within -storm-grace")
+	fs.DurationVar(&w.sustained.Duration, "sustained-duration", 30*time.Minute, "sustained: length of the run")
+	fs.IntVar(&w.sustained.Rate, "sustained-rate", 1000, "sustained: churn commands/s on live orders (sets extending, clears settling, sets opening)")
+	fs.IntVar(&w.sustained.Live, "sustained-live", timeoutdbench.SustainedLiveDefault, "sustained: live orders of the churn")
+	fs.DurationVar(&w.sustained.Deadline, "sustained-deadline", timeoutdbench.SustainedDeadlineDefault, "sustained: the churn's deadlines are this far ahead (so it fires nothing)")
+	fs.DurationVar(&w.sustained.StormEvery, "sustained-storm-every", 5*time.Minute, "sustained: a storm of -sustained-storm-n deadlines over -storm-span starts this often, the first at once")
+	fs.IntVar(&w.sustainedStormN, "sustained-storm-n", 100_000, "sustained: deadlines of each storm")
+	fs.DurationVar(&w.sustained.Interval, "sustained-interval", timeoutdbench.SustainedIntervalDefault, "sustained: CPU, table and stream sampling interval")
 	return w
 }
 
@@ -147,8 +164,10 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	return errors.Join(errs...)
 }
 
-func (w *timeoutdWorkload) stormKeys(peer string) ([]string, []time.Time) {
-	return spread(fmt.Sprintf("s%d%s", time.Now().Unix(), peer), w.stormN, time.Now().Add(w.stormLead), w.stormSpan, w.uuidKeys)
+// stormKeys returns n keys, unique to the second and peer, and their
+// deadlines over -storm-span from -storm-lead ahead.
+func (w *timeoutdWorkload) stormKeys(peer string, n int) ([]string, []time.Time) {
+	return spread(fmt.Sprintf("s%d%s", time.Now().Unix(), peer), n, time.Now().Add(w.stormLead), w.stormSpan, w.uuidKeys)
 }
 
 // timeoutd measures the timeoutd peer; cpus are the containers whose CPU
@@ -206,11 +225,30 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 			return err
 		}
 	}
-	if !w.steps["storm"] {
+	if w.steps["storm"] {
+		sk, sd := w.stormKeys("t", w.stormN)
+		if _, err := b.Storm(ctx, sk, sd, w.stormGrace); err != nil {
+			return err
+		}
+	}
+	if w.steps["capacity"] {
+		err := w.capacity(ctx, rep, []any{"peer", "timeoutd"}, func(ctx context.Context, n int) (time.Duration, error) {
+			sk, sd := w.stormKeys(fmt.Sprintf("c%d", n), n)
+			res, err := b.Storm(ctx, sk, sd, w.stormGrace)
+			return res.Arrival.P99, err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if !w.steps["sustained"] {
 		return nil
 	}
-	sk, sd := w.stormKeys("t")
-	return b.Storm(ctx, sk, sd, w.stormGrace)
+	cfg := w.sustained
+	cfg.Prefix = fmt.Sprintf("o%d", time.Now().Unix())
+	cfg.Grace = w.stormGrace
+	cfg.Storm = func(i int) ([]string, []time.Time) { return w.stormKeys(fmt.Sprintf("u%d", i), w.sustainedStormN) }
+	return b.Sustained(ctx, cfg)
 }
 
 // river measures the River peer; cpus are the containers whose CPU time
@@ -243,7 +281,7 @@ func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *i
 			}
 		}
 	}
-	if !w.steps["storm"] {
+	if !w.steps["storm"] && !w.steps["capacity"] {
 		return nil
 	}
 	// One storm falling behind does not hide the others'.
@@ -253,12 +291,28 @@ func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *i
 		if err != nil {
 			return err
 		}
-		if err := b.Reset(ctx); err != nil {
-			return err
+		if w.steps["storm"] {
+			if err := b.Reset(ctx); err != nil {
+				return err
+			}
+			sk, sd := w.stormKeys(fmt.Sprintf("r%d", i), w.stormN)
+			if _, err := b.Storm(ctx, st, sk, sd, w.stormGrace); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		sk, sd := w.stormKeys(fmt.Sprintf("r%d", i))
-		if err := b.Storm(ctx, st, sk, sd, w.stormGrace); err != nil {
-			errs = append(errs, err)
+		if w.steps["capacity"] {
+			labels := []any{"peer", "river", "mode", string(st.Mode), "fetch_cooldown", st.FetchCooldown.String(), "fetch_poll_interval", st.FetchPollInterval.String()}
+			err := w.capacity(ctx, rep, labels, func(ctx context.Context, n int) (time.Duration, error) {
+				if err := b.Reset(ctx); err != nil {
+					return 0, err
+				}
+				sk, sd := w.stormKeys(fmt.Sprintf("r%dc%d", i, n), n)
+				lateness, err := b.Storm(ctx, st, sk, sd, w.stormGrace)
+				return lateness.P99, err
+			})
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -136,3 +137,8 @@ func LoadAvg() string {
 	}
 	return strings.Join(strings.Fields(string(b))[:3], ",")
 }
+
+// ErrIncomplete is wrapped by a storm whose events or jobs did not all
+// arrive within its grace: the peer fell behind the load, which is a
+// measurement (a capacity step stops there), not a failure of the harness.
+var ErrIncomplete = errors.New("harness: storm incomplete")

@@ -311,21 +311,22 @@ func (w *stormWorker) Work(_ context.Context, job *river.Job[TimeoutArgs]) error
 // runs a client with a no-op worker until every job ran, and prints the
 // lateness distribution (worker start minus scheduled_at) and the early
 // count. Jobs that have not run grace after the last deadline are reported
-// (complete=false, received=…) and returned as an error.
+// (complete=false, received=…) and returned as an error wrapping
+// harness.ErrIncomplete, with the lateness of those that ran.
 //
 // It also prints the CPU time of Config.CPUs and of this process, which
 // holds River's client and workers, per job: during InsertMany, and from
 // the first deadline until every job ran and was marked completed.
-func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []time.Time, grace time.Duration) error {
+func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []time.Time, grace time.Duration) (harness.Summary, error) {
 	w := &stormWorker{want: len(keys), done: make(chan struct{}), lateness: make([]time.Duration, 0, len(keys))}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
 	c, err := b.client(st, workers, map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: b.cfg.Workers}})
 	if err != nil {
-		return err
+		return harness.Summary{}, err
 	}
 	if err := c.Start(ctx); err != nil {
-		return fmt.Errorf("start river: %w", err)
+		return harness.Summary{}, fmt.Errorf("start river: %w", err)
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -335,22 +336,22 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 	cpus := append(slices.Clip(b.cfg.CPUs), harness.CPUSource{Name: "loadgen", Platform: true, Time: harness.ProcessCPU(os.Getpid())})
 	var cpu [4]harness.CPUSample // insert from, to; expiry from, to
 	if cpu[0], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("river storm: %w", err)
+		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
 	}
 	_, d, err := b.insert(ctx, c, keys, deadlines)
 	if err != nil {
-		return err
+		return harness.Summary{}, err
 	}
 	if cpu[1], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("river storm: %w", err)
+		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
 	}
 	lead := time.Until(deadlines[0])
 	if err := harness.SleepUntil(ctx, deadlines[0]); err != nil {
-		return err
+		return harness.Summary{}, err
 	}
 	expiryStart := time.Now()
 	if cpu[2], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("river storm: %w", err)
+		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
 	}
 	last := deadlines[len(deadlines)-1]
 	complete := true
@@ -359,7 +360,7 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 	case <-time.After(time.Until(last) + grace):
 		complete = false
 	case <-ctx.Done():
-		return ctx.Err()
+		return harness.Summary{}, ctx.Err()
 	}
 	// The expiry ends when the completer has marked every job completed
 	// (the index on state answers without a scan).
@@ -373,7 +374,7 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 	}
 	expiry := time.Since(expiryStart)
 	if cpu[3], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("river storm: %w", err)
+		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -388,7 +389,8 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 		"fetch_cooldown", st.FetchCooldown.String(), "fetch_poll_interval", st.FetchPollInterval.String(),
 		"n", len(keys), "due_per_sec", harness.PerSec(len(keys), span), "insert_seconds", d.Seconds(), "lead_after_insert_ms", lead,
 		"complete", complete, "received", len(w.lateness), "early", early}
-	kv = append(kv, harness.Summarize(w.lateness).KV("lateness_")...)
+	lateness := harness.Summarize(w.lateness)
+	kv = append(kv, lateness.KV("lateness_")...)
 	b.rep.Line("result", kv...)
 	kv = []any{"peer", "river", "workload", "storm", "mode", string(st.Mode), "measured", "cpu", "n", len(keys),
 		"insert_seconds", d.Seconds()}
@@ -397,7 +399,7 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 	kv = append(kv, cpus.PerUnit("expiry_us_per_job_", cpu[2], cpu[3], len(keys))...)
 	b.rep.Line("result", kv...)
 	if !complete {
-		return fmt.Errorf("river storm: %d of %d jobs ran within %s after the last deadline", len(w.lateness), len(keys), grace)
+		return lateness, fmt.Errorf("%w: river: %d of %d jobs ran within %s after the last deadline", harness.ErrIncomplete, len(w.lateness), len(keys), grace)
 	}
-	return nil
+	return lateness, nil
 }

@@ -14,6 +14,20 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
+// StormResult is what a storm measured, for a caller that steps or
+// repeats storms; Storm prints it too.
+type StormResult struct {
+	// Complete says every cancel event arrived within the grace.
+	Complete bool
+	// Received is the number of cancel events that arrived.
+	Received int
+	// Arrival is the lateness of the events' arrival at the independent
+	// consumer against their deadlines.
+	Arrival harness.Summary
+	// FiredAt is the lateness of timeoutd's own fired_at in the events.
+	FiredAt harness.Summary
+}
+
 // Storm subscribes an independent ordered JetStream consumer to the cancel
 // events, publishes one set command per key at deadlines (which lie in the
 // future), waits for every cancel event and prints two lateness
@@ -21,13 +35,14 @@ import (
 // (after JetStream stored it, so no earlier than its PubAck) and timeoutd's
 // own fired_at. Early counts must be 0. Events still missing grace after the
 // last deadline are reported (complete=false, received=…) with the
-// distribution of those that arrived, and as an error.
+// distribution of those that arrived, and as an error wrapping
+// harness.ErrIncomplete; the result is returned with it.
 //
 // It also prints the CPU time of timeoutd, of Config.CPUs and of the
 // harness's own process per command, from the first publish until timeoutd
 // holds them all, and per expiry, from the first deadline until every event
 // arrived and the outbox is empty.
-func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time, grace time.Duration) error {
+func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time, grace time.Duration) (StormResult, error) {
 	want := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
 		want[k] = struct{}{}
@@ -47,7 +62,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("expiry consumer: %w", err)
+		return StormResult{}, fmt.Errorf("expiry consumer: %w", err)
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		now := time.Now()
@@ -77,7 +92,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		}
 	}, jetstream.PullMaxMessages(4096))
 	if err != nil {
-		return fmt.Errorf("consume expiries: %w", err)
+		return StormResult{}, fmt.Errorf("consume expiries: %w", err)
 	}
 	defer cc.Stop()
 	// A core NATS subscriber sees each event when the relay publishes it,
@@ -97,11 +112,11 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		pubMu.Unlock()
 	})
 	if err != nil {
-		return fmt.Errorf("subscribe expiries: %w", err)
+		return StormResult{}, fmt.Errorf("subscribe expiries: %w", err)
 	}
 	defer sub.Unsubscribe()
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return fmt.Errorf("subscribe expiries: %w", err)
+		return StormResult{}, fmt.Errorf("subscribe expiries: %w", err)
 	}
 	// Sample the outbox while the storm runs.
 	var maxRows int64
@@ -127,21 +142,21 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 
 	acks0, err := b.pubAckHistogram(ctx)
 	if err != nil {
-		return err
+		return StormResult{}, err
 	}
 	s0, err := b.Stats(ctx)
 	if err != nil {
-		return err
+		return StormResult{}, err
 	}
 	cpus := append(harness.CPUs{{Name: "timeoutd", Platform: true, Time: harness.ProcessCPU(b.proc.PID())}}, b.cfg.CPUs...)
 	cpus = append(cpus, harness.CPUSource{Name: "harness", Time: harness.ProcessCPU(os.Getpid())})
 	var cpu [4]harness.CPUSample // ingest from, to; expiry from, to
 	if cpu[0], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("storm: %w", err)
+		return StormResult{}, fmt.Errorf("storm: %w", err)
 	}
 	start := time.Now()
 	if err := b.publish(ctx, func(i int) events.Command { return setCommand(keys[i], 1, deadlines[i]) }, len(keys)); err != nil {
-		return err
+		return StormResult{}, err
 	}
 	ingested := time.Since(start)
 	lead := time.Until(deadlines[0])
@@ -153,14 +168,14 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	}) == nil
 	ingest := time.Since(start)
 	if cpu[1], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("storm: %w", err)
+		return StormResult{}, fmt.Errorf("storm: %w", err)
 	}
 	if err := harness.SleepUntil(ctx, deadlines[0]); err != nil {
-		return err
+		return StormResult{}, err
 	}
 	expiryStart := time.Now()
 	if cpu[2], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("storm: %w", err)
+		return StormResult{}, fmt.Errorf("storm: %w", err)
 	}
 	last := deadlines[len(deadlines)-1]
 	complete := true
@@ -169,7 +184,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	case <-time.After(time.Until(last) + grace):
 		complete = false
 	case <-ctx.Done():
-		return ctx.Err()
+		return StormResult{}, ctx.Err()
 	}
 	stopSampling()
 	// The expiry ends when every event arrived and timeoutd's outbox is
@@ -183,7 +198,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	}
 	expiry := time.Since(expiryStart)
 	if cpu[3], err = cpus.Sample(); err != nil {
-		return fmt.Errorf("storm: %w", err)
+		return StormResult{}, fmt.Errorf("storm: %w", err)
 	}
 	// timeoutd observes an event's PubAck lateness once its outbox row is
 	// deleted, a little after the consumer saw it.
@@ -202,7 +217,8 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	kv := []any{"peer", "timeoutd", "workload", "storm", "measured", "arrival_at_consumer", "n", len(keys),
 		"due_per_sec", harness.PerSec(len(keys), span), "publish_acked_seconds", ingested.Seconds(),
 		"lead_after_publish_ms", lead, "complete", complete, "received", len(arrival), "early", early, "early_fired_at", earlyDec, "duplicates", dupes, "undecodable", bad}
-	kv = append(kv, harness.Summarize(arrival).KV("lateness_")...)
+	res := StormResult{Complete: complete, Received: len(arrival), Arrival: harness.Summarize(arrival), FiredAt: harness.Summarize(fired)}
+	kv = append(kv, res.Arrival.KV("lateness_")...)
 	kv = append(kv, "outbox_max_rows", maxRows, "outbox_max_oldest_age_ms", maxAge)
 	b.rep.Line("result", kv...)
 	// CPU per command while ingesting, per expiry while firing; total is
@@ -225,7 +241,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	for _, le := range [][2]string{{"0.005", "5ms"}, {"0.02", "20ms"}, {"0.1", "100ms"}} {
 		sh, err := acks.share(le[0])
 		if err != nil {
-			return err
+			return res, err
 		}
 		kv = append(kv, "share_le_"+le[1], sh)
 	}
@@ -234,10 +250,10 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	}
 	b.rep.Line("result", kv...)
 	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "fired_at_in_event", "n", len(keys)}
-	kv = append(kv, harness.Summarize(fired).KV("lateness_")...)
+	kv = append(kv, res.FiredAt.KV("lateness_")...)
 	b.rep.Line("result", kv...)
 	if !complete {
-		return fmt.Errorf("storm: %d of %d cancel events arrived within %s after the last deadline", len(arrival), len(keys), grace)
+		return res, fmt.Errorf("%w: %d of %d cancel events arrived within %s after the last deadline", harness.ErrIncomplete, len(arrival), len(keys), grace)
 	}
-	return nil
+	return res, nil
 }

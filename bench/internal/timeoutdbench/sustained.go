@@ -1,0 +1,290 @@
+package timeoutdbench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+)
+
+// Defaults of SustainedConfig.
+const (
+	// SustainedLiveDefault is the number of live orders the churn works on.
+	SustainedLiveDefault = 100_000
+	// SustainedDeadlineDefault is how far ahead the churn sets deadlines:
+	// well beyond the time it takes to visit every live order again at the
+	// rates used, so that the churn itself fires nothing.
+	SustainedDeadlineDefault = 10 * time.Minute
+	// SustainedIntervalDefault is the time between two samples.
+	SustainedIntervalDefault = time.Minute
+)
+
+// SustainedConfig configures Bench.Sustained.
+type SustainedConfig struct {
+	// Duration of the run; required.
+	Duration time.Duration
+	// Rate is the churn's commands a second; required.
+	Rate int
+	// Live is the number of live orders of the churn; defaults to
+	// SustainedLiveDefault.
+	Live int
+	// Deadline is how far ahead the churn's sets are due; defaults to
+	// SustainedDeadlineDefault. A live order is visited every Live × 1.5 /
+	// Rate seconds: that must stay below Deadline.
+	Deadline time.Duration
+	// StormEvery is the time between two storms' starts, the first at the
+	// start of the run; required.
+	StormEvery time.Duration
+	// Storm returns storm i's keys and deadlines, which lie in the future;
+	// required.
+	Storm func(i int) ([]string, []time.Time)
+	// Grace of each storm (see Storm); required.
+	Grace time.Duration
+	// Interval is the time between two samples; defaults to
+	// SustainedIntervalDefault.
+	Interval time.Duration
+	// Prefix of the churn's keys; required.
+	Prefix string
+}
+
+// Sustained seeds the churn's live orders, then for Duration keeps the
+// churn running, runs a storm every StormEvery (the first at once) and
+// samples every Interval. Per storm it prints Storm's lines and one
+// "measured=storm" line with the time of its first deadline since the
+// start (t_s) and the p50/p99 lateness of the arrival at the consumer and
+// of fired_at. Per interval it prints "measured=interval": the commands
+// and expiries timeoutd counted and the CPU time of timeoutd, of
+// Config.CPUs and of the harness per unit (commands + expiries; in an
+// interval without a storm every unit is a churn command); and, at the start
+// and after each interval, "measured=pg" per table of timeoutd's database
+// (partitions summed into their parent: size with indexes and TOAST, index
+// size, live and dead tuples, vacuums) and "measured=stream" per stream
+// (messages, bytes, interior deletes).
+func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
+	cfg.Live = cmp.Or(cfg.Live, SustainedLiveDefault)
+	cfg.Deadline = cmp.Or(cfg.Deadline, SustainedDeadlineDefault)
+	cfg.Interval = cmp.Or(cfg.Interval, SustainedIntervalDefault)
+	switch {
+	case cfg.Duration <= 0 || cfg.Rate <= 0:
+		return errors.New("timeoutdbench: sustained: Duration and Rate must be positive")
+	case cfg.StormEvery <= 0:
+		return errors.New("timeoutdbench: sustained: StormEvery must be positive")
+	case cfg.Storm == nil || cfg.Grace <= 0 || cfg.Prefix == "":
+		return errors.New("timeoutdbench: sustained: Storm, Grace and Prefix are required")
+	}
+	if visit := time.Duration(float64(cfg.Live) * 1.5 / float64(cfg.Rate) * float64(time.Second)); visit >= cfg.Deadline {
+		return fmt.Errorf("timeoutdbench: sustained: a live order is visited every %s, not within its Deadline %s: raise the rate or the deadline, or lower live", visit, cfg.Deadline)
+	}
+	churn, err := b.NewChurn(cfg.Prefix, cfg.Live, cfg.Rate, cfg.Deadline)
+	if err != nil {
+		return err
+	}
+	defer churn.Close()
+	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect timeoutd database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := b.Live(ctx, "sustained_seed", cfg.Live, int64(cfg.Live), churn.Seed(time.Now())); err != nil {
+		return err
+	}
+	b.rep.Line("workload", "name", "sustained", "duration_s", cfg.Duration.Seconds(), "churn_per_sec", cfg.Rate, "live", cfg.Live,
+		"churn_deadline_s", cfg.Deadline.Seconds(), "storm_every_s", cfg.StormEvery.Seconds(), "interval_s", cfg.Interval.Seconds())
+	cpus := append(harness.CPUs{{Name: "timeoutd", Platform: true, Time: harness.ProcessCPU(b.proc.PID())}}, b.cfg.CPUs...)
+	cpus = append(cpus, harness.CPUSource{Name: "harness", Time: harness.ProcessCPU(os.Getpid())})
+	start := time.Now()
+	s := &sampler{b: b, conn: conn, cpus: cpus, churn: churn, start: start}
+	if err := s.record(ctx); err != nil {
+		return err
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		bgErrs []error
+	)
+	background := func(f func(context.Context) error) {
+		wg.Go(func() {
+			if err := f(runCtx); err != nil {
+				mu.Lock()
+				bgErrs = append(bgErrs, err)
+				mu.Unlock()
+				stop()
+			}
+		})
+	}
+	background(churn.Run)
+	background(func(ctx context.Context) error {
+		t := time.NewTicker(cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if err := s.record(ctx); err != nil && ctx.Err() == nil {
+				return err
+			}
+		}
+	})
+	err = b.storms(runCtx, cfg, start)
+	if err == nil {
+		err = harness.SleepUntil(runCtx, start.Add(cfg.Duration))
+	}
+	stop()
+	wg.Wait()
+	if len(bgErrs) > 0 {
+		return errors.Join(bgErrs...)
+	}
+	if err != nil {
+		return err
+	}
+	// The last, partial interval, so the churn's last commands are counted.
+	return s.record(ctx)
+}
+
+// storms runs cfg's storms, the first at start, until the next would start
+// after the run's end.
+func (b *Bench) storms(ctx context.Context, cfg SustainedConfig, start time.Time) error {
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * cfg.StormEvery)
+		if at.Sub(start) >= cfg.Duration {
+			return nil
+		}
+		if err := harness.SleepUntil(ctx, at); err != nil {
+			return err
+		}
+		keys, deadlines := cfg.Storm(i)
+		res, err := b.Storm(ctx, keys, deadlines, cfg.Grace)
+		if err != nil && !errors.Is(err, harness.ErrIncomplete) {
+			return err
+		}
+		b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "storm", "storm", i,
+			"t_s", deadlines[0].Sub(start).Seconds(), "n", len(keys), "complete", res.Complete, "received", res.Received,
+			"arrival_p50_ms", res.Arrival.P50, "arrival_p99_ms", res.Arrival.P99,
+			"fired_p50_ms", res.FiredAt.P50, "fired_p99_ms", res.FiredAt.P99)
+	}
+}
+
+// sampler prints the interval, table and stream lines of Sustained.
+type sampler struct {
+	b     *Bench
+	conn  *pgx.Conn
+	cpus  harness.CPUs
+	churn *Churn
+	start time.Time
+	// The previous sample; prev.at is zero before the first.
+	prev struct {
+		at    time.Time
+		cpu   harness.CPUSample
+		stats api.Stats
+		churn int64
+	}
+}
+
+// record samples, prints the interval since the previous sample (if any),
+// then the tables and streams.
+func (s *sampler) record(ctx context.Context) error {
+	cpu, err := s.cpus.Sample()
+	if err != nil {
+		return fmt.Errorf("sample: %w", err)
+	}
+	now := time.Now()
+	st, err := s.b.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("sample: %w", err)
+	}
+	churn, failed := s.churn.Published()
+	t := now.Sub(s.start).Seconds()
+	if !s.prev.at.IsZero() {
+		cur, old := st.Totals, s.prev.stats.Totals
+		commands := (cur.Scheduled - old.Scheduled) + (cur.Cleared - old.Cleared)
+		expiries := (cur.Fired - old.Fired) + (cur.Missed - old.Missed)
+		kv := []any{"peer", "timeoutd", "workload", "sustained", "measured", "interval", "t_s", t,
+			"seconds", now.Sub(s.prev.at).Seconds(), "churn_published", churn - s.prev.churn, "churn_failed_total", failed,
+			"commands", commands, "expiries", expiries, "pending", st.Pending}
+		kv = append(kv, s.cpus.PerUnit("us_per_unit_", s.prev.cpu, cpu, int(commands+expiries))...)
+		s.b.rep.Line("result", kv...)
+	}
+	s.prev.at, s.prev.cpu, s.prev.stats, s.prev.churn = now, cpu, st, churn
+	if err := s.tables(ctx, t); err != nil {
+		return err
+	}
+	if err := s.streams(ctx, t); err != nil {
+		return err
+	}
+	m, err := harness.ReadMemory(s.b.proc.PID())
+	if err != nil {
+		return err
+	}
+	s.b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "rss", "t_s", t, "rss_mb", float64(m.RSSBytes)/(1<<20))
+	return nil
+}
+
+// tables prints each table's size and tuples, partitions summed into their
+// parent.
+func (s *sampler) tables(ctx context.Context, t float64) error {
+	rows, err := s.conn.Query(ctx, `SELECT coalesce(p.relname, c.relname), count(*),
+			sum(pg_total_relation_size(c.oid))::bigint, sum(pg_indexes_size(c.oid))::bigint,
+			sum(st.n_live_tup)::bigint, sum(st.n_dead_tup)::bigint, sum(st.n_mod_since_analyze)::bigint,
+			sum(st.vacuum_count + st.autovacuum_count)::bigint, sum(st.analyze_count + st.autoanalyze_count)::bigint
+		FROM pg_stat_user_tables st JOIN pg_class c ON c.oid = st.relid
+		LEFT JOIN pg_inherits i ON i.inhrelid = c.oid LEFT JOIN pg_class p ON p.oid = i.inhparent
+		GROUP BY 1 ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("table stats: %w", err)
+	}
+	type table struct {
+		name                                           string
+		parts                                          int64
+		total, index, live, dead, modified, vac, analy int64
+	}
+	var tables []table
+	for rows.Next() {
+		var tb table
+		if err := rows.Scan(&tb.name, &tb.parts, &tb.total, &tb.index, &tb.live, &tb.dead, &tb.modified, &tb.vac, &tb.analy); err != nil {
+			return fmt.Errorf("scan table stats: %w", err)
+		}
+		tables = append(tables, tb)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("table stats: %w", err)
+	}
+	for _, tb := range tables {
+		s.b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "pg", "t_s", t, "table", tb.name,
+			"partitions", tb.parts, "total_bytes", tb.total, "index_bytes", tb.index, "live_tup", tb.live, "dead_tup", tb.dead,
+			"mod_since_analyze", tb.modified, "vacuums", tb.vac, "analyzes", tb.analy)
+	}
+	return nil
+}
+
+// streams prints the state of the command and expiry streams.
+func (s *sampler) streams(ctx context.Context, t float64) error {
+	for _, name := range []string{events.StreamCommands, events.StreamExpiries} {
+		str, err := s.b.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		info, err := str.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		st := info.State
+		s.b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "stream", "t_s", t, "stream", name,
+			"messages", st.Msgs, "bytes", st.Bytes, "num_deleted", st.NumDeleted, "first_seq", st.FirstSeq, "last_seq", st.LastSeq,
+			"consumers", st.Consumers)
+	}
+	return nil
+}
