@@ -177,23 +177,23 @@ func (s *Store) inTx(ctx context.Context, queue func(*pgx.Batch)) error {
 }
 
 // dueSQL reads the rows of due ($1 keys, $2 versions) still pending at
-// their version, with what their expiry events carry.
+// their version, with what their expiry events carry: one primary-key
+// lookup per key. The lookup is a LATERAL subquery with LIMIT 1 (the key is
+// unique, so the limit changes no result) so that no plan can turn the
+// batch into a join against every pending row: written as a plain join, a
+// batch of 1,000 keys on a table of 200k pending rows was planned as a hash
+// join over a scan of them all, 72 ms against 2 ms of lookups.
 const dueSQL = `
-SELECT t.key, t.version, t.deadline_ns, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload FROM timeouts t
-JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
-WHERE t.state = 0`
+SELECT t.key, t.version, t.deadline_ns, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload
+FROM unnest($1::bytea[], $2::int8[]) AS d(key, version)
+CROSS JOIN LATERAL (SELECT * FROM timeouts t
+	WHERE t.key = d.key AND t.version = d.version AND t.state = 0 LIMIT 1) t`
 
 // DueRows implements timeoutd.Store with one read, no transaction: the
 // fire path publishes the events first and marks the rows with MarkFired.
-// Like MarkFired it is planned for its own keys every time: a generic plan
-// made while the table had no statistics (autoanalyze had not run in a
-// whole storm) scanned every pending row of each partition per batch, 5.3 s
-// for 200 keys where the custom plan takes 0.1 ms (bench/results/session4/
-// fire-plan-base.txt, measured on the fire statement before issue 15).
 func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Timeout, error) {
 	keys, versions := dueArrays(due)
-	// Planned for each call's keys, not from a cached generic plan.
-	rows, err := s.pool.Query(ctx, dueSQL, pgx.QueryExecModeExec, keys, versions)
+	rows, err := s.pool.Query(ctx, dueSQL, keys, versions)
 	if err != nil {
 		return nil, fmt.Errorf("read due timeouts: %w", err)
 	}
@@ -204,35 +204,47 @@ func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Tim
 	return out, nil
 }
 
-// dueArrays returns the stored keys and the versions of due.
+// dueArrays returns the stored keys and the versions of due, in the order
+// of the stored keys.
 func dueArrays(due []timeoutd.Due) ([][]byte, []int64) {
 	keys, versions := make([][]byte, len(due)), make([]int64, len(due))
 	for i, d := range due {
 		keys[i], versions[i] = encodeKey(d.Key), d.Version
 	}
-	return keys, versions
+	order := make([]int, len(due))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	sortedKeys, sortedVersions := make([][]byte, len(due)), make([]int64, len(due))
+	for i, j := range order {
+		sortedKeys[i], sortedVersions[i] = keys[j], versions[j]
+	}
+	return sortedKeys, sortedVersions
 }
 
-// markFiredSQL locks the rows of $1/$2 still pending at their version, of
-// the partitions the fence grants (locked by fenceSQL in the same
-// transaction), in key order (the order Apply's upsert takes them in, so
-// the two cannot deadlock), then marks them fired at $3.
+// markFiredSQL locks the rows of $1/$2 (in stored key order) still pending
+// at their version, of the partitions the fence grants (locked by fenceSQL
+// in the same transaction), one primary-key lookup each (a LATERAL LIMIT 1,
+// as in dueSQL) in the order of the arrays, which is the order Apply's
+// upsert takes rows in, so the two cannot deadlock; then it marks them
+// fired at $3, found again by their tuple ids. Written as a join, a batch of
+// 1,000 keys was planned as a hash join over every pending row: 166 ms
+// against 2 ms.
 const markFiredSQL = `
-WITH locked AS (
-	SELECT t.key FROM timeouts t
-	JOIN unnest($1::bytea[], $2::int8[]) AS d(key, version) ON t.key = d.key AND t.version = d.version
-	WHERE t.state = 0 AND t.part IN (SELECT l.part FROM timeout_leases l
-		JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-		WHERE l.owner = $6 AND l.expires_at > now())
-	ORDER BY t.key
-	FOR UPDATE OF t)
-UPDATE timeouts t SET state = 2, deadline_ns = $3
-FROM locked
-WHERE t.key = locked.key AND t.state = 0`
+UPDATE timeouts SET state = 2, deadline_ns = $3
+WHERE ctid = ANY (ARRAY(
+	SELECT t.ctid FROM unnest($1::bytea[], $2::int8[]) AS d(key, version)
+	CROSS JOIN LATERAL (SELECT t.ctid FROM timeouts t
+		WHERE t.key = d.key AND t.version = d.version AND t.state = 0
+			AND t.part = ANY (ARRAY(SELECT l.part FROM timeout_leases l
+				JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+				WHERE l.owner = $6 AND l.expires_at > now()))
+		LIMIT 1 FOR UPDATE) t))
+AND state = 0`
 
-// MarkFired implements timeoutd.Store: BEGIN, a custom plan for each call
-// (see DueRows), the fence, the update and COMMIT pipelined in one round
-// trip. The commit waits for the WAL flush
+// MarkFired implements timeoutd.Store: BEGIN, the fence, the update and
+// COMMIT pipelined in one round trip. The commit waits for the WAL flush
 // (synchronous_commit stays on): a mark lost with a crash of Postgres would
 // leave a row pending that the running process has already taken out of
 // its schedule, to be fired again only by the next owner, maybe past its
@@ -247,7 +259,6 @@ func (s *Store) MarkFired(ctx context.Context, fence timeoutd.Fence, due []timeo
 	fp, fe := fenceArrays(fence)
 	var granted []int16
 	err := s.inTx(ctx, func(b *pgx.Batch) {
-		b.Queue("SET LOCAL plan_cache_mode TO force_custom_plan")
 		queueFence(b, fp, fe, fence.Owner, &granted)
 		b.Queue(markFiredSQL, keys, versions, firedAt.UnixNano(), fp, fe, fence.Owner)
 	})
