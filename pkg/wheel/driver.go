@@ -16,7 +16,21 @@ func (w *Wheel[T]) drive() {
 	timer := w.clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var cut []Expired[T] // one shard's cut, before it joins the outbox
+	// The driver cuts into cur, a chunk of its own, and hands it over after
+	// each shard and whenever it is full, so a pile is handed over as it is
+	// cut, in chunks of BatchMax, without growing a buffer by copying.
+	cur := &chunk[T]{owed: make([]int, len(w.shards))}
+	shard := 0
+	c := cutter[T]{max: BatchMax, origin: w.origin}
+	c.flush = func(full []Expired[T]) []Expired[T] {
+		cur.exp = full
+		cur.owed[shard] += len(full)
+		cur = w.handOff(cur)
+		if cap(cur.exp) < BatchMax { // a pile is being cut: no growth
+			cur.exp = make([]Expired[T], 0, BatchMax)
+		}
+		return cur.exp
+	}
 	for {
 		w.wakeups.Add(1)
 		// From here until nextWake is stored below, every Schedule pokes
@@ -26,29 +40,19 @@ func (w *Wheel[T]) drive() {
 		now := w.clock.Now()
 		nowNs := max(0, int64(now.Sub(w.origin)))
 		target := nowNs / w.tick
+		c.fired = now
 		// First cut what is due from every shard, handing each shard's
 		// timers to the delivery goroutine as soon as they are cut...
 		for i := range w.shards {
 			s := &w.shards[i]
+			shard, c.buf = i, cur.exp
 			s.mu.Lock()
-			cut = s.t.advance(target, nowNs, cut[:0], now, w.origin)
-			n := len(cut)
-			if n > 0 {
-				// Cut into the driver's own buffer and copied here, so
-				// the delivery goroutine waits on outMu for a copy only.
-				w.outMu.Lock()
-				w.out = append(w.out, cut...)
-				w.outOwed[i] += n
-				w.outMu.Unlock()
-			}
+			s.t.advance(target, nowNs, &c)
 			s.mu.Unlock()
-			if n > 0 {
-				clear(cut) // drop the values' references
-				w.expired.Add(uint64(n))
-				select {
-				case w.outReady <- struct{}{}:
-				default:
-				}
+			if n := len(c.buf); n > 0 {
+				cur.exp = c.buf
+				cur.owed[i] += n
+				cur = w.handOff(cur)
 			}
 		}
 		// ...then, off the critical path, prepare the next tick (cascade,
@@ -106,46 +110,90 @@ const cascadeChunk = 4096
 // sinceOrigin returns the clock's reading in nanoseconds since the origin.
 func (w *Wheel[T]) sinceOrigin() int64 { return int64(w.clock.Now().Sub(w.origin)) }
 
-// deliver is the delivery goroutine: it takes everything the driver cut
-// since the last call (so a slow consumer gets fewer, larger batches while
-// the driver keeps cutting), uncharges it from the shards (an atomic add,
-// no shard lock), and calls
-// onExpire with it. Two buffers alternate, so steady state allocates
-// nothing; a buffer much larger than its last use is dropped for the GC.
+// handOff queues the driver's chunk c for onExpire and returns the chunk to
+// cut into next. If the last queued chunk has not been taken yet and c fits
+// into it, c is appended to it instead (a copy of at most BatchMax timers),
+// so a slow consumer gets fewer, larger batches, up to BatchMax each.
+func (w *Wheel[T]) handOff(c *chunk[T]) *chunk[T] {
+	n := len(c.exp)
+	next := c
+	w.outMu.Lock()
+	if k := len(w.out); k > w.outHead && len(w.out[k-1].exp)+n <= BatchMax {
+		tail := w.out[k-1]
+		tail.exp = append(tail.exp, c.exp...)
+		for i, o := range c.owed {
+			tail.owed[i] += o
+		}
+		clear(c.exp)
+		c.exp = c.exp[:0]
+		clear(c.owed)
+	} else {
+		w.out = append(w.out, c)
+		if k := len(w.spare); k > 0 {
+			next, w.spare = w.spare[k-1], w.spare[:k-1]
+		} else {
+			next = &chunk[T]{owed: make([]int, len(w.shards))}
+		}
+	}
+	w.outMu.Unlock()
+	w.expired.Add(uint64(n))
+	select {
+	case w.outReady <- struct{}{}:
+	default:
+	}
+	return next
+}
+
+// deliver is the delivery goroutine: it takes the queued chunks one at a
+// time, oldest first (under a slow consumer they are full or were merged by
+// handOff, so batches grow up to BatchMax while the driver keeps cutting),
+// uncharges each from the shards (an atomic add, no shard lock), and calls
+// onExpire with it. Chunks come back for reuse, so steady state allocates
+// nothing; those a pile needed beyond spareMax are left to the GC.
 func (w *Wheel[T]) deliver() {
-	var spare []Expired[T]
-	owed := make([]int, len(w.shards))
+	var done *chunk[T] // the chunk last handed to onExpire, to recycle
 	for {
 		select {
 		case <-w.outReady:
 		case <-w.stop:
 			return
 		}
-		w.outMu.Lock()
-		if w.outDone {
-			w.outMu.Unlock()
-			return
-		}
-		batch := w.out
-		w.out = spare[:0]
-		copy(owed, w.outOwed)
-		clear(w.outOwed)
-		w.outMu.Unlock()
-		if len(batch) == 0 {
-			spare = batch
-			continue
-		}
-		for i, n := range owed {
-			if n != 0 {
-				w.shards[i].handed.Add(int64(n))
+		for {
+			w.outMu.Lock()
+			if done != nil && len(w.spare) < spareMax && !w.outDone {
+				w.spare = append(w.spare, done)
 			}
-		}
-		w.batches.Add(1)
-		w.onExpire(batch)
-		clear(batch)
-		spare = batch[:0]
-		if cap(batch) > 4096 && len(batch) < cap(batch)/4 {
-			spare = nil
+			done = nil
+			if w.outDone || w.outHead == len(w.out) {
+				stopped := w.outDone
+				w.outMu.Unlock()
+				if stopped {
+					return
+				}
+				break
+			}
+			c := w.out[w.outHead]
+			w.out[w.outHead] = nil
+			if w.outHead++; w.outHead == len(w.out) {
+				w.out, w.outHead = w.out[:0], 0
+			}
+			w.outMu.Unlock()
+			for i, n := range c.owed {
+				if n != 0 {
+					w.shards[i].handed.Add(int64(n))
+					c.owed[i] = 0
+				}
+			}
+			w.batches.Add(1)
+			w.onExpire(c.exp)
+			clear(c.exp) // drop the values' references
+			c.exp = c.exp[:0]
+			done = c
+			select {
+			case <-w.stop:
+				return // Stop reports what is still queued
+			default:
+			}
 		}
 	}
 }

@@ -114,8 +114,18 @@ func (c *checker) advance(nowNs int64) {
 			due = math.MaxInt64
 		}
 	}
-	fired := origin.Add(time.Duration(c.nowNs))
-	c.out = c.t.advance(target, c.nowNs, c.out[:0], fired, origin)
+	// Chunks of 1 to 3 timers, so that the cut is flushed mid-slot often.
+	c.out = c.out[:0]
+	cut := cutter[int]{max: 1 + int(c.nowNs%3), fired: origin.Add(time.Duration(c.nowNs)), origin: origin}
+	cut.flush = func(full []Expired[int]) []Expired[int] {
+		if len(full) != cut.max {
+			c.tb.Fatalf("flushed %d timers, want %d", len(full), cut.max)
+		}
+		c.out = append(c.out, full...)
+		return full[:0]
+	}
+	c.t.advance(target, c.nowNs, &cut)
+	c.out = append(c.out, cut.buf...)
 	var want []int
 	for c.m.Len() > 0 && c.m.items[0].when <= due {
 		want = append(want, heap.Pop(&c.m).(*modelTimer).id)

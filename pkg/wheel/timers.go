@@ -288,16 +288,36 @@ func (t *timers[T]) nextAt() (int64, bool) {
 	return n * t.tick, true
 }
 
+// cutter collects the timers advance cuts, in chunks of at most max: when
+// buf holds max timers, flush hands buf over and returns an empty buffer, so
+// a pile due at once is handed over as it is cut, never gathered into one
+// buffer that grows by copying. fired is stamped on each timer; origin
+// converts deadlines back to times.
+type cutter[T any] struct {
+	buf    []Expired[T]
+	max    int
+	flush  func(full []Expired[T]) []Expired[T]
+	fired  time.Time
+	origin time.Time
+}
+
+// add appends the timer (v, when) to buf, flushing it first when full.
+func (c *cutter[T]) add(v T, when int64) {
+	if len(c.buf) >= c.max {
+		c.buf = c.flush(c.buf)
+	}
+	c.buf = append(c.buf, Expired[T]{Value: v, Deadline: c.origin.Add(time.Duration(when)), Fired: c.fired})
+}
+
 // advance processes every tick up to target, and the sub-slots of the
 // prepared tick up to nowNs (nanoseconds since the origin, within tick
-// target or later), and appends the timers due by then to out, freeing their
+// target or later), and adds the timers due by then to c, freeing their
 // entries. A level-0 slot or sub-slot holds timers of one tick, so it fires
 // without looking at their deadlines; a slot of a coarser level whose range
-// has begun cascades toward finer levels first. fired is stamped on each,
-// origin converts deadlines back to times.
-func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin time.Time) []Expired[T] {
+// has begun cascades toward finer levels first.
+func (t *timers[T]) advance(target, nowNs int64, c *cutter[T]) {
 	for {
-		out = t.fire(dueSlot, out, fired, origin)
+		t.fire(dueSlot, c)
 		if t.sub {
 			// Every timer due at subTick is in the sub-level and every
 			// other one is due later: fire the sub-slots whose time has
@@ -308,10 +328,10 @@ func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin
 					break
 				}
 				t.occupied[subLevel] &^= 1 << j
-				out = t.fire(subLevel*levelSlots+j, out, fired, origin)
+				t.fire(subLevel*levelSlots+j, c)
 			}
 			if target < t.subTick {
-				return out
+				return
 			}
 			t.sub, t.now = false, t.subTick
 			t.cascadeSome(math.MaxInt)
@@ -324,7 +344,7 @@ func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin
 				// ref is also the layout against target.
 				t.now, t.ref = target, target
 			}
-			return out
+			return
 		}
 		lvl, d := t.lowest()
 		if lvl > 0 {
@@ -332,7 +352,7 @@ func (t *timers[T]) advance(target, nowNs int64, out []Expired[T], fired, origin
 			continue
 		}
 		t.occupied[0] &^= 1 << d
-		out = t.fire(d, out, fired, origin)
+		t.fire(d, c)
 		t.now, t.ref = n, n
 	}
 }
@@ -422,17 +442,16 @@ func (t *timers[T]) cascadeSome(k int) bool {
 	return t.pend == 0
 }
 
-// fire appends the timers of slot s to out and frees their entries.
-func (t *timers[T]) fire(s int, out []Expired[T], fired, origin time.Time) []Expired[T] {
+// fire adds the timers of slot s to c and frees their entries.
+func (t *timers[T]) fire(s int, c *cutter[T]) {
 	for i := t.heads[s]; i != 0; {
 		e := t.at(i)
 		nx := e.next
-		out = append(out, Expired[T]{Value: e.value, Deadline: origin.Add(time.Duration(e.when)), Fired: fired})
+		c.add(e.value, e.when)
 		t.release(i, e)
 		i = nx
 	}
 	t.heads[s] = 0
-	return out
 }
 
 // drain appends every timer still in the wheel to out and empties the wheel,

@@ -15,6 +15,16 @@ import (
 // its deadline when the consumer keeps up.
 const TickDefault = time.Millisecond
 
+// BatchMax is the most timers handed to onExpire in one call. The driver
+// cuts expired timers into chunks of BatchMax and hands each chunk over as
+// soon as it is full, so the first timers of a large pile due at once reach
+// onExpire while the rest are still being cut.
+const BatchMax = 4096
+
+// spareMax is how many chunks onExpire is done with the wheel keeps for
+// reuse; the ones a pile needed beyond it are left to the GC.
+const spareMax = 4
+
 // MaxShards bounds Config.Shards; the shard number lives in the low
 // shardBits bits of a Handle.
 const MaxShards = 1 << shardBits
@@ -126,12 +136,20 @@ type Wheel[T any] struct {
 
 	onExpire func([]Expired[T])
 	outMu    sync.Mutex
-	out      []Expired[T] // cut and not yet handed to onExpire
-	outOwed  []int        // per shard: len(out) entries still charged to it
-	outDone  bool         // Stop took the outbox
+	out      []*chunk[T] // cut and not yet handed to onExpire, from outHead on
+	outHead  int
+	spare    []*chunk[T] // chunks onExpire is done with, for reuse
+	outDone  bool        // Stop took the outbox
 	outReady chan struct{}
 
 	wakeups, expired, batches atomic.Uint64
+}
+
+// chunk is one batch for onExpire: at most BatchMax timers, and how many of
+// them are still charged to each shard.
+type chunk[T any] struct {
+	exp  []Expired[T]
+	owed []int // per shard
 }
 
 // shard is one independently locked part of the wheel, padded so that two
@@ -199,7 +217,6 @@ func New[T any](cfg Config, onExpire func(batch []Expired[T])) (*Wheel[T], error
 		stopped:  make(chan struct{}),
 		driven:   make(chan struct{}),
 		onExpire: onExpire,
-		outOwed:  make([]int, cfg.Shards),
 		outReady: make(chan struct{}, 1),
 	}
 	for i := range w.shards {
@@ -389,10 +406,12 @@ func (w *Wheel[T]) Stop() []Pending[T] {
 	<-w.driven
 	var out []Pending[T]
 	w.outMu.Lock()
-	for _, e := range w.out {
-		out = append(out, Pending[T]{Value: e.Value, Deadline: e.Deadline})
+	for _, c := range w.out[w.outHead:] {
+		for _, e := range c.exp {
+			out = append(out, Pending[T]{Value: e.Value, Deadline: e.Deadline})
+		}
 	}
-	w.out, w.outDone = nil, true
+	w.out, w.spare, w.outDone = nil, nil, true
 	w.outMu.Unlock()
 	for i := range w.shards {
 		s := &w.shards[i]

@@ -474,3 +474,137 @@ func TestDefaultPrecision(t *testing.T) {
 		})
 	}
 }
+
+// TestPileDeliveredWholeNeverEarly schedules a pile of timers on one
+// deadline, several chunks' worth from several goroutines, and checks that
+// onExpire receives every one exactly once, in calls of at most BatchMax,
+// none before the deadline by the clock, and that Len falls to 0; with a
+// consumer that keeps up, and with one that holds its first call until the
+// whole pile is cut (so the rest waits queued). How fast a pile is delivered
+// is the benchmarks' business (BenchmarkPile, wheelbench pile).
+func TestPileDeliveredWholeNeverEarly(t *testing.T) {
+	t.Parallel()
+	const n = 5*BatchMax + 123
+	ms := time.Millisecond
+	tests := []struct {
+		name string
+		cfg  Config
+		at   time.Duration // the deadline, after the clock's start
+		fire []fireStep    // clock steps: nothing before the deadline's tick or sub-slot ends
+		slow bool
+	}{
+		{"1ms tick", Config{}, 10*ms + ms/3, []fireStep{{10 * ms, 0}, {ms/3 - 1, 0}, {1, 0}, {ms, n}}, false},
+		{"1ms tick, slow consumer", Config{}, 10*ms + ms/3, []fireStep{{10 * ms, 0}, {ms/3 - 1, 0}, {1, 0}, {ms, n}}, true},
+		{"10ms tick, 1ms sub-slots", Config{Tick: 10 * ms}, 12*ms + ms/2, []fireStep{{12 * ms, 0}, {ms/2 - 1, 0}, {1, 0}, {ms / 2, n}}, false},
+		{"10ms tick, 1ms sub-slots, slow consumer", Config{Tick: 10 * ms}, 12*ms + ms/2, []fireStep{{12 * ms, 0}, {ms/2 - 1, 0}, {1, 0}, {ms / 2, n}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			deadline := clock.Now().Add(tt.at)
+			col := &collector{}
+			var w *Wheel[int]
+			var bad atomic.Int64 // calls over BatchMax, timers early or with another deadline
+			tt.cfg.Clock = clock
+			w, err := New(tt.cfg, func(batch []Expired[int]) {
+				if tt.slow && col.calls == 0 {
+					waitFor(t, "the whole pile cut", func() bool { return w.Stats().Expired == n })
+				}
+				if len(batch) == 0 || len(batch) > BatchMax {
+					t.Errorf("onExpire got %d timers, want 1 to %d", len(batch), BatchMax)
+					bad.Add(1)
+				}
+				now := clock.Now()
+				for _, e := range batch {
+					if now.Before(deadline) || e.Fired.Before(e.Deadline) || !e.Deadline.Equal(deadline) {
+						bad.Add(1)
+					}
+				}
+				col.onExpire(batch)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.Stop() })
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Go(func() {
+					for i := g; i < n; i += 4 {
+						if _, err := w.Schedule(deadline, i); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			expectFired(t, w, clock, col, n, tt.fire)
+			if bad.Load() != 0 {
+				t.Fatalf("%d bad deliveries (early, wrong deadline, or a call over BatchMax)", bad.Load())
+			}
+			seen := make([]bool, n)
+			for _, e := range col.got {
+				if seen[e.Value] {
+					t.Fatalf("timer %d delivered twice", e.Value)
+				}
+				seen[e.Value] = true
+			}
+			if st := w.Stats(); st.Expired != n || st.Batches < n/BatchMax+1 {
+				t.Fatalf("Stats %+v: want %d expired in at least %d batches", st, n, n/BatchMax+1)
+			}
+		})
+	}
+}
+
+// TestStopDuringPile stops the wheel while onExpire holds its first call of
+// a pile: the queued rest is returned by Stop, so every timer is reported
+// exactly once, to onExpire or to Stop, and no call follows the held one.
+func TestStopDuringPile(t *testing.T) {
+	t.Parallel()
+	const n = 3*BatchMax + 7
+	clock := newFakeClock()
+	var w *Wheel[int]
+	held, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	col := &collector{}
+	w, err := New(Config{Clock: clock}, func(batch []Expired[int]) {
+		if calls.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		col.onExpire(batch)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := clock.Now().Add(time.Millisecond)
+	for i := range n {
+		if _, err := w.Schedule(deadline, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Millisecond)
+	<-held
+	waitFor(t, "the whole pile cut", func() bool { return w.Stats().Expired == n })
+	rest := w.Stop()
+	close(release)
+	waitFor(t, "the held call to return", func() bool { return col.len() > 0 })
+	if calls.Load() != 1 {
+		t.Fatalf("%d onExpire calls, want only the held one", calls.Load())
+	}
+	delivered := col.got
+	seen := make([]bool, n)
+	for _, e := range delivered {
+		seen[e.Value] = true
+	}
+	for _, p := range rest {
+		if seen[p.Value] {
+			t.Fatalf("timer %d both delivered and returned by Stop", p.Value)
+		}
+		seen[p.Value] = true
+	}
+	if got := len(delivered) + len(rest); got != n {
+		t.Fatalf("%d delivered + %d returned by Stop, want %d in all", len(delivered), len(rest), n)
+	}
+}
