@@ -16,10 +16,12 @@ import (
 // firer is the fire path: it receives the schedule's due timeouts in
 // batches of at most FireBatch, at most FireConcurrency in flight; for each
 // batch it reads the rows still pending, publishes their expiry events and
-// waits for the PubAcks, then marks the rows fired (fenced) and reports
-// each outcome to the schedule. The timeout row is the outbox: it stays
-// pending until its event is stored in JetStream, so a crash at any point
-// leaves it to be published again, under the same Nats-Msg-Id.
+// waits for the PubAcks. That frees the batch's slot; the rows are then
+// marked fired (fenced) together with those of every other batch published
+// meanwhile, in one transaction, and each outcome is reported to the
+// schedule. The timeout row is the outbox: it stays pending until its
+// event is stored in JetStream and the mark is committed, so a crash at any
+// point leaves it to be published again, under the same Nats-Msg-Id.
 type firer struct {
 	cfg   Config
 	store Store
@@ -37,6 +39,23 @@ type firer struct {
 
 	flightMu sync.Mutex
 	flights  map[*flight]struct{} // the batches in flight, for backlog
+
+	markMu  sync.Mutex
+	marks   []*published // published, waiting for the next mark
+	marking bool         // a goroutine is marking; it takes marks until none is left
+}
+
+// published is a batch whose events are stored, waiting to be marked.
+type published struct {
+	fl      *flight
+	refs    []schedule.Ref
+	rows    []Due
+	parts   []int
+	exps    []events.Expiry
+	ackedAt time.Time
+	firedAt time.Time
+	fired   uint64
+	missed  uint64
 }
 
 // flight is a batch in flight: its size and fire time.
@@ -89,88 +108,140 @@ func (f *firer) onDue(due []schedule.Due) {
 			firedAt = t
 		}
 		f.inFlight.Go(func() {
-			defer func() { <-f.slots }()
-			f.fire(chunk, firedAt)
+			p := f.publish(chunk, firedAt)
+			<-f.slots
+			if p != nil {
+				f.mark(p)
+			}
 		})
 	}
 }
 
-// fire reads the rows of due still pending, publishes their expiry
-// events, waits for the PubAcks and marks the rows fired, then takes due
-// out of the schedule. A failure at any step re-arms due to be retried
-// after RetryDelay (unless a newer command replaced them meanwhile): they
-// never left the schedule, so re-arming needs no room that ingest could
-// have taken in between. Events published before a failure are published
-// again under the same Nats-Msg-Id, which JetStream deduplicates.
-func (f *firer) fire(due []schedule.Due, now time.Time) {
-	fl := f.track(len(due), now)
-	defer f.untrack(fl)
+// publish reads the rows of due still pending, publishes their expiry
+// events and waits for the PubAcks; it returns the batch to mark, or nil
+// when a step failed: then due is re-armed to be retried after RetryDelay
+// (unless a newer command replaced it meanwhile). The timeouts never left
+// the schedule, so re-arming needs no room that ingest could have taken in
+// between. Events published before a failure are published again under
+// the same Nats-Msg-Id, which JetStream deduplicates.
+func (f *firer) publish(due []schedule.Due, now time.Time) *published {
+	p := &published{fl: f.track(len(due), now), refs: make([]schedule.Ref, len(due)), firedAt: now}
 	rows := make([]Due, len(due))
-	refs := make([]schedule.Ref, len(due))
 	for i, d := range due {
-		rows[i], refs[i] = Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline}, d.Ref
-	}
-	start := time.Now()
-	retry := func(step string, err error) {
-		if f.hard.Err() != nil {
-			return // killed: the rows are still pending in Postgres
-		}
-		f.cfg.Logger.Warn("fire batch failed; retrying", "step", step, "size", len(due), "err", err)
-		f.sched.Rearm(refs, now.Add(f.cfg.RetryDelay))
+		rows[i], p.refs[i] = Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline}, d.Ref
 	}
 	found, err := f.store.DueRows(f.hard, rows)
 	if err != nil {
-		retry("read", err)
-		return
+		f.retry(p, "read", err)
+		return nil
 	}
 	if !f.own.trusted() {
 		// The leases were not renewed in time: publish nothing a new owner
 		// may be publishing too; the membership drops them or renews.
-		retry("lease", errLeasesUntrusted)
-		return
+		f.retry(p, "lease", errLeasesUntrusted)
+		return nil
 	}
-	var fired, missed uint64
 	evs := make([]Event, len(found))
-	exps := make([]events.Expiry, len(found))
-	marks := make([]Due, len(found))
-	var parts []int
+	p.exps, p.rows = make([]events.Expiry, len(found)), make([]Due, len(found))
 	for i, t := range found {
 		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
 			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
 		subject := t.FireSubject
 		if t.MaxLateness > 0 && now.Sub(t.Deadline) > t.MaxLateness {
 			e.Outcome, subject = events.OutcomeMissed, events.MissedSubject(t.Key)
-			missed++
+			p.missed++
 		} else {
-			fired++
+			p.fired++
 		}
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		e.Payload = nil            // the recent expiries keep the event without it
-		evs[i], exps[i] = Event{Subject: subject, MsgID: e.MsgID(), Data: data}, e
-		marks[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
-		if p := events.PartitionOf(t.Key); !slices.Contains(parts, p) {
-			parts = append(parts, p)
+		evs[i], p.exps[i] = Event{Subject: subject, MsgID: e.MsgID(), Data: data}, e
+		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
+		if part := events.PartitionOf(t.Key); !slices.Contains(p.parts, part) {
+			p.parts = append(p.parts, part)
 		}
 	}
-	ackedAt, err := f.pub.Publish(f.hard, evs)
-	if err != nil {
-		retry("publish", err)
-		return
+	if p.ackedAt, err = f.pub.Publish(f.hard, evs); err != nil {
+		f.retry(p, "publish", err)
+		return nil
 	}
-	// Fenced: the rows of a partition this instance no longer holds are
-	// not marked; their owner publishes them again, deduplicated.
-	refused, err := f.store.MarkFired(f.hard, f.own.fence(parts), marks, now)
-	if err != nil {
-		retry("mark", err)
-		return
-	}
-	f.cfg.Logger.Debug("fire batch", "size", len(due), "published", len(evs), "refused", refused,
-		"took", time.Since(start), "behind", time.Since(now))
-	f.sched.Done(refs)
 	f.m.BatchSize("fire", len(due))
-	f.stats.fired.Add(fired)
-	f.stats.missed.Add(missed)
-	f.stats.published(exps, ackedAt, f.m)
+	return p
+}
+
+// mark queues p to be marked fired. The first caller finding no mark in
+// progress marks, in one fenced transaction, every batch queued until
+// then, and again until the queue is empty, so marks never wait for each
+// other's commits one batch at a time: under load the transactions grow
+// instead of multiplying.
+func (f *firer) mark(p *published) {
+	f.markMu.Lock()
+	f.marks = append(f.marks, p)
+	if f.marking {
+		f.markMu.Unlock()
+		return
+	}
+	f.marking = true
+	for {
+		batch := f.marks
+		f.marks = nil
+		f.markMu.Unlock()
+		f.markBatches(batch)
+		f.markMu.Lock()
+		if len(f.marks) == 0 {
+			f.marking = false
+			f.markMu.Unlock()
+			return
+		}
+	}
+}
+
+// markBatches marks the rows of ps fired in one fenced transaction (the
+// rows of a partition this instance no longer holds are not marked; their
+// owner publishes them again, deduplicated) and takes them out of the
+// schedule, or re-arms them all when the transaction fails.
+func (f *firer) markBatches(ps []*published) {
+	var rows []Due
+	var parts []int
+	var firedAt time.Time // the latest, so no tombstone retires early
+	for _, p := range ps {
+		rows = append(rows, p.rows...)
+		if p.firedAt.After(firedAt) {
+			firedAt = p.firedAt
+		}
+		for _, part := range p.parts {
+			if !slices.Contains(parts, part) {
+				parts = append(parts, part)
+			}
+		}
+	}
+	start := time.Now()
+	refused, err := f.store.MarkFired(f.hard, f.own.fence(parts), rows, firedAt)
+	if err != nil {
+		for _, p := range ps {
+			f.retry(p, "mark", err)
+		}
+		return
+	}
+	f.cfg.Logger.Debug("fire mark", "batches", len(ps), "rows", len(rows), "refused", refused, "took", time.Since(start))
+	for _, p := range ps {
+		f.sched.Done(p.refs)
+		f.stats.fired.Add(p.fired)
+		f.stats.missed.Add(p.missed)
+		f.stats.published(p.exps, p.ackedAt, f.m)
+		f.untrack(p.fl)
+	}
+}
+
+// retry re-arms p's timeouts to fire again after RetryDelay, unless the
+// process is being killed (the rows are still pending in Postgres).
+func (f *firer) retry(p *published, step string, err error) {
+	defer f.untrack(p.fl)
+	if f.hard.Err() != nil {
+		return
+	}
+	f.cfg.Logger.Warn("fire batch failed; retrying", "step", step, "size", len(p.refs), "err", err)
+	f.sched.Rearm(p.refs, p.firedAt.Add(f.cfg.RetryDelay))
 }
 
 // errLeasesUntrusted is a fire's error while the leases are not known to

@@ -33,6 +33,10 @@ type fakeStore struct {
 	// while the fire would be in flight.
 	beforeFire func()
 	fireCalls  int
+	// markGate, when set, holds every MarkFired until it is closed;
+	// markSizes records the rows of each MarkFired call.
+	markGate  chan struct{}
+	markSizes []int
 	// pending is what LoadPending returns (one page).
 	pending []Timeout
 }
@@ -86,6 +90,13 @@ func (f *fakeStore) Publish(_ context.Context, evs []Event) (time.Time, error) {
 }
 
 func (f *fakeStore) MarkFired(_ context.Context, _ Fence, due []Due, _ time.Time) ([]int, error) {
+	f.mu.Lock()
+	f.markSizes = append(f.markSizes, len(due))
+	gate := f.markGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failMark != nil {
@@ -416,6 +427,41 @@ func TestFailedFireIsRequeued(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSlowMarkDoesNotHoldPublishing checks that a batch's fire slot is
+// free once its events are stored: while the first mark waits for its
+// commit, the next batches publish, and their marks go in one transaction.
+func TestSlowMarkDoesNotHoldPublishing(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().UTC()
+	st := &fakeStore{rows: map[string]Timeout{}, markGate: make(chan struct{})}
+	s, err := New(Config{Now: newClock(deadline.Add(time.Millisecond)).Now, FireBatch: 1, FireConcurrency: 1},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.Stop)
+	ownAll(s)
+	s.ingest.apply([]Change{{Key: "a", Version: 1, Deadline: deadline}, {Key: "b", Version: 1, Deadline: deadline},
+		{Key: "c", Version: 1, Deadline: deadline}})
+	waitFor(t, "three batches of one published while the first mark waits", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.built) == 3
+	})
+	st.mu.Lock()
+	if len(st.markSizes) != 1 || len(st.fired) != 0 || s.Pending() != 3 {
+		t.Fatalf("before the first commit: marks %v, marked %v, pending %d; want [1], none, 3", st.markSizes, st.fired, s.Pending())
+	}
+	st.mu.Unlock()
+	close(st.markGate)
+	waitFor(t, "every timeout marked", func() bool { return len(st.firedKeys()) == 3 && s.Pending() == 0 })
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !slices.Equal(st.markSizes, []int{1, 2}) || s.stats.fired.Load() != 3 {
+		t.Fatalf("marks of %v rows, fired %d; want [1 2] (the two batches published meanwhile in one), 3", st.markSizes, s.stats.fired.Load())
 	}
 }
 
