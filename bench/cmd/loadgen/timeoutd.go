@@ -87,7 +87,8 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.IntVar(&w.sustained.Rate, "sustained-rate", 1000, "sustained: churn commands/s on live orders (sets extending, clears settling, sets opening)")
 	fs.IntVar(&w.sustained.Live, "sustained-live", timeoutdbench.SustainedLiveDefault, "sustained: live orders of the churn")
 	fs.DurationVar(&w.sustained.Deadline, "sustained-deadline", timeoutdbench.SustainedDeadlineDefault, "sustained: the churn's deadlines are this far ahead (so it fires nothing)")
-	fs.DurationVar(&w.sustained.StormEvery, "sustained-storm-every", 5*time.Minute, "sustained: a storm of -sustained-storm-n deadlines over -storm-span starts this often, the first at once")
+	fs.DurationVar(&w.sustained.StormEvery, "sustained-storm-every", 5*time.Minute, "sustained: a storm of -sustained-storm-n deadlines over -storm-span starts this often, the first after -sustained-warmup")
+	fs.DurationVar(&w.sustained.Warmup, "sustained-warmup", timeoutdbench.SustainedWarmupDefault, "sustained: churn alone from the start to the first storm")
 	fs.IntVar(&w.sustainedStormN, "sustained-storm-n", 100_000, "sustained: deadlines of each storm")
 	fs.DurationVar(&w.sustained.Interval, "sustained-interval", timeoutdbench.SustainedIntervalDefault, "sustained: CPU, table and stream sampling interval")
 	return w
