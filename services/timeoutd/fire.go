@@ -141,13 +141,29 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		f.retry(p, "lease", errLeasesUntrusted)
 		return nil
 	}
-	evs := make([]Event, len(found))
-	p.exps, p.rows = make([]events.Expiry, len(found)), make([]Due, len(found))
+	evs := make([]Event, 0, len(found))
+	p.exps, p.rows = make([]events.Expiry, 0, len(found)), make([]Due, len(found))
 	for i, t := range found {
+		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
+		if part := events.PartitionOf(t.Key); !slices.Contains(p.parts, part) {
+			p.parts = append(p.parts, part)
+		}
 		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
 			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
 		subject := t.FireSubject
 		if t.MaxLateness > 0 && now.Sub(t.Deadline) > t.MaxLateness {
+			// Past its bound, unless its fired event was stored before
+			// (published by an attempt whose mark failed or died): then
+			// the row is only marked, and no missed event follows a fired.
+			stored, err := f.pub.Stored(f.hard, subject, e.MsgID())
+			if err != nil {
+				f.retry(p, "lookup", err)
+				return nil
+			}
+			if stored {
+				p.fired++
+				continue
+			}
 			e.Outcome, subject = events.OutcomeMissed, events.MissedSubject(t.Key)
 			p.missed++
 		} else {
@@ -155,11 +171,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		}
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		e.Payload = nil            // the recent expiries keep the event without it
-		evs[i], p.exps[i] = Event{Subject: subject, MsgID: e.MsgID(), Data: data}, e
-		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
-		if part := events.PartitionOf(t.Key); !slices.Contains(p.parts, part) {
-			p.parts = append(p.parts, part)
-		}
+		evs, p.exps = append(evs, Event{Subject: subject, MsgID: e.MsgID(), Data: data}), append(p.exps, e)
 	}
 	if p.ackedAt, err = f.pub.Publish(f.hard, evs); err != nil {
 		f.retry(p, "publish", err)

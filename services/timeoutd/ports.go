@@ -166,6 +166,11 @@ type Publisher interface {
 	// one arrived. On error some may have been stored: publishing them again
 	// is deduplicated by their ids.
 	Publish(ctx context.Context, events []Event) (ackedAt time.Time, err error)
+	// Stored reports whether the last event stored on subject has the
+	// Nats-Msg-Id msgID. The fire path asks before publishing a missed
+	// event for a row whose fired event may already be stored (published,
+	// then not marked: a failed mark, a crash).
+	Stored(ctx context.Context, subject, msgID string) (bool, error)
 }
 
 // Metrics receives the observations the counters of Stats do not cover;

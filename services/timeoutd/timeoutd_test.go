@@ -89,6 +89,17 @@ func (f *fakeStore) Publish(_ context.Context, evs []Event) (time.Time, error) {
 	return time.Now(), nil
 }
 
+func (f *fakeStore) Stored(_ context.Context, subject, msgID string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range slices.Backward(f.built) {
+		if e.Subject == subject {
+			return e.MsgID == msgID, nil
+		}
+	}
+	return false, nil
+}
+
 func (f *fakeStore) MarkFired(_ context.Context, _ Fence, due []Due, _ time.Time) ([]int, error) {
 	f.mu.Lock()
 	f.markSizes = append(f.markSizes, len(due))
@@ -373,6 +384,38 @@ func TestMisfireOutcome(t *testing.T) {
 				t.Fatalf("built = %+v, want %s on %s", st.built, tt.want, tt.subject)
 			}
 		})
+	}
+}
+
+// TestFiredIsNotFollowedByMissed: a fired event is stored, its mark fails,
+// and the retry comes past the timeout's misfire bound: the row is marked
+// fired and no missed event is published after the fired one.
+func TestFiredIsNotFollowedByMissed(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().UTC()
+	clk := newClock(deadline.Add(time.Millisecond))
+	s, st, _ := newTestService(t, clk)
+	st.mu.Lock()
+	st.rows["k"] = Timeout{MaxLateness: 100 * time.Millisecond}
+	st.failMark = errors.New("connection reset")
+	st.mu.Unlock()
+	s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	waitFor(t, "the fired event published", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.built) > 0 })
+	clk.Set(deadline.Add(time.Second)) // the retries come past the bound
+	time.Sleep(30 * time.Millisecond)
+	st.mu.Lock()
+	st.failMark = nil
+	st.mu.Unlock()
+	waitFor(t, "k marked", func() bool { return len(st.firedKeys()) == 1 && s.Pending() == 0 })
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, e := range st.built {
+		if e.MsgID != "fired:k:1" {
+			t.Fatalf("published %s after fired:k:1", e.MsgID)
+		}
+	}
+	if s.stats.fired.Load() != 1 || s.stats.missed.Load() != 0 {
+		t.Fatalf("fired %d, missed %d; want 1, 0", s.stats.fired.Load(), s.stats.missed.Load())
 	}
 }
 

@@ -339,33 +339,50 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 }
 
 // TestCrashBetweenPublishAndMarkFired: the event was published and
-// PubAcked, the process died before its mark committed (or Postgres lost
-// the mark, which does not wait for the WAL flush): the row is still
+// PubAcked, the process died before its mark committed: the row is still
 // pending after its deadline. The next process publishes it again under the
-// same Nats-Msg-Id, which JetStream drops, and marks it fired.
+// same Nats-Msg-Id, which JetStream drops, and marks it fired; past the
+// timeout's misfire bound it finds the fired event stored and publishes no
+// missed event after it.
 func TestCrashBetweenPublishAndMarkFired(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ctx := context.Background()
-	deadline := time.Now().Add(-time.Second).UTC()
-	if _, _, err := postgres.NewStore(e.pool).Apply(ctx, e.previous(t), []events.Command{setCmd("c-3", 1, deadline)}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	firedAt := time.Now().UTC()
-	ex := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: "c-3", Version: 1, Deadline: deadline,
-		FiredAt: firedAt, LatenessNs: int64(firedAt.Sub(deadline))}
-	data, err := json.Marshal(ex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.publishRaw(t, events.OrderCancelSubject("c-3"), data, ex.MsgID())
-	d := e.start(t, nil)
-	eventually(t, 5*time.Second, "marked fired", func() bool { st, _ := e.state(t, "c-3"); return st == int16(timeoutd.StateFired) })
-	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-3")); n != 1 {
-		t.Fatalf("%d events, want 1: the republish was not deduplicated by Nats-Msg-Id", n)
-	}
-	if d.Service().Pending() != 0 || d.Service().Stats().Fired != 1 {
-		t.Fatalf("pending %d, fired %d; want 0, 1", d.Service().Pending(), d.Service().Stats().Fired)
+	for _, tt := range []struct {
+		name  string
+		bound int64 // the command's MaxLatenessMs
+	}{
+		{"no misfire bound", 0},
+		{"taken over past the misfire bound", 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := context.Background()
+			deadline := time.Now().Add(-time.Second).UTC()
+			cmd := setCmd("c-3", 1, deadline)
+			cmd.MaxLatenessMs = tt.bound
+			if _, _, err := postgres.NewStore(e.pool).Apply(ctx, e.previous(t), []events.Command{cmd}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			firedAt := deadline.Add(time.Duration(tt.bound) * time.Millisecond / 2)
+			ex := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: "c-3", Version: 1, Deadline: deadline,
+				FiredAt: firedAt, LatenessNs: int64(firedAt.Sub(deadline))}
+			data, err := json.Marshal(ex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.publishRaw(t, events.OrderCancelSubject("c-3"), data, ex.MsgID())
+			d := e.start(t, nil)
+			eventually(t, 5*time.Second, "marked fired", func() bool { st, _ := e.state(t, "c-3"); return st == int16(timeoutd.StateFired) })
+			if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-3")); n != 1 {
+				t.Fatalf("%d events, want 1: the republish was not deduplicated by Nats-Msg-Id", n)
+			}
+			if n := e.count(t, events.StreamExpiries, events.MissedSubject("c-3")); n != 0 {
+				t.Fatalf("%d missed events after the fired one, want 0", n)
+			}
+			if st := d.Service().Stats(); d.Service().Pending() != 0 || st.Fired != 1 || st.Missed != 0 {
+				t.Fatalf("pending %d, fired %d, missed %d; want 0, 1, 0", d.Service().Pending(), st.Fired, st.Missed)
+			}
+		})
 	}
 }
 

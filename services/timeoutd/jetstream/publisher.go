@@ -3,12 +3,14 @@ package jetstream
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
 
@@ -58,4 +60,24 @@ func (p Publisher) Publish(ctx context.Context, events []timeoutd.Event) (time.T
 		}
 	}
 	return time.Now(), nil
+}
+
+// Stored implements timeoutd.Publisher with a get of the last message on
+// subject from the expiry stream ($JS.API.STREAM.MSG.GET, which timeoutd's
+// NATS user may call on that stream).
+func (p Publisher) Stored(ctx context.Context, subject, msgID string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	defer cancel()
+	s, err := p.js.Stream(ctx, events.StreamExpiries)
+	if err != nil {
+		return false, fmt.Errorf("expiry stream: %w", err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("last event on %s: %w", subject, err)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
 }
