@@ -73,26 +73,28 @@ func TestReschedule(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t, nil)
-	now := time.Now()
 	tests := []struct {
 		name        string
-		first, then time.Time
+		first, then time.Duration // from the subtest's start
 	}{
 		// The first deadline leaves room for both commands to be ingested
 		// on a loaded machine: version 1 firing before version 2 arrived
 		// would be correct behaviour, not what this test checks (with 1.5 s
 		// and 5 s, a package run beside a benchmark saw ingest lag that
 		// long).
-		{"later", now.Add(3 * time.Second), now.Add(3500 * time.Millisecond)},
-		{"earlier", now.Add(15 * time.Second), now.Add(400 * time.Millisecond)},
+		{"later", 3 * time.Second, 3500 * time.Millisecond},
+		{"earlier", 15 * time.Second, 400 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// Measured after t.Parallel: a parallel subtest may wait for a
+			// slot longer than its deadlines.
+			now := time.Now()
 			key := "r-" + tt.name
-			e.publish(t, setCmd(key, 1, tt.first))
-			e.publish(t, setCmd(key, 2, tt.then))
-			e.expiry(t, events.OrderCancelSubject(key), events.OutcomeFired, key, 2, tt.then.UTC())
+			e.publish(t, setCmd(key, 1, now.Add(tt.first)))
+			e.publish(t, setCmd(key, 2, now.Add(tt.then)))
+			e.expiry(t, events.OrderCancelSubject(key), events.OutcomeFired, key, 2, now.Add(tt.then).UTC())
 			eventually(t, 5*time.Second, "every due event published", func() bool { return e.unpublished(t) == 0 })
 			if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject(key)); n != 1 {
 				t.Fatalf("%d events, want 1 (version 2 only)", n)
