@@ -372,6 +372,17 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		add(u, "read a partition's last command ("+lastCmd+")", u == userTimeoutd, subject,
 			request(lastCmd, fmt.Sprintf(`{"last_by_subj":%q}`, events.PartitionCommandSubjects(f.partition))))
 	}
+	// Before publishing a missed event, the fire path reads the last event
+	// on the row's fire subject.
+	lastExp := api("STREAM.MSG.GET.%s", events.StreamExpiries)
+	for _, u := range []string{userTimeoutd, userOrders, userObserver} {
+		subject := lastExp
+		if u == userTimeoutd {
+			subject = ""
+		}
+		add(u, "read the last expiry event on a fire subject ("+lastExp+")", u == userTimeoutd, subject,
+			request(lastExp, fmt.Sprintf(`{"last_by_subj":%q}`, events.OrderCancelSubject(fmt.Sprintf("perm-%d-last", run)))))
+	}
 	add(userObserver, "read, ack and delete an ephemeral consumer of its own on "+events.StreamOrderEvents, true, "", func(ctx context.Context, c *permClient) error {
 		cons, err := c.js.CreateConsumer(ctx, events.StreamOrderEvents, jetstream.ConsumerConfig{
 			FilterSubject: f.created, AckPolicy: jetstream.AckExplicitPolicy, InactiveThreshold: time.Minute,
