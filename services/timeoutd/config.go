@@ -20,7 +20,7 @@ const (
 	MaxPendingDefault = 20_000_000
 	// MaxHorizonDefault is the furthest accepted deadline from now.
 	MaxHorizonDefault = 400 * 24 * time.Hour
-	// FireBatchDefault is the most timeouts fired in one transaction.
+	// FireBatchDefault is the most timeouts in one fire batch.
 	FireBatchDefault = 5000
 	// FireConcurrencyDefault is the most fire transactions in flight.
 	FireConcurrencyDefault = 2
@@ -75,12 +75,14 @@ type Config struct {
 	// IngestLanes is the number of concurrent upserts a command batch is
 	// split into by key partition; default IngestLanesDefault.
 	IngestLanes int
-	// FireBatch is the most timeouts per fire transaction; default
-	// FireBatchDefault.
+	// FireBatch is the most timeouts per fire batch (one read, one
+	// publish window); default FireBatchDefault.
 	FireBatch int `env:"FIRE_BATCH"`
-	// FireConcurrency is the most fire transactions in flight: the wheel's
-	// next batch is taken while earlier ones commit, so an expiry waits for
-	// its own transaction, not for its predecessors'. Default
+	// FireConcurrency is the most fire batches being read and published at
+	// once: the wheel's next batch is taken while earlier ones wait for
+	// their PubAcks, so an expiry waits for its own batch, not for its
+	// predecessors'. A batch's slot is freed at its PubAcks; the marks of
+	// the batches published meanwhile go in one transaction. Default
 	// FireConcurrencyDefault.
 	FireConcurrency int `env:"FIRE_CONCURRENCY"`
 	// RecoveryBatch is the page size of the recovery load; default

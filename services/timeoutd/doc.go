@@ -15,9 +15,10 @@
 //     applied to the schedule; invalid commands are dead-lettered with their
 //     reason and terminated.
 //   - the fire path (fire.go): the schedule hands out the timeouts due by the
-//     wall clock (never early); for each batch their rows are read, their
-//     expiry events published and PubAcked, then the rows marked fired in
-//     one fenced transaction. The timeout row is the outbox: it stays
+//     wall clock (never early); for each batch their rows are read and
+//     their expiry events published and PubAcked, which frees the batch's
+//     slot; the rows of every batch published meanwhile are then marked
+//     fired in one fenced transaction. The timeout row is the outbox: it stays
 //     pending until its event is stored, so a crash republishes it under
 //     the same Nats-Msg-Id.
 //   - recovery (recovery.go): at start, the pending rows are loaded into the
