@@ -362,26 +362,22 @@ func TestNATSPermissionMatrix(t *testing.T) {
 	add(userTimeoutd, "verify its streams (start-up)", true, "", func(ctx context.Context, c *permClient) error {
 		return streams.Verify(ctx, c.js, streams.Config{}, events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters)
 	})
-	// Taking a partition over reads the sequence of its last command.
-	lastCmd := api("STREAM.MSG.GET.%s", events.StreamCommands)
-	for _, u := range []string{userTimeoutd, userOrders, userObserver} {
-		subject := lastCmd
-		if u == userTimeoutd {
-			subject = ""
+	// Taking a partition over reads the sequence of its last command;
+	// before publishing a missed event, the fire path reads the last event
+	// on the row's fire subject. Only timeoutd may read either.
+	for _, get := range []struct{ what, api, lastBySubj string }{
+		{"a partition's last command", api("STREAM.MSG.GET.%s", events.StreamCommands), events.PartitionCommandSubjects(f.partition)},
+		{"the last expiry event on a fire subject", api("STREAM.MSG.GET.%s", events.StreamExpiries),
+			events.OrderCancelSubject(fmt.Sprintf("perm-%d-last", run))},
+	} {
+		for _, u := range []string{userTimeoutd, userOrders, userObserver} {
+			subject := get.api
+			if u == userTimeoutd {
+				subject = ""
+			}
+			add(u, "read "+get.what+" ("+get.api+")", u == userTimeoutd, subject,
+				request(get.api, fmt.Sprintf(`{"last_by_subj":%q}`, get.lastBySubj)))
 		}
-		add(u, "read a partition's last command ("+lastCmd+")", u == userTimeoutd, subject,
-			request(lastCmd, fmt.Sprintf(`{"last_by_subj":%q}`, events.PartitionCommandSubjects(f.partition))))
-	}
-	// Before publishing a missed event, the fire path reads the last event
-	// on the row's fire subject.
-	lastExp := api("STREAM.MSG.GET.%s", events.StreamExpiries)
-	for _, u := range []string{userTimeoutd, userOrders, userObserver} {
-		subject := lastExp
-		if u == userTimeoutd {
-			subject = ""
-		}
-		add(u, "read the last expiry event on a fire subject ("+lastExp+")", u == userTimeoutd, subject,
-			request(lastExp, fmt.Sprintf(`{"last_by_subj":%q}`, events.OrderCancelSubject(fmt.Sprintf("perm-%d-last", run)))))
 	}
 	add(userObserver, "read, ack and delete an ephemeral consumer of its own on "+events.StreamOrderEvents, true, "", func(ctx context.Context, c *permClient) error {
 		cons, err := c.js.CreateConsumer(ctx, events.StreamOrderEvents, jetstream.ConsumerConfig{
