@@ -2,6 +2,7 @@ package wheel
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -21,15 +22,15 @@ func (w *Wheel[T]) drive() {
 	// cut, in chunks of BatchMax, without growing a buffer by copying.
 	cur := &chunk[T]{owed: make([]int, len(w.shards))}
 	shard := 0
-	c := cutter[T]{max: BatchMax, origin: w.origin}
-	c.flush = func(full []Expired[T]) []Expired[T] {
-		cur.exp = full
+	c := cutter[T]{max: BatchMax}
+	c.flush = func(full []cut[T]) []cut[T] {
+		cur.cuts = full
 		cur.owed[shard] += len(full)
 		cur = w.handOff(cur)
-		if cap(cur.exp) < BatchMax { // a pile is being cut: no growth
-			cur.exp = make([]Expired[T], 0, BatchMax)
+		if cap(cur.cuts) < BatchMax { // a pile is being cut: no growth
+			cur.cuts = make([]cut[T], 0, BatchMax)
 		}
-		return cur.exp
+		return cur.cuts
 	}
 	for {
 		w.wakeups.Add(1)
@@ -40,17 +41,17 @@ func (w *Wheel[T]) drive() {
 		now := w.clock.Now()
 		nowNs := max(0, int64(now.Sub(w.origin)))
 		target := nowNs / w.tick
-		c.fired = now
+		c.fired = nowNs
 		// First cut what is due from every shard, handing each shard's
 		// timers to the delivery goroutine as soon as they are cut...
 		for i := range w.shards {
 			s := &w.shards[i]
-			shard, c.buf = i, cur.exp
+			shard, c.buf = i, cur.cuts
 			s.mu.Lock()
 			s.t.advance(target, nowNs, &c)
 			s.mu.Unlock()
 			if n := len(c.buf); n > 0 {
-				cur.exp = c.buf
+				cur.cuts = c.buf
 				cur.owed[i] += n
 				cur = w.handOff(cur)
 			}
@@ -115,17 +116,17 @@ func (w *Wheel[T]) sinceOrigin() int64 { return int64(w.clock.Now().Sub(w.origin
 // into it, c is appended to it instead (a copy of at most BatchMax timers),
 // so a slow consumer gets fewer, larger batches, up to BatchMax each.
 func (w *Wheel[T]) handOff(c *chunk[T]) *chunk[T] {
-	n := len(c.exp)
+	n := len(c.cuts)
 	next := c
 	w.outMu.Lock()
-	if k := len(w.out); k > w.outHead && len(w.out[k-1].exp)+n <= BatchMax {
+	if k := len(w.out); k > w.outHead && len(w.out[k-1].cuts)+n <= BatchMax {
 		tail := w.out[k-1]
-		tail.exp = append(tail.exp, c.exp...)
+		tail.cuts = append(tail.cuts, c.cuts...)
 		for i, o := range c.owed {
 			tail.owed[i] += o
 		}
-		clear(c.exp)
-		c.exp = c.exp[:0]
+		clear(c.cuts)
+		c.cuts = c.cuts[:0]
 		clear(c.owed)
 	} else {
 		w.out = append(w.out, c)
@@ -147,11 +148,13 @@ func (w *Wheel[T]) handOff(c *chunk[T]) *chunk[T] {
 // deliver is the delivery goroutine: it takes the queued chunks one at a
 // time, oldest first (under a slow consumer they are full or were merged by
 // handOff, so batches grow up to BatchMax while the driver keeps cutting),
-// uncharges each from the shards (an atomic add, no shard lock), and calls
-// onExpire with it. Chunks come back for reuse, so steady state allocates
-// nothing; those a pile needed beyond spareMax are left to the GC.
+// uncharges each from the shards (an atomic add, no shard lock), converts it
+// into batch, its one buffer of Expired, and calls onExpire with that. Chunks
+// come back for reuse, so steady state allocates nothing; those a pile
+// needed beyond spareMax are left to the GC.
 func (w *Wheel[T]) deliver() {
 	var done *chunk[T] // the chunk last handed to onExpire, to recycle
+	var batch []Expired[T]
 	for {
 		select {
 		case <-w.outReady:
@@ -184,11 +187,21 @@ func (w *Wheel[T]) deliver() {
 					c.owed[i] = 0
 				}
 			}
-			w.batches.Add(1)
-			w.onExpire(c.exp)
-			clear(c.exp) // drop the values' references
-			c.exp = c.exp[:0]
+			batch = slices.Grow(batch, len(c.cuts))
+			firedNs, fired := int64(-1), time.Time{}
+			for _, e := range c.cuts {
+				if e.fired != firedNs { // one per driver pass in the chunk
+					firedNs, fired = e.fired, w.origin.Add(time.Duration(e.fired))
+				}
+				batch = append(batch, Expired[T]{Value: e.value, Deadline: w.origin.Add(time.Duration(e.when)), Fired: fired})
+			}
+			clear(c.cuts) // drop the values' references
+			c.cuts = c.cuts[:0]
 			done = c
+			w.batches.Add(1)
+			w.onExpire(batch)
+			clear(batch)
+			batch = batch[:0]
 			select {
 			case <-w.stop:
 				return // Stop reports what is still queued

@@ -51,7 +51,7 @@ type checker struct {
 	handles []struct{ i, gen uint32 }
 	timers  []*modelTimer
 	nowNs   int64
-	out     []Expired[int]
+	out     []cut[int]
 }
 
 func newChecker(tb testing.TB, tick, prec time.Duration) *checker {
@@ -59,8 +59,6 @@ func newChecker(tb testing.TB, tick, prec time.Duration) *checker {
 	c.t.ticks = newTicks(tick, prec)
 	return c
 }
-
-var origin = time.Unix(1_000_000, 0)
 
 func (c *checker) schedule(when int64) {
 	id := len(c.timers)
@@ -116,29 +114,29 @@ func (c *checker) advance(nowNs int64) {
 	}
 	// Chunks of 1 to 3 timers, so that the cut is flushed mid-slot often.
 	c.out = c.out[:0]
-	cut := cutter[int]{max: 1 + int(c.nowNs%3), fired: origin.Add(time.Duration(c.nowNs)), origin: origin}
-	cut.flush = func(full []Expired[int]) []Expired[int] {
-		if len(full) != cut.max {
-			c.tb.Fatalf("flushed %d timers, want %d", len(full), cut.max)
+	ct := cutter[int]{max: 1 + int(c.nowNs%3), fired: c.nowNs}
+	ct.flush = func(full []cut[int]) []cut[int] {
+		if len(full) != ct.max {
+			c.tb.Fatalf("flushed %d timers, want %d", len(full), ct.max)
 		}
 		c.out = append(c.out, full...)
 		return full[:0]
 	}
-	c.t.advance(target, c.nowNs, &cut)
-	c.out = append(c.out, cut.buf...)
+	c.t.advance(target, c.nowNs, &ct)
+	c.out = append(c.out, ct.buf...)
 	var want []int
 	for c.m.Len() > 0 && c.m.items[0].when <= due {
 		want = append(want, heap.Pop(&c.m).(*modelTimer).id)
 	}
 	got := make([]int, len(c.out))
 	for k, e := range c.out {
-		got[k] = e.Value
-		mt := c.timers[e.Value]
-		if !e.Deadline.Equal(origin.Add(time.Duration(mt.when))) {
-			c.tb.Fatalf("timer %d: deadline %v, want %v", e.Value, e.Deadline, origin.Add(time.Duration(mt.when)))
+		got[k] = e.value
+		mt := c.timers[e.value]
+		if e.when != mt.when {
+			c.tb.Fatalf("timer %d: deadline %d ns, want %d ns", e.value, e.when, mt.when)
 		}
-		if e.Fired.Before(e.Deadline) {
-			c.tb.Fatalf("timer %d fired early: at %d ns, deadline %d ns", e.Value, c.nowNs, mt.when)
+		if e.fired != c.nowNs || e.fired < e.when {
+			c.tb.Fatalf("timer %d fired early or stamped wrong: at %d ns (now %d ns), deadline %d ns", e.value, e.fired, c.nowNs, mt.when)
 		}
 	}
 	slices.Sort(got)

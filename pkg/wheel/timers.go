@@ -288,17 +288,25 @@ func (t *timers[T]) nextAt() (int64, bool) {
 	return n * t.tick, true
 }
 
+// cut is an expired timer as the driver hands it over, in nanoseconds since
+// the origin: free of pointers when T is (a time.Time holds a *Location), so
+// a chunk of them costs the GC no scan and the driver no write barriers.
+// Delivery converts it to an Expired.
+type cut[T any] struct {
+	value T
+	when  int64 // the deadline
+	fired int64 // when the driver cut it
+}
+
 // cutter collects the timers advance cuts, in chunks of at most max: when
 // buf holds max timers, flush hands buf over and returns an empty buffer, so
 // a pile due at once is handed over as it is cut, never gathered into one
-// buffer that grows by copying. fired is stamped on each timer; origin
-// converts deadlines back to times.
+// buffer that grows by copying. fired is stamped on each timer.
 type cutter[T any] struct {
-	buf    []Expired[T]
-	max    int
-	flush  func(full []Expired[T]) []Expired[T]
-	fired  time.Time
-	origin time.Time
+	buf   []cut[T]
+	max   int
+	flush func(full []cut[T]) []cut[T]
+	fired int64 // nanoseconds since the origin
 }
 
 // add appends the timer (v, when) to buf, flushing it first when full.
@@ -306,7 +314,7 @@ func (c *cutter[T]) add(v T, when int64) {
 	if len(c.buf) >= c.max {
 		c.buf = c.flush(c.buf)
 	}
-	c.buf = append(c.buf, Expired[T]{Value: v, Deadline: c.origin.Add(time.Duration(when)), Fired: c.fired})
+	c.buf = append(c.buf, cut[T]{value: v, when: when, fired: c.fired})
 }
 
 // advance processes every tick up to target, and the sub-slots of the

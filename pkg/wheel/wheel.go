@@ -85,10 +85,11 @@ func (h Handle) split() (shard, i, gen uint32) {
 // Expired is a timer handed to onExpire.
 type Expired[T any] struct {
 	Value T
-	// Deadline is the deadline the wheel used, on the wheel's clock.
+	// Deadline is the deadline the wheel used, on the wheel's clock: its
+	// origin plus the deadline's offset from it.
 	Deadline time.Time
-	// Fired is the clock time at which the driver cut the batch; it is
-	// never before Deadline.
+	// Fired is the clock time at which the driver cut the timer, measured
+	// the same way; it is never before Deadline.
 	Fired time.Time
 }
 
@@ -148,7 +149,7 @@ type Wheel[T any] struct {
 // chunk is one batch for onExpire: at most BatchMax timers, and how many of
 // them are still charged to each shard.
 type chunk[T any] struct {
-	exp  []Expired[T]
+	cuts []cut[T]
 	owed []int // per shard
 }
 
@@ -407,8 +408,8 @@ func (w *Wheel[T]) Stop() []Pending[T] {
 	var out []Pending[T]
 	w.outMu.Lock()
 	for _, c := range w.out[w.outHead:] {
-		for _, e := range c.exp {
-			out = append(out, Pending[T]{Value: e.Value, Deadline: e.Deadline})
+		for _, e := range c.cuts {
+			out = append(out, Pending[T]{Value: e.value, Deadline: w.origin.Add(time.Duration(e.when))})
 		}
 	}
 	w.out, w.spare, w.outDone = nil, nil, true
