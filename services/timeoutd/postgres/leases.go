@@ -68,7 +68,7 @@ WITH mine AS (
 	JOIN unnest($2::int2[], $3::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
 	WHERE l.owner = $1 AND l.expires_at > now()
 	ORDER BY l.part
-	FOR UPDATE OF l)
+	FOR NO KEY UPDATE OF l)
 UPDATE timeout_leases l SET expires_at = now() + $4 * interval '1 millisecond'
 FROM mine WHERE l.part = mine.part
 RETURNING l.part, l.epoch`

@@ -102,8 +102,8 @@ func TestAcquireSkipsALeaseWithAWriteInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	// a's write in flight: the fence's share lock, taken while the lease
-	// was valid.
+	// a's write in flight: the fence's key-share lock, taken while the
+	// lease was valid.
 	if _, err := tx.Exec(ctx, fenceSQL, []int16{int16(a[0].Partition)}, []int64{a[0].Epoch}, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +123,36 @@ func TestAcquireSkipsALeaseWithAWriteInFlight(t *testing.T) {
 	got, err = s.Leases().Acquire(ctx, "b", 1, timeoutdParts(got), time.Hour)
 	if err != nil || len(got) != 1 || got[0].Partition != a[0].Partition || got[0].Epoch != a[0].Epoch+1 {
 		t.Fatalf("after a's commit b acquires %v, %v; want partition %d at epoch %d", got, err, a[0].Partition, a[0].Epoch+1)
+	}
+}
+
+// TestRenewDoesNotWaitForFencedWrites: the owner's renewal goes through
+// while its own fenced writes hold the lease rows (under load they always
+// do: with share locks, the renewal starved until the leases lapsed).
+func TestRenewDoesNotWaitForFencedWrites(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	a, err := s.Leases().Acquire(ctx, "a", events.Partitions, nil, time.Hour)
+	if err != nil || len(a) != events.Partitions {
+		t.Fatalf("acquire: %v, %v", a, err)
+	}
+	fp, fe := fenceArrays(timeoutd.Fence{Leases: a})
+	for range 2 { // two writes in flight, as ingest and fire
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, fenceSQL, fp, fe, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	renewed, err := s.Leases().Renew(rctx, "a", a, time.Hour)
+	if err != nil || len(renewed) != len(a) {
+		t.Fatalf("renew with fenced writes in flight: %d of %d leases, %v", len(renewed), len(a), err)
 	}
 }
 

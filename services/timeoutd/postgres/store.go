@@ -40,17 +40,21 @@ var _ timeoutd.Store = (*Store)(nil)
 // NewStore returns a Store on pool; run Migrate first.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// fenceSQL share-locks, in partition order, the lease rows that $3 holds
-// at the epochs of $1/$2 and that have not expired by Postgres's clock, and
-// returns their partitions. Held until the transaction ends, the locks make
-// an acquisition by another instance (which updates the row) wait for the
-// commit: the new owner then loads what this transaction wrote.
+// fenceSQL key-share-locks, in partition order, the lease rows that $3
+// holds at the epochs of $1/$2 and that have not expired by Postgres's
+// clock, and returns their partitions. Held until the transaction ends, the
+// locks keep an acquisition by another instance (which locks the row FOR
+// UPDATE) from taking the lease before the commit: the new owner then
+// loads what this transaction wrote. The owner's own renewal (FOR NO KEY
+// UPDATE, which a key-share lock does not block) never waits for them: with
+// FOR SHARE, the overlapping fences of ingest and fire under load starved
+// the renewal until the leases lapsed and every partition stopped.
 const fenceSQL = `
 SELECT l.part FROM timeout_leases l
 JOIN unnest($1::int2[], $2::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
 WHERE l.owner = $3 AND l.expires_at > now()
 ORDER BY l.part
-FOR SHARE OF l`
+FOR KEY SHARE OF l`
 
 // applySQL upserts the commands of the partitions whose lease rows fenceSQL
 // locked earlier in the same transaction (the same condition, on $9..$11).
