@@ -7,10 +7,10 @@ import (
 )
 
 // drive is the driver goroutine: it advances every shard to the clock's
-// current reading, moves the expired timers to the outbox, prepares the next
-// tick, and sleeps until the earliest work across shards (a sub-slot's end,
-// or a tick before an occupied slot starts), or until a Schedule lands
-// earlier (wake) or Stop. With nothing pending it sleeps without a timer: no
+// current reading, hands the expired timers to delivery in chunks, prepares
+// the next tick, and sleeps until the earliest work across shards (a
+// sub-slot's end, or a tick before an occupied slot starts), or until a
+// Schedule lands earlier (wake) or Stop. With nothing pending it sleeps without a timer: no
 // periodic wake-ups. It never waits for the consumer.
 func (w *Wheel[T]) drive() {
 	defer close(w.driven)

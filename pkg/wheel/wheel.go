@@ -12,7 +12,8 @@ import (
 )
 
 // TickDefault is the default resolution: a timer fires at most one tick after
-// its deadline when the consumer keeps up.
+// its deadline when the consumer keeps up (the last timers of a large pile
+// due at once later: see the package doc, Delivery).
 const TickDefault = time.Millisecond
 
 // BatchMax is the most timers handed to onExpire in one call. The driver
@@ -45,7 +46,8 @@ type Config struct {
 	// Tick is the resolution of the levels; default TickDefault. A timer
 	// fires at most one tick after its deadline (plus the driver's wake-up
 	// latency) when the consumer keeps up, and within Precision once its
-	// tick is prepared.
+	// tick is prepared; a large pile due at once is handed out chunk by
+	// chunk, its last timers later (package doc, Delivery).
 	Tick time.Duration
 	// Precision is the resolution within a tick. A tick ahead of each
 	// occupied tick the driver lays that tick's timers out by deadline into
@@ -175,7 +177,7 @@ func (s *shard[T]) pending() int {
 }
 
 // New returns a running Wheel. onExpire receives the expired timers in
-// batches from one delivery goroutine: never concurrently with itself, never
+// batches of 1 to BatchMax from one delivery goroutine: never concurrently with itself, never
 // while a wheel lock is held (it may call Schedule, Cancel, Reset and Stop);
 // the slice is valid only during the call. New starts two goroutines, the
 // driver and the delivery goroutine, that Stop ends.
@@ -269,7 +271,8 @@ func (w *Wheel[T]) offset(deadline time.Time) int64 {
 }
 
 // Schedule adds a timer that hands v to onExpire at or after deadline, at
-// most one tick late when the consumer keeps up. A deadline already passed
+// most one tick late when the consumer keeps up (for the last timers of a
+// large pile due at once, see the package doc). A deadline already passed
 // fires at the driver's next run. It costs O(1) and allocates nothing once
 // the shard's slab has grown. It returns ErrFull beyond Config.MaxPending
 // and ErrStopped after Stop.
