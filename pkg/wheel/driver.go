@@ -10,8 +10,8 @@ import (
 // current reading, hands the expired timers to delivery in chunks, prepares
 // the next tick, and sleeps until the earliest work across shards (a
 // sub-slot's end, or a tick before an occupied slot starts), or until a
-// Schedule lands earlier (wake) or Stop. With nothing pending it sleeps without a timer: no
-// periodic wake-ups. It never waits for the consumer.
+// Schedule lands earlier (wake) or Stop. With nothing pending it sleeps
+// without a timer: no periodic wake-ups. It never waits for the consumer.
 func (w *Wheel[T]) drive() {
 	defer close(w.driven)
 	timer := w.clock.NewTimer(time.Hour)

@@ -177,10 +177,11 @@ func (s *shard[T]) pending() int {
 }
 
 // New returns a running Wheel. onExpire receives the expired timers in
-// batches of 1 to BatchMax from one delivery goroutine: never concurrently with itself, never
-// while a wheel lock is held (it may call Schedule, Cancel, Reset and Stop);
-// the slice is valid only during the call. New starts two goroutines, the
-// driver and the delivery goroutine, that Stop ends.
+// batches of 1 to BatchMax from one delivery goroutine: never concurrently
+// with itself, never while a wheel lock is held (it may call Schedule,
+// Cancel, Reset and Stop); the slice is valid only during the call. New
+// starts two goroutines, the driver and the delivery goroutine, that Stop
+// ends.
 func New[T any](cfg Config, onExpire func(batch []Expired[T])) (*Wheel[T], error) {
 	if onExpire == nil {
 		return nil, errors.New("wheel: onExpire is nil")
