@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,8 +89,35 @@ func TestRunRendersAPNG(t *testing.T) {
 	if !found {
 		t.Error("no pixel of the arrival p99 series")
 	}
+	// Steep segments: a line once drew past its end on these.
+	steep := "result workload=sustained measured=storm t_s=110 arrival_p50_ms=2218 arrival_p99_ms=6222 fired_p50_ms=1946 fired_p99_ms=5439 complete=true\n" +
+		"result workload=sustained measured=storm t_s=410 arrival_p50_ms=475 arrival_p99_ms=3508 fired_p50_ms=294 fired_p99_ms=3260 complete=true\n" +
+		"result workload=sustained measured=storm t_s=1310 arrival_p50_ms=13 arrival_p99_ms=65 fired_p50_ms=7 fired_p99_ms=48 complete=true\n"
+	if err := os.WriteFile(in, []byte(steep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(in, out); err != nil {
+		t.Fatalf("run with steep segments: %v", err)
+	}
 	if err := run(filepath.Join(dir, "missing.txt"), out); err == nil {
 		t.Error("run with a missing input: want an error")
+	}
+}
+
+func TestLogAxis(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		lo, hi, wantLo, wantHi float64
+	}{
+		{5.1, 6222.9, 1, 10000},
+		{12, 100, 10, 100},
+		{0, 0, 0.1, 1},
+		{3, 3, 1, 10},
+	}
+	for _, tt := range tests {
+		if lo, hi := logAxis(tt.lo, tt.hi); math.Abs(lo-tt.wantLo) > 1e-9 || math.Abs(hi-tt.wantHi) > 1e-9 {
+			t.Errorf("logAxis(%v, %v) = %v, %v; want %v, %v", tt.lo, tt.hi, lo, hi, tt.wantLo, tt.wantHi)
+		}
 	}
 }
 

@@ -33,25 +33,30 @@ var (
 	grey  = color.RGBA{225, 225, 225, 255}
 )
 
-// render draws the storms' lateness (ms) against their time since the start
+// render draws the storms' lateness (ms, on a log scale: the storms of one
+// run can differ a hundredfold) against their time since the start
 // (minutes): axes with ticks, one line and marker per series, a legend. An
 // incomplete storm's markers are hollow.
 func render(w io.Writer, storms []storm) error {
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
-	var xMax, yMax float64
+	xMax, yMin, yMax := 0.0, math.Inf(1), 0.0
 	for _, s := range storms {
 		xMax = max(xMax, s.T/60)
 		for _, sr := range series {
-			yMax = max(yMax, sr.value(s))
+			yMin, yMax = min(yMin, sr.value(s)), max(yMax, sr.value(s))
 		}
 	}
 	xStep, xMax := niceAxis(xMax)
-	yStep, yMax := niceAxis(yMax)
+	lo, hi := logAxis(yMin, yMax)
 	x0, y0, x1, y1 := left, height-bottom, width-right, top
 	px := func(min float64) int { return x0 + int(math.Round(min/xMax*float64(x1-x0))) }
-	py := func(ms float64) int { return y0 - int(math.Round(ms/yMax*float64(y0-y1))) }
-	for v := 0.0; v <= yMax+yStep/2; v += yStep {
+	py := func(ms float64) int {
+		f := (math.Log10(max(ms, lo)) - math.Log10(lo)) / (math.Log10(hi) - math.Log10(lo))
+		return y0 - int(math.Round(f*float64(y0-y1)))
+	}
+	for e := math.Round(math.Log10(lo)); e <= math.Round(math.Log10(hi)); e++ {
+		v := math.Pow(10, e)
 		y := py(v)
 		hline(img, x0, x1, y, grey)
 		hline(img, x0-5, x0, y, black)
@@ -84,6 +89,13 @@ func render(w io.Writer, storms []storm) error {
 		}
 	}
 	return png.Encode(w, img)
+}
+
+// logAxis returns the powers of ten around [lo, hi], lo at least 0.1.
+func logAxis(lo, hi float64) (float64, float64) {
+	lo = math.Pow(10, math.Floor(math.Log10(max(lo, 0.1))))
+	hi = math.Pow(10, math.Ceil(math.Log10(max(hi, lo*10))))
+	return lo, hi
 }
 
 // niceAxis returns a tick step of 1, 2 or 5 times a power of ten giving
@@ -126,11 +138,12 @@ func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
 		if x0 == x1 && y0 == y1 {
 			return
 		}
-		if 2*e >= dy {
+		e2 := 2 * e
+		if e2 >= dy {
 			e += dy
 			x0 += sx
 		}
-		if 2*e <= dx {
+		if e2 <= dx {
 			e += dx
 			y0 += sy
 		}
