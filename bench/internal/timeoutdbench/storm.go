@@ -3,7 +3,6 @@ package timeoutdbench
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -148,8 +147,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	if err != nil {
 		return StormResult{}, err
 	}
-	cpus := append(harness.CPUs{{Name: "timeoutd", Platform: true, Time: harness.ProcessCPU(b.proc.PID())}}, b.cfg.CPUs...)
-	cpus = append(cpus, harness.CPUSource{Name: "harness", Time: harness.ProcessCPU(os.Getpid())})
+	cpus := b.cpus()
 	var cpu [4]harness.CPUSample // ingest from, to; expiry from, to
 	if cpu[0], err = cpus.Sample(); err != nil {
 		return StormResult{}, fmt.Errorf("storm: %w", err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -121,8 +120,7 @@ func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
 	}
 	b.rep.Line("workload", "name", "sustained", "duration_s", cfg.Duration.Seconds(), "churn_per_sec", cfg.Rate, "live", cfg.Live,
 		"churn_deadline_s", cfg.Deadline.Seconds(), "storm_every_s", cfg.StormEvery.Seconds(), "interval_s", cfg.Interval.Seconds())
-	cpus := append(harness.CPUs{{Name: "timeoutd", Platform: true, Time: harness.ProcessCPU(b.proc.PID())}}, b.cfg.CPUs...)
-	cpus = append(cpus, harness.CPUSource{Name: "harness", Time: harness.ProcessCPU(os.Getpid())})
+	cpus := b.cpus()
 	start := time.Now()
 	s := &sampler{b: b, conn: conn, cpus: cpus, churn: churn, start: start}
 	if err := s.record(ctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -223,6 +224,11 @@ func (b *Bench) Live(ctx context.Context, workload string, n int, delta int64, c
 	if err != nil {
 		return err
 	}
+	cpus := b.cpus()
+	cpu0, err := cpus.Sample()
+	if err != nil {
+		return fmt.Errorf("live %s: %w", workload, err)
+	}
 	start := time.Now()
 	if err := b.publish(ctx, cmd, n); err != nil {
 		return err
@@ -232,8 +238,13 @@ func (b *Bench) Live(ctx context.Context, workload string, n int, delta int64, c
 		return err
 	}
 	d := time.Since(start)
-	b.rep.Line("result", "peer", "timeoutd", "workload", workload, "mode", "live", "n", n, "seconds", d.Seconds(),
-		"per_sec", harness.PerSec(n, d), "publish_acked_seconds", published.Seconds())
+	cpu1, err := cpus.Sample()
+	if err != nil {
+		return fmt.Errorf("live %s: %w", workload, err)
+	}
+	kv := []any{"peer", "timeoutd", "workload", workload, "mode", "live", "n", n, "seconds", d.Seconds(),
+		"per_sec", harness.PerSec(n, d), "publish_acked_seconds", published.Seconds()}
+	b.rep.Line("result", append(kv, cpus.PerUnit("us_per_command_", cpu0, cpu1, n)...)...)
 	return nil
 }
 
@@ -255,14 +266,31 @@ func (b *Bench) Backlog(ctx context.Context, workload string, n int, delta int64
 	if err := b.start(ctx); err != nil {
 		return err
 	}
+	cpus := b.cpus()
+	cpu0, err := cpus.Sample()
+	if err != nil {
+		return fmt.Errorf("backlog %s: %w", workload, err)
+	}
 	start := time.Now()
 	if err := b.waitPending(ctx, s.Pending+delta); err != nil {
 		return err
 	}
 	d := time.Since(start)
-	b.rep.Line("result", "peer", "timeoutd", "workload", workload, "mode", "backlog", "n", n, "seconds", d.Seconds(),
-		"per_sec", harness.PerSec(n, d), "ready_ms", b.ready)
+	cpu1, err := cpus.Sample()
+	if err != nil {
+		return fmt.Errorf("backlog %s: %w", workload, err)
+	}
+	kv := []any{"peer", "timeoutd", "workload", workload, "mode", "backlog", "n", n, "seconds", d.Seconds(),
+		"per_sec", harness.PerSec(n, d), "ready_ms", b.ready}
+	b.rep.Line("result", append(kv, cpus.PerUnit("us_per_command_", cpu0, cpu1, n)...)...)
 	return nil
+}
+
+// cpus returns the CPU sources of a measurement: the running timeoutd, the
+// platform's containers (Config.CPUs) and this process as the harness.
+func (b *Bench) cpus() harness.CPUs {
+	cpus := append(harness.CPUs{{Name: "timeoutd", Platform: true, Time: harness.ProcessCPU(b.proc.PID())}}, b.cfg.CPUs...)
+	return append(cpus, harness.CPUSource{Name: "harness", Time: harness.ProcessCPU(os.Getpid())})
 }
 
 // Bytes prints the Postgres size (tables, indexes, TOAST) of every table of
