@@ -57,7 +57,7 @@ type Config struct {
 	// PoolSize is the pgxpool's MaxConns; default 40.
 	PoolSize int
 	// CPUs are the platform's processes beside this one (the Postgres
-	// container) whose CPU time Storm divides by its jobs.
+	// container) whose CPU time Insert and Storm divide by their jobs.
 	CPUs harness.CPUs
 }
 
@@ -188,19 +188,36 @@ func (b *Bench) client(st Storm, workers *river.Workers, queues map[string]river
 }
 
 // Insert inserts one job per key, scheduled at deadlines[i], with
-// InsertMany in batches, prints the rate, and returns the job ids.
+// InsertMany in batches, prints the rate and the CPU per job (Config.CPUs
+// and this process), and returns the job ids.
 func (b *Bench) Insert(ctx context.Context, keys []string, deadlines []time.Time) ([]int64, error) {
 	c, err := b.client(Storm{Mode: ModeScheduled}, nil, nil)
 	if err != nil {
 		return nil, err
 	}
+	cpus := b.cpus()
+	cpu0, err := cpus.Sample()
+	if err != nil {
+		return nil, fmt.Errorf("river insert: %w", err)
+	}
 	ids, d, err := b.insert(ctx, c, keys, deadlines)
 	if err != nil {
 		return nil, err
 	}
-	b.rep.Line("result", "peer", "river", "workload", "insert", "api", "InsertMany", "batch", b.cfg.BatchSize,
-		"n", len(keys), "seconds", d.Seconds(), "per_sec", harness.PerSec(len(keys), d))
+	cpu1, err := cpus.Sample()
+	if err != nil {
+		return nil, fmt.Errorf("river insert: %w", err)
+	}
+	kv := []any{"peer", "river", "workload", "insert", "api", "InsertMany", "batch", b.cfg.BatchSize,
+		"n", len(keys), "seconds", d.Seconds(), "per_sec", harness.PerSec(len(keys), d)}
+	b.rep.Line("result", append(kv, cpus.PerUnit("us_per_job_", cpu0, cpu1, len(keys))...)...)
 	return ids, nil
+}
+
+// cpus returns the CPU sources of a measurement: Config.CPUs and this
+// process, which holds River's client and workers.
+func (b *Bench) cpus() harness.CPUs {
+	return append(slices.Clip(b.cfg.CPUs), harness.CPUSource{Name: "loadgen", Platform: true, Time: harness.ProcessCPU(os.Getpid())})
 }
 
 func (b *Bench) insert(ctx context.Context, c *river.Client[pgx.Tx], keys []string, deadlines []time.Time) ([]int64, time.Duration, error) {
@@ -333,7 +350,7 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 		defer cancel()
 		_ = c.Stop(stopCtx)
 	}()
-	cpus := append(slices.Clip(b.cfg.CPUs), harness.CPUSource{Name: "loadgen", Platform: true, Time: harness.ProcessCPU(os.Getpid())})
+	cpus := b.cpus()
 	var cpu [4]harness.CPUSample // insert from, to; expiry from, to
 	if cpu[0], err = cpus.Sample(); err != nil {
 		return harness.Summary{}, fmt.Errorf("river storm: %w", err)

@@ -218,7 +218,9 @@ func ClearCommands(keys []string, version int64) func(i int) events.Command {
 // Live publishes the n commands cmd(0..n-1) at the maximum rate while
 // timeoutd consumes them, and waits until its pending count has moved by
 // delta (+n for sets of new keys, -n for clears); it prints the rate over
-// the whole span, from the first publish to the pending count, as workload.
+// the whole span, from the first publish to the pending count, as workload,
+// and the CPU per command of each process over that span (the publisher is
+// the harness).
 func (b *Bench) Live(ctx context.Context, workload string, n int, delta int64, cmd func(i int) events.Command) error {
 	s, err := b.Stats(ctx)
 	if err != nil {
@@ -251,7 +253,8 @@ func (b *Bench) Live(ctx context.Context, workload string, n int, delta int64, c
 // Backlog stops timeoutd, publishes the n commands cmd(0..n-1) (all
 // acknowledged by JetStream), starts timeoutd again and prints the rate from
 // /readyz to the pending count having moved by delta: the consumer's
-// throughput with no publisher competing for the CPU.
+// throughput with no publisher competing for the CPU, and the CPU per
+// command of each process from /readyz on.
 func (b *Bench) Backlog(ctx context.Context, workload string, n int, delta int64, cmd func(i int) events.Command) error {
 	s, err := b.Stats(ctx)
 	if err != nil {
