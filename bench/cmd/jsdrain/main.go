@@ -130,29 +130,27 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	if err := publish(ctx, js, n, size); err != nil {
-		return err
+	phases := []struct {
+		name string
+		run  func() error
+	}{
+		{"publish", func() error { return publish(ctx, js, n, size) }},
+		{"drain", func() error { return drain(ctx, js, layout, n) }},
 	}
-	pubDur := time.Since(start)
-	s1, err := cpus.Sample()
-	if err != nil {
-		return err
+	for _, ph := range phases {
+		start := time.Now()
+		if err := ph.run(); err != nil {
+			return err
+		}
+		d := time.Since(start)
+		s1, err := cpus.Sample()
+		if err != nil {
+			return err
+		}
+		kv := []any{"layout", layout, "phase", ph.name, "n", n, "seconds", d.Seconds(), "per_sec", harness.PerSec(n, d)}
+		rep.Line("result", append(kv, cpus.PerUnit("us_per_command_", s0, s1, n)...)...)
+		s0 = s1
 	}
-	kv := []any{"layout", layout, "phase", "publish", "n", n, "seconds", pubDur.Seconds(), "per_sec", harness.PerSec(n, pubDur)}
-	rep.Line("result", append(kv, cpus.PerUnit("us_per_command_", s0, s1, n)...)...)
-
-	start = time.Now()
-	if err := drain(ctx, js, layout, n); err != nil {
-		return err
-	}
-	drainDur := time.Since(start)
-	s2, err := cpus.Sample()
-	if err != nil {
-		return err
-	}
-	kv = []any{"layout", layout, "phase", "drain", "n", n, "seconds", drainDur.Seconds(), "per_sec", harness.PerSec(n, drainDur)}
-	rep.Line("result", append(kv, cpus.PerUnit("us_per_command_", s1, s2, n)...)...)
 	return nil
 }
 
