@@ -20,6 +20,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -36,9 +37,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
-
-const partitions = 64
 
 func main() {
 	server := flag.String("server", "", "nats-server binary (required)")
@@ -91,11 +91,15 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 		return err
 	}
 	defer os.RemoveAll(dir)
-	port, err := freePort()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
-	args := []string{"-js", "-sd", dir, "-a", "127.0.0.1", "-p", fmt.Sprint(port)}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	args := []string{"-js", "-sd", dir, "-a", host, "-p", port}
 	if profile > 0 {
 		args = append(args, "--profile", fmt.Sprint(profile))
 	}
@@ -106,7 +110,7 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	var nc *nats.Conn
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err == nil || time.Now().After(deadline) {
+		if nc, err = nats.Connect("nats://" + addr); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -154,21 +158,12 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // streamNames returns the streams of a layout.
 func streamNames(layout string) []string {
 	if layout != "streams" {
 		return []string{"CMD"}
 	}
-	names := make([]string, partitions)
+	names := make([]string, events.Partitions)
 	for p := range names {
 		names[p] = fmt.Sprintf("CMD%02d", p)
 	}
@@ -193,13 +188,10 @@ func createStreams(ctx context.Context, js jetstream.JetStream, layout string) e
 // publish publishes n commands with a window of 4,096 PubAcks in flight,
 // each with a Nats-Msg-Id like the relays'.
 func publish(ctx context.Context, js jetstream.JetStream, n, size int) error {
-	payload := make([]byte, size)
-	for i := range payload {
-		payload[i] = 'x'
-	}
+	payload := bytes.Repeat([]byte{'x'}, size)
 	for i := range n {
 		key := fmt.Sprintf("order-%012d", i)
-		if _, err := js.PublishAsync(fmt.Sprintf("cmd.%d.%s", i%partitions, key), payload, jetstream.WithMsgID(key)); err != nil {
+		if _, err := js.PublishAsync(fmt.Sprintf("cmd.%d.%s", i%events.Partitions, key), payload, jetstream.WithMsgID(key)); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
 		if js.PublishAsyncPending() >= 4096 {
@@ -229,7 +221,7 @@ func drain(ctx context.Context, js jetstream.JetStream, layout string, n int) er
 	var specs []spec
 	switch layout {
 	case "filtered":
-		for p := range partitions {
+		for p := range events.Partitions {
 			specs = append(specs, spec{"CMD", jetstream.ConsumerConfig{Durable: fmt.Sprintf("p%02d", p),
 				FilterSubject: fmt.Sprintf("cmd.%d.>", p), AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1000}, 156})
 		}

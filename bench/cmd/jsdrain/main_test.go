@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
 func TestRunRefusesBadArguments(t *testing.T) {
@@ -33,7 +35,7 @@ func TestStreamNames(t *testing.T) {
 		t.Errorf("filtered: got %v, want [CMD]", got)
 	}
 	got := streamNames("streams")
-	if len(got) != partitions || got[0] != "CMD00" || got[partitions-1] != "CMD63" {
+	if len(got) != events.Partitions || got[0] != "CMD00" || got[events.Partitions-1] != "CMD63" {
 		t.Errorf("streams: got %d names from %v to %v, want CMD00 … CMD63", len(got), got[0], got[len(got)-1])
 	}
 }
