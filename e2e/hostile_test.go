@@ -402,7 +402,7 @@ func TestHostileInputs(t *testing.T) {
 		}
 		for i, st := range steps {
 			publish(t, subject, fmt.Sprintf("e2e-versions:%s:%d", key, i), []byte(st.body))
-			waitConsumed(t, js, subject)
+			waitConsumed(t, js, key)
 			got := waitPending(t, key, 3)
 			if !got.Deadline.Equal(d3) {
 				t.Fatalf("after %s: pending v%d deadline %s, want v3 deadline %s", st.what, got.Version, got.Deadline, d3)
@@ -420,7 +420,7 @@ func TestHostileInputs(t *testing.T) {
 			fmt.Sprintf(`{"schema":1,"kind":"clear","key":%q,"version":1}`, control.ID),
 		} {
 			publish(t, events.CommandSubject(control.ID), fmt.Sprintf("e2e-versions:%s:%d", control.ID, i), []byte(body))
-			waitConsumed(t, js, events.CommandSubject(control.ID))
+			waitConsumed(t, js, control.ID)
 		}
 	})
 
@@ -613,16 +613,18 @@ func pendingTimeout(t *testing.T, s *stack, key string) (api.Timeout, bool) {
 	return tm, true
 }
 
-// waitConsumed waits until the command work queue holds no message on
-// subject: timeoutd acked it, which it does only after Postgres committed
-// it (or it was dead-lettered, or ignored as stale).
-func waitConsumed(t *testing.T, js jetstream.JetStream, subject string) {
+// waitConsumed waits until key's command stream holds no command of key:
+// timeoutd acked them, which it does only after Postgres committed them (or
+// they were dead-lettered, or ignored as stale). The stream stores them
+// under the partitioned subject the server's mapping gives them.
+func waitConsumed(t *testing.T, js jetstream.JetStream, key string) {
 	t.Helper()
-	st, err := js.Stream(t.Context(), events.StreamCommands)
+	name, subject := events.CommandStream(events.PartitionOf(key)), events.PartitionedCommandSubject(key)
+	st, err := js.Stream(t.Context(), name)
 	if err != nil {
-		t.Fatalf("stream %s: %v", events.StreamCommands, err)
+		t.Fatalf("stream %s: %v", name, err)
 	}
-	waitFor(t, 15*time.Second, "timeoutd to ack the command on "+subject, func() bool {
+	waitFor(t, 15*time.Second, "timeoutd to ack the commands on "+subject, func() bool {
 		info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(subject))
 		return err == nil && info.State.Subjects[subject] == 0
 	})

@@ -53,8 +53,10 @@ type permFixture struct {
 	// held are in-flight messages whose ack must be refused to everyone;
 	// own are in-flight messages their owner acks.
 	heldOrders, ownOrders, heldTimeoutd, ownTimeoutd jetstream.Msg
-	// partition is the command partition whose consumer timeoutd holds.
+	// partition is the command partition whose consumer timeoutd holds;
+	// cmdStream is its stream.
 	partition int
+	cmdStream string
 	// created is the subject of an order event the observer reads.
 	created string
 }
@@ -146,12 +148,13 @@ func startPermFixture(t *testing.T) *permFixture {
 	// timeoutd's consumer of one partition, holding two commands of it.
 	held := []string{fmt.Sprintf("perm-%d-held-0", run)}
 	f.partition = events.PartitionOf(held[0])
+	f.cmdStream = events.CommandStream(f.partition)
 	for i := 1; len(held) < 2; i++ {
 		if k := fmt.Sprintf("perm-%d-held-%d", run, i); events.PartitionOf(k) == f.partition {
 			held = append(held, k)
 		}
 	}
-	tc, err := timeoutd.js.CreateOrUpdateConsumer(ctx, events.StreamCommands,
+	tc, err := timeoutd.js.CreateOrUpdateConsumer(ctx, f.cmdStream,
 		tjs.ConsumerSettings(f.partition, tjs.ConsumerConfig{AckWait: time.Minute, BatchSize: 10}))
 	if err != nil {
 		t.Fatalf("timeoutd creates its consumer: %v", err)
@@ -256,10 +259,16 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		add(u, "subscribe to the command subjects", false, events.CommandSubjects, subscribe(events.CommandSubjects))
 		// Streams: nobody deletes, purges or edits; only bootstrap creates
 		// and updates the platform's streams, and no other stream.
-		for _, s := range []string{events.StreamCommands, events.StreamExpiries} {
+		for _, s := range []string{f.cmdStream, events.StreamExpiries} {
 			add(u, "delete stream "+s, false, api("STREAM.DELETE.%s", s), request(api("STREAM.DELETE.%s", s), ""))
 			add(u, "purge stream "+s, false, api("STREAM.PURGE.%s", s), request(api("STREAM.PURGE.%s", s), "{}"))
 			add(u, "delete a message of "+s, false, api("STREAM.MSG.DELETE.%s", s), request(api("STREAM.MSG.DELETE.%s", s), `{"seq":1}`))
+		}
+		// Only bootstrap deletes the single command stream the partitions'
+		// replace (streams.Ensure, once it is empty).
+		if u != userBootstrap {
+			s := events.StreamCommandsLegacy
+			add(u, "delete stream "+s, false, api("STREAM.DELETE.%s", s), request(api("STREAM.DELETE.%s", s), ""))
 		}
 		add(u, "create a stream of its own", false, api("STREAM.CREATE.ROGUE"), func(ctx context.Context, c *permClient) error {
 			_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: "ROGUE", Subjects: []string{"rogue.>"}})
@@ -287,7 +296,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 			held, own           jetstream.Msg
 		}{
 			{userOrders, events.StreamExpiries, ojs.DurableDefault, f.heldOrders, f.ownOrders},
-			{userTimeoutd, events.StreamCommands, tjs.DurableName(f.partition), f.heldTimeoutd, f.ownTimeoutd},
+			{userTimeoutd, f.cmdStream, tjs.DurableName(f.partition), f.heldTimeoutd, f.ownTimeoutd},
 		} {
 			whose := cons.owner + "'s consumer " + cons.name
 			add(u, "delete "+whose, false, api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), request(api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), ""))
@@ -306,11 +315,11 @@ func TestNATSPermissionMatrix(t *testing.T) {
 				return err
 			})
 		}
-		// Nobody but timeoutd may have a consumer on the command work queue.
+		// Nobody but timeoutd may have a consumer on a command work queue.
 		if u != userTimeoutd {
-			subj := api("CONSUMER.CREATE.%s.%s-rogue.%s", events.StreamCommands, u, events.CommandSubjects)
-			add(u, "create a consumer on "+events.StreamCommands, false, subj, func(ctx context.Context, c *permClient) error {
-				_, err := c.js.CreateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{Name: u + "-rogue", FilterSubject: events.CommandSubjects, AckPolicy: jetstream.AckExplicitPolicy})
+			subj := api("CONSUMER.CREATE.%s.%s-rogue", f.cmdStream, u)
+			add(u, "create a consumer on "+f.cmdStream, false, subj, func(ctx context.Context, c *permClient) error {
+				_, err := c.js.CreateConsumer(ctx, f.cmdStream, jetstream.ConsumerConfig{Name: u + "-rogue", AckPolicy: jetstream.AckExplicitPolicy})
 				return err
 			})
 		}
@@ -318,6 +327,14 @@ func TestNATSPermissionMatrix(t *testing.T) {
 
 	// Publishing: each service only its own messages; bootstrap and observer
 	// nothing but the observer's own dead letters. Every subject is unique.
+	// The server maps timeouts.cmd.<key> to timeouts.cmd.<partition>.<key>
+	// before it checks a right, so a refusal names the mapped subject.
+	refused := func(subject string) string {
+		if key, ok := strings.CutPrefix(subject, events.CommandSubjectPrefix); ok && events.ValidKey(key) {
+			return events.PartitionedCommandSubject(key)
+		}
+		return subject
+	}
 	pubs := []struct {
 		user, subject string
 		allowed       bool
@@ -326,9 +343,9 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userOrders, events.OrderEventSubject(events.OrderCreated, fmt.Sprintf("perm-%d-2", run)), true},
 		{userOrders, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-3", run)), true},
 		{userOrders, events.DeadLetterSubject("orders", events.ReasonMalformed), true},
-		// Commands go in on timeouts.cmd.<key> only: the stream files them
-		// under their partition, nobody else may.
-		{userOrders, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-1b", run)), false},
+		// The mapped subject too: the right applies to it. A command on a
+		// partition not its key's is dead-lettered by timeoutd.
+		{userOrders, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-1b", run)), true},
 		{userOrders, events.OrderCancelSubject(fmt.Sprintf("perm-%d-4", run)), false},
 		{userOrders, events.MissedSubject(fmt.Sprintf("perm-%d-5", run)), false},
 		{userOrders, events.DeadLetterSubject("timeoutd", events.ReasonInvalidKey), false},
@@ -348,7 +365,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userBootstrap, events.OrderCancelSubject(fmt.Sprintf("perm-%d-15", run)), false},
 	}
 	for _, p := range pubs {
-		add(p.user, "publish "+p.subject, p.allowed, p.subject, publish(p.subject))
+		add(p.user, "publish "+p.subject, p.allowed, refused(p.subject), publish(p.subject))
 	}
 	add(userObserver, "publish into orders' inbox", false, streams.InboxOrders+".fake", func(ctx context.Context, c *permClient) error {
 		return c.nc.Publish(streams.InboxOrders+".fake", []byte(`{}`))
@@ -356,27 +373,30 @@ func TestNATSPermissionMatrix(t *testing.T) {
 
 	// What each service needs at start (streams.Verify) and the observer's
 	// reading: its own ephemeral, ordered and durable consumers.
-	add(userOrders, "verify its streams (start-up)", true, "", func(ctx context.Context, c *permClient) error {
-		return streams.Verify(ctx, c.js, streams.Config{}, events.StreamCommands, events.StreamOrderEvents, events.StreamExpiries, events.StreamDeadLetters)
+	add(userOrders, "verify its streams and the command mapping (start-up)", true, "", func(ctx context.Context, c *permClient) error {
+		if err := streams.Verify(ctx, c.js, streams.Config{}, events.StreamOrderEvents, events.StreamExpiries, events.StreamDeadLetters); err != nil {
+			return err
+		}
+		return streams.VerifyCommandMapping(ctx, c.js)
 	})
 	add(userTimeoutd, "verify its streams (start-up)", true, "", func(ctx context.Context, c *permClient) error {
-		return streams.Verify(ctx, c.js, streams.Config{}, events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters)
+		return streams.Verify(ctx, c.js, streams.Config{}, append(events.CommandStreams(), events.StreamExpiries, events.StreamDeadLetters)...)
 	})
-	// Taking a partition over reads the sequence of its last command;
-	// before publishing a missed event, the fire path reads the last event
-	// on the row's fire subject. Only timeoutd may read either.
-	for _, get := range []struct{ what, api, lastBySubj string }{
-		{"a partition's last command", api("STREAM.MSG.GET.%s", events.StreamCommands), events.PartitionCommandSubjects(f.partition)},
+	// Taking a partition over reads the sequence of its stream's last
+	// command (its info); before publishing a missed event, the fire path
+	// reads the last event on the row's fire subject. Only timeoutd may
+	// read either.
+	for _, get := range []struct{ what, api, body string }{
+		{"the info of a partition's command stream", api("STREAM.INFO.%s", f.cmdStream), ""},
 		{"the last expiry event on a fire subject", api("STREAM.MSG.GET.%s", events.StreamExpiries),
-			events.OrderCancelSubject(fmt.Sprintf("perm-%d-last", run))},
+			fmt.Sprintf(`{"last_by_subj":%q}`, events.OrderCancelSubject(fmt.Sprintf("perm-%d-last", run)))},
 	} {
 		for _, u := range []string{userTimeoutd, userOrders, userObserver} {
 			subject := get.api
 			if u == userTimeoutd {
 				subject = ""
 			}
-			add(u, "read "+get.what+" ("+get.api+")", u == userTimeoutd, subject,
-				request(get.api, fmt.Sprintf(`{"last_by_subj":%q}`, get.lastBySubj)))
+			add(u, "read "+get.what+" ("+get.api+")", u == userTimeoutd, subject, request(get.api, get.body))
 		}
 	}
 	add(userObserver, "read, ack and delete an ephemeral consumer of its own on "+events.StreamOrderEvents, true, "", func(ctx context.Context, c *permClient) error {
@@ -452,12 +472,12 @@ func TestNATSPermissionMatrix(t *testing.T) {
 	// Nothing a refused action aimed at changed.
 	ctx := t.Context()
 	bootstrap := f.connect(t, userBootstrap)
-	for _, s := range []string{events.StreamCommands, events.StreamExpiries, events.StreamOrderEvents, events.StreamDeadLetters} {
+	for _, s := range []string{f.cmdStream, events.StreamExpiries, events.StreamOrderEvents, events.StreamDeadLetters} {
 		st, err := bootstrap.js.Stream(ctx, s)
 		if err != nil {
 			t.Fatalf("stream %s after the matrix: %v", s, err)
 		}
-		if s == events.StreamCommands && st.CachedInfo().State.Consumers != 1 {
+		if s == f.cmdStream && st.CachedInfo().State.Consumers != 1 {
 			t.Errorf("%s has %d consumers, want timeoutd's only", s, st.CachedInfo().State.Consumers)
 		}
 		if s != events.StreamDeadLetters && st.CachedInfo().State.Msgs == 0 {
@@ -468,7 +488,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		user, stream, name, filter string
 	}{
 		{userOrders, events.StreamExpiries, ojs.DurableDefault, events.OrderCancelSubjects},
-		{userTimeoutd, events.StreamCommands, tjs.DurableName(f.partition), events.PartitionCommandSubjects(f.partition)},
+		{userTimeoutd, f.cmdStream, tjs.DurableName(f.partition), ""},
 	} {
 		c, err := f.connect(t, cons.user).js.Consumer(ctx, cons.stream, cons.name)
 		if err != nil {

@@ -75,7 +75,7 @@ func configFromEnv(environ map[string]string) (config, error) {
 }
 
 // attemptTimeout bounds one attempt to ensure the streams.
-const attemptTimeout = 5 * time.Second
+const attemptTimeout = 15 * time.Second
 
 func run(ctx context.Context, environ map[string]string, log *slog.Logger) error {
 	cfg, err := configFromEnv(environ)

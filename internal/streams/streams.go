@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -72,15 +74,22 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Specs returns the stream configurations Ensure applies.
+// Specs returns the stream configurations Ensure applies: the command
+// stream of every partition (events.CommandStream), then the expiry, order
+// event and dead letter streams.
 //
-// The command stream is a work queue: a command is removed once timeoutd
-// acked it, so the stream is bounded by the commands in flight. It keeps
-// every command of a key, not only the last one published: with one message
-// per subject, a stale command republished after a newer one (a relay retry
-// past the duplicate window) would evict the newer command before it was
-// consumed. Ordering per key is preserved, and timeoutd's version check
-// makes the stale one a no-op.
+// Each command stream is a work queue: a command is removed once timeoutd
+// acked it, so the stream is bounded by the commands in flight. It has one
+// consumer, its partition owner's: on a work queue every ack asks each other
+// consumer of the stream whether it still needs the message, so one stream
+// of 64 filtered consumers cost nats-server four times the CPU per command
+// (docs/ARCHITECTURE.md). The server's subject mapping
+// (events.CommandMappingDestination) files each command under its
+// partition. A stream keeps every command of a key, not only the last one
+// published: with one message per subject, a stale command republished
+// after a newer one (a relay retry past the duplicate window) would evict
+// the newer command before it was consumed. Ordering per key is preserved,
+// and timeoutd's version check makes the stale one a no-op.
 func Specs(cfg Config) []jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	expirySubjects := []string{events.MissedSubjectPrefix + ">"}
@@ -99,26 +108,38 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 			Duplicates: cfg.DuplicateWindow,
 		}
 	}
-	commands := base(events.StreamCommands, []string{events.CommandSubjects}, 0)
-	commands.Retention = jetstream.WorkQueuePolicy
-	// Each command is filed under its partition (timeouts.cmd.<p>.<key>),
-	// so that each partition's owner consumes it alone; producers keep
-	// publishing on timeouts.cmd.<key>.
-	commands.SubjectTransform = &jetstream.SubjectTransformConfig{
-		Source: events.CommandTransformSource, Destination: events.CommandTransformDestination}
-	return []jetstream.StreamConfig{
-		commands,
+	specs := make([]jetstream.StreamConfig, 0, events.Partitions+3)
+	for p := range events.Partitions {
+		commands := base(events.CommandStream(p), []string{events.PartitionCommandSubjects(p)}, 0)
+		commands.Description = fmt.Sprintf("timeout commands of partition %d", p)
+		commands.Retention = jetstream.WorkQueuePolicy
+		specs = append(specs, commands)
+	}
+	return append(specs,
 		base(events.StreamExpiries, expirySubjects, cfg.MaxAge),
 		base(events.StreamOrderEvents, []string{"orders.created.>", "orders.paid.>", "orders.cancelled.>"}, cfg.MaxAge),
 		base(events.StreamDeadLetters, []string{events.DeadLetterSubjectPrefix + ">"}, DeadLetterMaxAgeDefault),
-	}
+	)
 }
+
+// ErrLegacyCommands is returned by Ensure while the single command stream
+// the per-partition ones replace (events.StreamCommandsLegacy) still holds
+// commands: they must be consumed by the timeoutd that reads that stream
+// before it goes (docs/RELIABILITY.md, "Upgrading to a command stream per
+// partition").
+var ErrLegacyCommands = errors.New("the single command stream still holds commands")
 
 // Ensure creates every stream of Specs(cfg), or updates it to these
 // settings when it exists. It never removes a subject a stream already
 // has, so services configured with different fire subject prefixes do not
-// rewrite the expiry stream back and forth.
+// rewrite the expiry stream back and forth. It first removes the legacy
+// single command stream, whose subjects overlap the partitions' streams,
+// when it is empty, and otherwise fails with ErrLegacyCommands, changing
+// nothing.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	if err := retireLegacyCommands(ctx, js); err != nil {
+		return err
+	}
 	for _, sc := range Specs(cfg) {
 		if s, err := js.Stream(ctx, sc.Name); err == nil {
 			for _, subj := range s.CachedInfo().Config.Subjects {
@@ -133,18 +154,47 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
-	// timeoutd's single consumer of every command, from before the command
-	// stream was partitioned: its filter overlaps the partitions' consumers,
-	// which a work queue refuses.
-	if err := js.DeleteConsumer(ctx, events.StreamCommands, LegacyCommandConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete the unpartitioned command consumer: %w", err)
-	}
 	return nil
 }
 
-// LegacyCommandConsumer is the durable name of timeoutd's consumer of every
-// command before the command stream was partitioned; Ensure deletes it.
-const LegacyCommandConsumer = "timeoutd"
+// retireLegacyCommands deletes events.StreamCommandsLegacy when it holds no
+// command. So that no command lands between the check and the delete, the
+// stream is first closed to new messages (a byte limit of 1 with discard
+// new: a producer's publish fails and its outbox retries it, on the
+// partitions' streams once they exist); if a command did land before that,
+// the stream is reopened and ErrLegacyCommands returned.
+func retireLegacyCommands(ctx context.Context, js jetstream.JetStream) error {
+	s, err := js.Stream(ctx, events.StreamCommandsLegacy)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", events.StreamCommandsLegacy, err)
+	}
+	legacy := s.CachedInfo()
+	if n := legacy.State.Msgs; n > 0 {
+		return fmt.Errorf("%w: %s holds %d; let timeoutd consume them with the producers stopped, then run the bootstrap again", ErrLegacyCommands, events.StreamCommandsLegacy, n)
+	}
+	closed := legacy.Config
+	closed.Discard, closed.MaxBytes = jetstream.DiscardNew, 1
+	if _, err := js.UpdateStream(ctx, closed); err != nil {
+		return fmt.Errorf("close stream %s to new commands: %w", events.StreamCommandsLegacy, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", events.StreamCommandsLegacy, err)
+	}
+	if n := info.State.Msgs; n > 0 {
+		if _, err := js.UpdateStream(ctx, legacy.Config); err != nil {
+			return fmt.Errorf("reopen stream %s: %w", events.StreamCommandsLegacy, err)
+		}
+		return fmt.Errorf("%w: %s received %d while being retired; stop the producers first", ErrLegacyCommands, events.StreamCommandsLegacy, n)
+	}
+	if err := js.DeleteStream(ctx, events.StreamCommandsLegacy); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete stream %s: %w", events.StreamCommandsLegacy, err)
+	}
+	return nil
+}
 
 // Verify checks, reading only, that every stream of Specs(cfg) named in
 // names exists and captures every subject of its spec: the services call it
@@ -167,4 +217,56 @@ func Verify(ctx context.Context, js jetstream.JetStream, cfg Config, names ...st
 		}
 	}
 	return nil
+}
+
+// errCodeStreamNotMatch is JetStream's error code for a message whose
+// expected stream (jetstream.WithExpectStream) is not the one that took it;
+// nats.go names no constant for it.
+const errCodeStreamNotMatch jetstream.ErrorCode = 10060
+
+// mappingProbeKey is the key of the command VerifyCommandMapping sends,
+// which no stream stores.
+const mappingProbeKey = "mapping-probe"
+
+// VerifyCommandMapping checks that the server files a command published on
+// events.CommandSubject(key) in the stream of key's partition: that its
+// configuration declares the subject mapping events.CommandMappingSource →
+// events.CommandMappingDestination. Without it a producer's every command
+// would fail with no stream to take it. The probe is published expecting
+// the partition's stream and a last sequence on its subject that no
+// subject reaches, so JetStream refuses it, and the refusal says which
+// check failed: nothing is stored. A producer (the orders service) calls it
+// at start; it needs the right to publish commands.
+func VerifyCommandMapping(ctx context.Context, js jetstream.JetStream) error {
+	want := events.CommandStream(events.PartitionOf(mappingProbeKey))
+	msg := nats.NewMsg(events.CommandSubject(mappingProbeKey))
+	_, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(want), jetstream.WithExpectLastSequencePerSubject(math.MaxUint64))
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return fmt.Errorf("the command mapping probe was stored in %s: its subject %s has no last sequence check", want, events.PartitionedCommandSubject(mappingProbeKey))
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return nil
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("no stream takes %s: declare the mapping %q: %q in the NATS server configuration (deploy/compose/nats.conf) and run the streams bootstrap", events.CommandSubject(mappingProbeKey), events.CommandMappingSource, events.CommandMappingDestination)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamNotMatch:
+		return fmt.Errorf("%s is filed in another stream than %s: the NATS server's mapping of %q must be %q", events.CommandSubject(mappingProbeKey), want, events.CommandMappingSource, events.CommandMappingDestination)
+	default:
+		return fmt.Errorf("probe the command mapping: %w", err)
+	}
+}
+
+// CommandBacklog returns the commands stored in every partition's command
+// stream: those no timeoutd has acked yet (one stream info request per
+// partition).
+func CommandBacklog(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	var n uint64
+	for _, name := range events.CommandStreams() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("stream %s: %w", name, err)
+		}
+		n += s.CachedInfo().State.Msgs
+	}
+	return n, nil
 }

@@ -68,19 +68,82 @@ func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
 			t.Fatalf("publish %s: %v", c.MsgID(), err)
 		}
 	}
-	s, err := js.Stream(ctx, events.StreamCommands)
+	// Both commands land in the stream of o-1's partition, through the
+	// server's subject mapping; no other partition's stream holds one.
+	for p, name := range events.CommandStreams() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := s.CachedInfo()
+		want := uint64(0)
+		if p == events.PartitionOf("o-1") {
+			want = 2
+		}
+		if info.State.Msgs != want {
+			t.Fatalf("command stream %s holds %d messages, want %d (both commands of key o-1 in its partition's)", name, info.State.Msgs, want)
+		}
+		if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Duplicates != streams.DuplicateWindowDefault {
+			t.Fatalf("command stream %s config = %+v, want a work queue with the default duplicate window", name, info.Config)
+		}
+	}
+}
+
+// TestEnsureRetiresTheLegacyCommandStreamOnlyWhenEmpty checks the upgrade
+// from the single command stream: while it holds a command Ensure refuses,
+// deleting and creating nothing; once the command is consumed Ensure
+// deletes it and creates every partition's stream.
+func TestEnsureRetiresTheLegacyCommandStreamOnlyWhenEmpty(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(testinfra.NATS(t).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(ctx)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 2 {
-		t.Fatalf("command stream holds %d messages of key o-1, want both (2)", info.State.Msgs)
+	legacy, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.StreamCommandsLegacy, Subjects: []string{events.CommandSubjects},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Duplicates != streams.DuplicateWindowDefault {
-		t.Fatalf("command stream config = %+v, want a work queue with the default duplicate window", info.Config)
+	if _, err := js.Publish(ctx, events.CommandSubject("o-1"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); !errors.Is(err, streams.ErrLegacyCommands) {
+		t.Fatalf("Ensure with a command in %s: %v, want ErrLegacyCommands", events.StreamCommandsLegacy, err)
+	}
+	info, err := legacy.Info(ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("legacy stream after the refusal: %+v, %v; want it with its command", info, err)
+	}
+	if _, err := js.Stream(ctx, events.CommandStream(0)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("partition stream after the refusal: %v, want not found", err)
+	}
+	// The previous timeoutd consumes the command; the stream is empty.
+	cons, err := legacy.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "timeoutd-40", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatalf("Ensure with %s empty: %v", events.StreamCommandsLegacy, err)
+	}
+	if _, err := js.Stream(ctx, events.StreamCommandsLegacy); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("legacy stream after Ensure: %v, want deleted", err)
+	}
+	if err := streams.Verify(ctx, js, streams.Config{}, events.CommandStreams()...); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -107,12 +170,23 @@ func TestVerifyOnlyReadsAndNamesWhatIsMissing(t *testing.T) {
 	if _, err := js.Stream(ctx, events.StreamExpiries); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("after Verify, stream lookup: %v, want not found (Verify must not create)", err)
 	}
+	if err := streams.VerifyCommandMapping(ctx, js); err == nil || !strings.Contains(err.Error(), events.CommandMappingDestination) {
+		t.Fatalf("VerifyCommandMapping before the bootstrap: %v, want an error naming the mapping", err)
+	}
 	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	all := []string{events.StreamCommands, events.StreamExpiries, events.StreamOrderEvents, events.StreamDeadLetters}
+	all := append(events.CommandStreams(), events.StreamExpiries, events.StreamOrderEvents, events.StreamDeadLetters)
 	if err := streams.Verify(ctx, js, streams.Config{}, all...); err != nil {
 		t.Fatalf("Verify after the bootstrap: %v", err)
+	}
+	if err := streams.VerifyCommandMapping(ctx, js); err != nil {
+		t.Fatalf("VerifyCommandMapping after the bootstrap: %v", err)
+	}
+	for _, name := range events.CommandStreams() {
+		if s, err := js.Stream(ctx, name); err != nil || s.CachedInfo().State.Msgs != 0 {
+			t.Fatalf("stream %s after the mapping probe: %v, want it empty (the probe is never stored)", name, err)
+		}
 	}
 	err = streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: []string{"carts.expire."}}, events.StreamExpiries)
 	if err == nil || !strings.Contains(err.Error(), "carts.expire.>") {

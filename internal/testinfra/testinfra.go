@@ -154,15 +154,16 @@ type NATSServer struct {
 	Container testcontainers.Container
 }
 
-// NATS starts a NATS server with JetStream (file storage) for t, removed
-// when t ends.
+// NATS starts a NATS server for t with the image's configuration
+// (deploy/images/nats/nats.conf: JetStream on file storage, the command
+// mapping of every platform server, no users), removed when t ends.
 func NATS(t testing.TB) *NATSServer {
 	t.Helper()
 	skipShort(t)
 	ctx := context.Background()
 	ctr, err := testcontainers.Run(ctx, NATSImage,
 		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
-		testcontainers.WithCmdArgs("-js", "-sd", "/data", "-m", "8222"),
+		testcontainers.WithCmdArgs("-c", "/etc/nats/nats.conf"),
 		testcontainers.WithWaitStrategy(wait.ForHTTP("/healthz?js-enabled-only=true").WithPort("8222/tcp").WithStartupTimeout(30*time.Second)),
 	)
 	testcontainers.CleanupContainer(t, ctr)

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -14,37 +15,53 @@ const Partitions = 64
 
 // PartitionOf returns the partition of key: FNV-1a (32 bits) of the key's
 // bytes modulo Partitions. It is the hash NATS's partition() subject
-// transform computes, so the command stream files each command under
-// timeouts.cmd.<partition>.<key> with the same result (see
-// PartitionedCommandSubject).
+// transform computes, so the server's subject mapping
+// (CommandMappingDestination) files each command under timeouts.cmd.<partition>.<key> with the same
+// result (see PartitionedCommandSubject).
 func PartitionOf(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % Partitions)
 }
 
-// CommandSubjectTransform is the subject transform of the command stream:
-// producers publish on timeouts.cmd.<key> (CommandSubject) and the stream
-// stores the command under timeouts.cmd.<partition>.<key>, so that each
-// partition's commands are consumed by the instance that owns it.
+// CommandMappingSource and CommandMappingDestination are the subject mapping
+// every NATS server of the platform declares (mappings { … } in its
+// configuration): producers publish on timeouts.cmd.<key> (CommandSubject)
+// and the server rewrites the subject to timeouts.cmd.<partition>.<key>
+// before any stream or permission sees it, so that the command lands in its
+// partition's stream (CommandStream), consumed by the instance that owns the
+// partition.
 const (
-	CommandTransformSource      = CommandSubjectPrefix + "*"
-	CommandTransformDestination = CommandSubjectPrefix + "{{partition(64,1)}}.{{wildcard(1)}}"
+	CommandMappingSource      = CommandSubjectPrefix + "*"
+	CommandMappingDestination = CommandSubjectPrefix + "{{partition(64,1)}}.{{wildcard(1)}}" // 64: Partitions
 )
 
+// CommandStream returns the name of partition p's command stream:
+// TIMEOUT_COMMANDS_00 … TIMEOUT_COMMANDS_63.
+func CommandStream(p int) string { return fmt.Sprintf("%s%02d", StreamCommandsPrefix, p) }
+
+// CommandStreams returns the names of every partition's command stream.
+func CommandStreams() []string {
+	names := make([]string, Partitions)
+	for p := range names {
+		names[p] = CommandStream(p)
+	}
+	return names
+}
+
 // PartitionedCommandSubject returns the subject a command for key is
-// stored under in the command stream: timeouts.cmd.<partition>.<key>.
+// stored under in its partition's stream: timeouts.cmd.<partition>.<key>.
 func PartitionedCommandSubject(key string) string {
 	return CommandSubjectPrefix + strconv.Itoa(PartitionOf(key)) + "." + key
 }
 
-// PartitionCommandSubjects returns the filter of partition p's commands in
-// the command stream: timeouts.cmd.<p>.*.
+// PartitionCommandSubjects returns the subjects of partition p's commands,
+// which its stream captures: timeouts.cmd.<p>.*.
 func PartitionCommandSubjects(p int) string {
 	return CommandSubjectPrefix + strconv.Itoa(p) + ".*"
 }
 
-// KeyOfStoredCommand returns the key of a command as stored in the command
+// KeyOfStoredCommand returns the key of a command as stored in a command
 // stream (timeouts.cmd.<partition>.<key>), and false when the subject is not
 // of that form or its partition token is not the key's partition.
 func KeyOfStoredCommand(subject string) (string, bool) {

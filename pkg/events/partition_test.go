@@ -1,6 +1,11 @@
 package events
 
-import "testing"
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 // TestPartitionOfIsPinned pins PartitionOf to FNV-1a values computed
 // outside Go (partitions are stored with each row, computed by NATS's
@@ -51,5 +56,22 @@ func TestKeyOfStoredCommand(t *testing.T) {
 	}
 	if got := PartitionCommandSubjects(7); got != "timeouts.cmd.7.*" {
 		t.Errorf("PartitionCommandSubjects(7) = %q", got)
+	}
+}
+
+// TestCommandMappingMatchesPartitions checks the server's subject mapping
+// against the partition count, and the stream names against the subjects
+// each stream captures.
+func TestCommandMappingMatchesPartitions(t *testing.T) {
+	t.Parallel()
+	if want := "{{partition(" + strconv.Itoa(Partitions) + ",1)}}"; !strings.Contains(CommandMappingDestination, want) {
+		t.Errorf("CommandMappingDestination = %q, want it to hold %s", CommandMappingDestination, want)
+	}
+	names := CommandStreams()
+	if len(names) != Partitions || names[0] != "TIMEOUT_COMMANDS_00" || names[63] != "TIMEOUT_COMMANDS_63" {
+		t.Errorf("CommandStreams() = %v", names)
+	}
+	if slices.Contains(names, StreamCommandsLegacy) {
+		t.Errorf("CommandStreams() holds the legacy stream %s", StreamCommandsLegacy)
 	}
 }

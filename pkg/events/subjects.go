@@ -7,9 +7,15 @@ import (
 // Stream names of the platform. Services create them idempotently at start
 // (see internal/streams); consumers bind to them by name.
 const (
-	// StreamCommands holds timeout commands, one subject per key, as a work
-	// queue: per-key order is kept, and the newest version wins at timeoutd.
-	StreamCommands = "TIMEOUT_COMMANDS"
+	// StreamCommandsPrefix names the command streams, one per partition
+	// (CommandStream): TIMEOUT_COMMANDS_00 … TIMEOUT_COMMANDS_63. Each holds
+	// its partition's commands as a work queue: per-key order is kept, and
+	// the newest version wins at timeoutd.
+	StreamCommandsPrefix = "TIMEOUT_COMMANDS_"
+	// StreamCommandsLegacy is the single command stream of every partition
+	// that the per-partition streams replace; the streams bootstrap removes
+	// it once it is empty (internal/streams).
+	StreamCommandsLegacy = "TIMEOUT_COMMANDS"
 	// StreamExpiries holds expiry events: fire subjects and missed events.
 	StreamExpiries = "TIMEOUT_EXPIRIES"
 	// StreamOrderEvents holds order domain events.

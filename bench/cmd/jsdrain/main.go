@@ -7,8 +7,10 @@
 // command for the publishing and for the drain:
 //
 //   - filtered: one stream, 64 durable pull consumers, each filtered on
-//     its partition (cmd.<p>.>): timeoutd's layout;
-//   - streams: 64 streams (cmd.<p>.>), one unfiltered consumer each;
+//     its partition (cmd.<p>.>): timeoutd's layout until the stream per
+//     partition;
+//   - streams: 64 streams (cmd.<p>.>), one unfiltered consumer each:
+//     timeoutd's layout now (events.CommandStream);
 //   - single: one stream, one unfiltered consumer.
 //
 // The consumers pull like timeoutd's (PullMaxMessages 156 a partition,

@@ -158,10 +158,11 @@ type NATS struct {
 	URL string
 }
 
-// StartNATS runs NATSImage with JetStream on file storage and waits until a
+// StartNATS runs NATSImage with its configuration (JetStream on file
+// storage, the command mapping of every platform server) and waits until a
 // client connects and JetStream answers. The caller removes it.
 func StartNATS(ctx context.Context, name string) (*NATS, error) {
-	c, err := run(ctx, name, NATSImage, []string{"4222"}, NATSImage, "-js", "-sd", "/data", "-m", "8222")
+	c, err := run(ctx, name, NATSImage, []string{"4222"}, NATSImage, "-c", "/etc/nats/nats.conf")
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -318,18 +319,28 @@ func (s *sampler) tables(ctx context.Context, t float64) error {
 	return nil
 }
 
-// streams prints the state of the command and expiry streams.
+// streams prints the state of the command streams (every field summed over
+// the partitions' streams, as TIMEOUT_COMMANDS_*) and of the expiry stream.
 func (s *sampler) streams(ctx context.Context, t float64) error {
-	for _, name := range []string{events.StreamCommands, events.StreamExpiries} {
+	sum := map[string]*jetstream.StreamState{}
+	for _, name := range append(events.CommandStreams(), events.StreamExpiries) {
 		str, err := s.b.js.Stream(ctx, name)
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
-		info, err := str.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("stream %s: %w", name, err)
+		st := str.CachedInfo().State
+		if name != events.StreamExpiries {
+			name = events.StreamCommandsPrefix + "*"
 		}
-		st := info.State
+		if acc, ok := sum[name]; ok {
+			acc.Msgs, acc.Bytes, acc.NumDeleted, acc.Consumers = acc.Msgs+st.Msgs, acc.Bytes+st.Bytes, acc.NumDeleted+st.NumDeleted, acc.Consumers+st.Consumers
+			acc.FirstSeq, acc.LastSeq = acc.FirstSeq+st.FirstSeq, acc.LastSeq+st.LastSeq
+			continue
+		}
+		sum[name] = &st
+	}
+	for _, name := range []string{events.StreamCommandsPrefix + "*", events.StreamExpiries} {
+		st := sum[name]
 		s.b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "stream", "t_s", t, "stream", name,
 			"messages", st.Msgs, "bytes", st.Bytes, "num_deleted", st.NumDeleted, "first_seq", st.FirstSeq, "last_seq", st.LastSeq,
 			"consumers", st.Consumers)

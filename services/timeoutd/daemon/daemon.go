@@ -257,11 +257,11 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	// may only read them, and checks they capture its fire subjects.
 	if err := retry.Startup(ctx, cfg.Logger, "streams", func(ctx context.Context) error {
 		return streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes},
-			events.StreamCommands, events.StreamExpiries, events.StreamDeadLetters)
+			append(events.CommandStreams(), events.StreamExpiries, events.StreamDeadLetters)...)
 	}); err != nil {
 		return nil, err
 	}
-	src, err := tjs.NewConsumer(ctx, js, cfg.Consumer)
+	src, err := tjs.NewConsumer(js, cfg.Consumer)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
+	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
@@ -206,9 +207,8 @@ func TestInvalidCommandsAreDeadLettered(t *testing.T) {
 	}
 	// Terminated, so never redelivered: the work queue is empty of them.
 	eventually(t, 5*time.Second, "command stream empty", func() bool {
-		s, _ := e.js.Stream(context.Background(), events.StreamCommands)
-		info, err := s.Info(context.Background())
-		return err == nil && info.State.Msgs == 0
+		n, err := streams.CommandBacklog(context.Background(), e.js)
+		return err == nil && n == 0
 	})
 	if got := d.Service().Stats().DeadLettered; got != uint64(len(tests)) {
 		t.Errorf("dead-lettered counter = %d, want %d", got, len(tests))
@@ -264,9 +264,8 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	e.start(t, nil)
 	e.expiry(t, events.OrderCancelSubject("c-1"), events.OutcomeFired, "c-1", 1, deadline.UTC())
 	eventually(t, 5*time.Second, "command acked", func() bool {
-		s, _ := e.js.Stream(context.Background(), events.StreamCommands)
-		info, err := s.Info(context.Background())
-		return err == nil && info.State.Msgs == 0
+		n, err := streams.CommandBacklog(context.Background(), e.js)
+		return err == nil && n == 0
 	})
 	eventually(t, 5*time.Second, "every due event published", func() bool { return e.unpublished(t) == 0 })
 	if n := e.count(t, events.StreamExpiries, events.OrderCancelSubject("c-1")); n != 1 {
@@ -293,7 +292,7 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 	var consumers []jetstream.Consumer
 	delivered := 0
 	for _, p := range []int{events.PartitionOf("r-1"), events.PartitionOf("r-bad"), events.PartitionOf("r-2"), events.PartitionOf("r-3")} {
-		cons, err := e.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, tjs.ConsumerSettings(p, cfg))
+		cons, err := e.js.CreateOrUpdateConsumer(ctx, events.CommandStream(p), tjs.ConsumerSettings(p, cfg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,9 +320,8 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 		t.Error("the malformed command was not dead-lettered")
 	}
 	eventually(t, 5*time.Second, "command stream empty", func() bool {
-		s, _ := e.js.Stream(ctx, events.StreamCommands)
-		info, err := s.Info(ctx)
-		return err == nil && info.State.Msgs == 0
+		n, err := streams.CommandBacklog(ctx, e.js)
+		return err == nil && n == 0
 	})
 	// Each was acked or terminated, so none can be delivered again.
 	eventually(t, 5*time.Second, "no command awaiting an ack", func() bool {

@@ -53,28 +53,27 @@ type ConsumerConfig struct {
 	PullHeartbeat time.Duration `env:"PULL_HEARTBEAT"`
 }
 
-// Consumer delivers the commands of the partitions this instance owns. The
-// command stream files each command under timeouts.cmd.<partition>.<key>
-// (events.CommandSubjectTransform); each partition has a durable pull
-// consumer of its own (DurableName), with explicit acks, that only its
-// owner reads. It implements timeoutd.Source: Add starts a partition's
+// Consumer delivers the commands of the partitions this instance owns. Each
+// partition's commands have a stream of their own (events.CommandStream),
+// and each stream one durable pull consumer (DurableName), with explicit
+// acks, that only the partition's owner reads. It implements timeoutd.Source: Add starts a partition's
 // consumer, whose nats.go goroutine prefetches into one buffer shared by
 // every partition, and Next takes what is there, so a batch grows while the
 // previous one is in Postgres.
 type Consumer struct {
-	cfg    ConsumerConfig
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	msgs   chan jetstream.Msg
+	cfg  ConsumerConfig
+	js   jetstream.JetStream
+	msgs chan jetstream.Msg
 
 	mu    sync.Mutex
 	parts map[int]partition
 }
 
-// partition is one owned partition's consumer.
+// partition is one owned partition's stream and consumer.
 type partition struct {
-	cons jetstream.Consumer
-	cc   jetstream.ConsumeContext
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	cc     jetstream.ConsumeContext
 }
 
 var _ timeoutd.Source = (*Consumer)(nil)
@@ -83,13 +82,13 @@ var _ timeoutd.Source = (*Consumer)(nil)
 func DurableName(p int) string { return fmt.Sprintf("%s%02d", DurablePrefix, p) }
 
 // ConsumerSettings returns the JetStream configuration of partition p's
-// consumer.
+// consumer, on events.CommandStream(p). It has no filter: the stream holds
+// partition p's commands only.
 func ConsumerSettings(p int, cfg ConsumerConfig) jetstream.ConsumerConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.ConsumerConfig{
 		Durable:       DurableName(p),
 		Description:   fmt.Sprintf("timeoutd: timeout commands of partition %d", p),
-		FilterSubject: events.PartitionCommandSubjects(p),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
@@ -121,18 +120,14 @@ func (c ConsumerConfig) Validate() error {
 	return nil
 }
 
-// NewConsumer returns a Consumer on the command stream, delivering nothing
+// NewConsumer returns a Consumer on the command streams, delivering nothing
 // until Add.
-func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) {
+func NewConsumer(js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	stream, err := js.Stream(ctx, events.StreamCommands)
-	if err != nil {
-		return nil, fmt.Errorf("look up stream %s: %w", events.StreamCommands, err)
-	}
-	return &Consumer{cfg: cfg, js: js, stream: stream, msgs: make(chan jetstream.Msg, cfg.BatchSize), parts: map[int]partition{}}, nil
+	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, cfg.BatchSize), parts: map[int]partition{}}, nil
 }
 
 // Add implements timeoutd.Source: it creates (or updates) partition p's
@@ -148,12 +143,17 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 	if _, ok := c.parts[p]; ok {
 		return nil
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, ConsumerSettings(p, c.cfg))
+	name := events.CommandStream(p)
+	stream, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", name, err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, ConsumerSettings(p, c.cfg))
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", DurableName(p), err)
 	}
 	if cons.CachedInfo().NumAckPending > 0 {
-		if _, err := c.js.ResetConsumer(ctx, events.StreamCommands, DurableName(p)); err != nil {
+		if _, err := c.js.ResetConsumer(ctx, name, DurableName(p)); err != nil {
 			return fmt.Errorf("reset consumer %s: %w", DurableName(p), err)
 		}
 	}
@@ -166,7 +166,7 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", DurableName(p), err)
 	}
-	c.parts[p] = partition{cons: cons, cc: cc}
+	c.parts[p] = partition{stream: stream, cons: cons, cc: cc}
 	return nil
 }
 
@@ -227,34 +227,44 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	return batch, nil
 }
 
-// Mark implements timeoutd.Source: the stream sequence of partition p's
-// last command now (0 when it has none).
+// Mark implements timeoutd.Source: the sequence of the last command stored
+// in partition p's stream now (0 when it has none).
 func (c *Consumer) Mark(ctx context.Context, p int) (uint64, error) {
-	m, err := c.stream.GetLastMsgForSubject(ctx, events.PartitionCommandSubjects(p))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+	part, err := c.part(p)
+	if err != nil {
+		return 0, err
 	}
+	info, err := part.stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("last command of partition %d: %w", p, err)
 	}
-	return m.Sequence, nil
+	return info.State.LastSeq, nil
 }
 
 // Consumed implements timeoutd.Source: partition p's consumer has acked
 // every command up to mark when its ack floor reached mark, or when it has
 // nothing pending or unacked at all.
 func (c *Consumer) Consumed(ctx context.Context, p int, mark uint64) (bool, error) {
-	c.mu.Lock()
-	part, ok := c.parts[p]
-	c.mu.Unlock()
-	if !ok {
-		return false, fmt.Errorf("partition %d is not consumed here", p)
+	part, err := c.part(p)
+	if err != nil {
+		return false, err
 	}
 	info, err := part.cons.Info(ctx)
 	if err != nil {
 		return false, fmt.Errorf("consumer info %s: %w", DurableName(p), err)
 	}
 	return info.AckFloor.Stream >= mark || (info.NumPending == 0 && info.NumAckPending == 0), nil
+}
+
+// part returns owned partition p's stream and consumer.
+func (c *Consumer) part(p int) (partition, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	part, ok := c.parts[p]
+	if !ok {
+		return partition{}, fmt.Errorf("partition %d is not consumed here", p)
+	}
+	return part, nil
 }
 
 // Close implements timeoutd.Source: it stops every partition's consumer and

@@ -89,9 +89,13 @@ func run(ctx context.Context, environ map[string]string) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	// The streams bootstrap (deploy/streams) creates the streams; orders may
-	// only read them.
+	// only read them, and checks that the server files its commands in
+	// their partition's stream.
 	if err := retry.Startup(ctx, log, "streams", func(ctx context.Context) error {
-		return streams.Verify(ctx, js, streams.Config{}, events.StreamCommands, events.StreamOrderEvents, events.StreamExpiries, events.StreamDeadLetters)
+		if err := streams.Verify(ctx, js, streams.Config{}, events.StreamOrderEvents, events.StreamExpiries, events.StreamDeadLetters); err != nil {
+			return err
+		}
+		return streams.VerifyCommandMapping(ctx, js)
 	}); err != nil {
 		return err
 	}

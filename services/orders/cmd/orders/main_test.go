@@ -192,9 +192,9 @@ func TestCommandsAndEventsArePublished(t *testing.T) {
 	a := start(t)
 	o := a.order(t, "POST", "/v1/orders", createBody, http.StatusCreated)
 
-	// Published on timeouts.cmd.<id>, filed by the stream under the id's
-	// partition.
-	m := a.lastMsg(t, events.StreamCommands, events.PartitionedCommandSubject(o.ID), "set:"+o.ID+":1")
+	// Published on timeouts.cmd.<id>, filed by the server's mapping under
+	// the id's partition, in its partition's stream.
+	m := a.lastMsg(t, events.CommandStream(events.PartitionOf(o.ID)), events.PartitionedCommandSubject(o.ID), "set:"+o.ID+":1")
 	cmd, err := events.DecodeCommand(m.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -205,13 +205,13 @@ func TestCommandsAndEventsArePublished(t *testing.T) {
 	a.lastMsg(t, events.StreamOrderEvents, "orders.created."+o.ID, "order.created:"+o.ID+":1")
 
 	ext := a.order(t, "POST", "/v1/orders/"+o.ID+"/extend", `{"pay_within":"1h"}`, http.StatusOK)
-	m = a.lastMsg(t, events.StreamCommands, events.PartitionedCommandSubject(o.ID), "set:"+o.ID+":2")
+	m = a.lastMsg(t, events.CommandStream(events.PartitionOf(o.ID)), events.PartitionedCommandSubject(o.ID), "set:"+o.ID+":2")
 	if cmd, err = events.DecodeCommand(m.Data); err != nil || !cmd.Deadline.Equal(ext.PayBy) {
 		t.Fatalf("extend command = %+v (%v), want deadline %v", cmd, err, ext.PayBy)
 	}
 
 	a.order(t, "POST", "/v1/orders/"+o.ID+"/pay", "", http.StatusOK)
-	m = a.lastMsg(t, events.StreamCommands, events.PartitionedCommandSubject(o.ID), "clear:"+o.ID+":3")
+	m = a.lastMsg(t, events.CommandStream(events.PartitionOf(o.ID)), events.PartitionedCommandSubject(o.ID), "clear:"+o.ID+":3")
 	if cmd, err = events.DecodeCommand(m.Data); err != nil || cmd.Kind != events.KindClear || cmd.Version != 3 {
 		t.Fatalf("clear command = %+v (%v)", cmd, err)
 	}
