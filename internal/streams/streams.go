@@ -125,8 +125,8 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 // ErrLegacyCommands is returned by Ensure while the single command stream
 // the per-partition ones replace (events.StreamCommandsLegacy) still holds
 // commands: they must be consumed by the timeoutd that reads that stream
-// before it goes (docs/RELIABILITY.md, "Upgrading to a command stream per
-// partition").
+// before it goes (docs/ARCHITECTURE.md, "Upgrading from the single command
+// stream").
 var ErrLegacyCommands = errors.New("the single command stream still holds commands")
 
 // Ensure creates every stream of Specs(cfg), or updates it to these

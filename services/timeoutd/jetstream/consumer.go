@@ -56,10 +56,11 @@ type ConsumerConfig struct {
 // Consumer delivers the commands of the partitions this instance owns. Each
 // partition's commands have a stream of their own (events.CommandStream),
 // and each stream one durable pull consumer (DurableName), with explicit
-// acks, that only the partition's owner reads. It implements timeoutd.Source: Add starts a partition's
-// consumer, whose nats.go goroutine prefetches into one buffer shared by
-// every partition, and Next takes what is there, so a batch grows while the
-// previous one is in Postgres.
+// acks, that only the partition's owner reads. It implements
+// timeoutd.Source: Add starts a partition's consumer, whose nats.go
+// goroutine prefetches into one buffer shared by every partition, and Next
+// takes what is there, so a batch grows while the previous one is in
+// Postgres.
 type Consumer struct {
 	cfg  ConsumerConfig
 	js   jetstream.JetStream
@@ -69,11 +70,10 @@ type Consumer struct {
 	parts map[int]partition
 }
 
-// partition is one owned partition's stream and consumer.
+// partition is one owned partition's consumer.
 type partition struct {
-	stream jetstream.Stream
-	cons   jetstream.Consumer
-	cc     jetstream.ConsumeContext
+	cons jetstream.Consumer
+	cc   jetstream.ConsumeContext
 }
 
 var _ timeoutd.Source = (*Consumer)(nil)
@@ -144,11 +144,7 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 		return nil
 	}
 	name := events.CommandStream(p)
-	stream, err := c.js.Stream(ctx, name)
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", name, err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, ConsumerSettings(p, c.cfg))
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, name, ConsumerSettings(p, c.cfg))
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", DurableName(p), err)
 	}
@@ -166,7 +162,7 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", DurableName(p), err)
 	}
-	c.parts[p] = partition{stream: stream, cons: cons, cc: cc}
+	c.parts[p] = partition{cons: cons, cc: cc}
 	return nil
 }
 
@@ -228,43 +224,30 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 }
 
 // Mark implements timeoutd.Source: the sequence of the last command stored
-// in partition p's stream now (0 when it has none).
+// in partition p's stream now (0 when it has none), from the stream's info.
 func (c *Consumer) Mark(ctx context.Context, p int) (uint64, error) {
-	part, err := c.part(p)
-	if err != nil {
-		return 0, err
-	}
-	info, err := part.stream.Info(ctx)
+	s, err := c.js.Stream(ctx, events.CommandStream(p))
 	if err != nil {
 		return 0, fmt.Errorf("last command of partition %d: %w", p, err)
 	}
-	return info.State.LastSeq, nil
+	return s.CachedInfo().State.LastSeq, nil
 }
 
 // Consumed implements timeoutd.Source: partition p's consumer has acked
 // every command up to mark when its ack floor reached mark, or when it has
 // nothing pending or unacked at all.
 func (c *Consumer) Consumed(ctx context.Context, p int, mark uint64) (bool, error) {
-	part, err := c.part(p)
-	if err != nil {
-		return false, err
+	c.mu.Lock()
+	part, ok := c.parts[p]
+	c.mu.Unlock()
+	if !ok {
+		return false, fmt.Errorf("partition %d is not consumed here", p)
 	}
 	info, err := part.cons.Info(ctx)
 	if err != nil {
 		return false, fmt.Errorf("consumer info %s: %w", DurableName(p), err)
 	}
 	return info.AckFloor.Stream >= mark || (info.NumPending == 0 && info.NumAckPending == 0), nil
-}
-
-// part returns owned partition p's stream and consumer.
-func (c *Consumer) part(p int) (partition, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	part, ok := c.parts[p]
-	if !ok {
-		return partition{}, fmt.Errorf("partition %d is not consumed here", p)
-	}
-	return part, nil
 }
 
 // Close implements timeoutd.Source: it stops every partition's consumer and
