@@ -385,6 +385,24 @@ func TestHostileInputs(t *testing.T) {
 				t.Logf("dead-lettered: %s, field %q: %s", d.Reason, d.Field, d.Detail)
 			})
 		}
+		// A producer may also publish on the mapped subject itself; on a
+		// partition not its key's, the command lands in another owner's
+		// stream, which must not apply it.
+		t.Run("filed under another partition", func(t *testing.T) {
+			t.Parallel()
+			key := fmt.Sprintf("e2e-hostile-partition-%d", run)
+			subject := fmt.Sprintf("%s%d.%s", events.CommandSubjectPrefix, (events.PartitionOf(key)+1)%events.Partitions, key)
+			publish(t, subject, "e2e-hostile:"+key, []byte(cmd(key, "set", 1, hour, events.OrderCancelSubject(key), "")))
+			var d events.DeadLetter
+			waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
+				var ok bool
+				d, ok = dead.of(subject)
+				return ok
+			})
+			if d.Reason != events.ReasonSubjectMismatch {
+				t.Fatalf("dead letter reason %s (%s), want %s", d.Reason, d.Detail, events.ReasonSubjectMismatch)
+			}
+		})
 	})
 
 	t.Run("duplicate and out-of-order versions", func(t *testing.T) {

@@ -222,8 +222,9 @@ func (in *ingester) decode(m Message, now time.Time) (events.Command, error) {
 // deadLetter publishes the rejected message with its reason, waits for the
 // PubAck, and terminates it so it is never redelivered.
 func (in *ingester) deadLetter(ctx context.Context, m Message, cause error, now time.Time) error {
-	// The subject as the producer published it: the stream filed it under
-	// its partition (timeouts.cmd.<p>.<key>).
+	// The subject as the producer published it: the server's mapping filed
+	// it under its partition (timeouts.cmd.<p>.<key>). One published on a
+	// partition not its key's keeps the subject it was stored under.
 	subject := m.Subject()
 	if key, ok := events.KeyOfStoredCommand(subject); ok {
 		subject = events.CommandSubject(key)
