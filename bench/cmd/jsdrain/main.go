@@ -14,11 +14,17 @@
 //   - single: one stream, one unfiltered consumer.
 //
 // The consumers pull like timeoutd's (PullMaxMessages 156 a partition,
-// 5,000 for the single consumer). Build the server from the project's
-// pinned module first, in the repository root:
+// 5,000 for the single consumer; 5 s pull expiry, 1 s idle heartbeat).
+// With -steady-rate R it measures a steady load instead, as timeoutd sees
+// churn: the consumers attached first, an idle phase of -steady-seconds
+// (nats-server's fixed cost, CPU µs per second), then R commands a second
+// for as long, each consumed as it comes (CPU µs per command and per
+// second). Build the server from the project's pinned module first, in the
+// repository root:
 //
 //	go build -o /tmp/nats-server github.com/nats-io/nats-server/v2
 //	cd bench && go run ./cmd/jsdrain -server /tmp/nats-server -n 300000 -layouts filtered,streams,single
+//	cd bench && go run ./cmd/jsdrain -server /tmp/nats-server -steady-rate 1000 -steady-seconds 30
 package main
 
 import (
@@ -42,32 +48,53 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
+// config is what the flags set.
+type config struct {
+	server  string
+	n, size int
+	layouts []string
+	out     string
+	profile int
+	// steadyRate > 0 measures an idle phase and a steady load of
+	// steadyRate commands a second, each steadySeconds long, instead of
+	// publish then drain.
+	steadyRate, steadySeconds int
+}
+
 func main() {
-	server := flag.String("server", "", "nats-server binary (required)")
-	n := flag.Int("n", 300000, "commands per layout")
-	size := flag.Int("size", 200, "payload bytes per command")
-	layouts := flag.String("layouts", "filtered,streams,single", "layouts to measure, comma-separated")
-	out := flag.String("out", "", "also write the report to this file")
-	profile := flag.Int("profile", 0, "nats-server's profiling port (its --profile; 0: none), for go tool pprof during the drain")
+	var cfg config
+	var layouts string
+	flag.StringVar(&cfg.server, "server", "", "nats-server binary (required)")
+	flag.IntVar(&cfg.n, "n", 300000, "commands per layout (publish then drain)")
+	flag.IntVar(&cfg.size, "size", 200, "payload bytes per command")
+	flag.StringVar(&layouts, "layouts", "filtered,streams,single", "layouts to measure, comma-separated")
+	flag.StringVar(&cfg.out, "out", "", "also write the report to this file")
+	flag.IntVar(&cfg.profile, "profile", 0, "nats-server's profiling port (its --profile; 0: none), for go tool pprof during the drain")
+	flag.IntVar(&cfg.steadyRate, "steady-rate", 0, "commands a second of a steady load after an idle phase, instead of publish then drain (0: off)")
+	flag.IntVar(&cfg.steadySeconds, "steady-seconds", 30, "length of the idle phase and of the steady load")
 	flag.Parse()
-	if err := run(*server, *n, *size, strings.Split(*layouts, ","), *out, *profile); err != nil {
+	cfg.layouts = strings.Split(layouts, ",")
+	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "jsdrain:", err)
 		os.Exit(1)
 	}
 }
 
-func run(server string, n, size int, layouts []string, out string, profile int) error {
-	if server == "" {
+func run(cfg config) error {
+	if cfg.server == "" {
 		return errors.New("-server is required")
 	}
-	for _, l := range layouts {
+	for _, l := range cfg.layouts {
 		if l != "filtered" && l != "streams" && l != "single" {
 			return fmt.Errorf("unknown layout %q: want filtered, streams or single", l)
 		}
 	}
+	if cfg.steadyRate < 0 || (cfg.steadyRate > 0 && cfg.steadySeconds < 1) {
+		return fmt.Errorf("-steady-rate %d and -steady-seconds %d: want a rate of 0 or more and at least 1 s", cfg.steadyRate, cfg.steadySeconds)
+	}
 	var w io.Writer // nil: stdout only
-	if out != "" {
-		f, err := os.Create(out)
+	if cfg.out != "" {
+		f, err := os.Create(cfg.out)
 		if err != nil {
 			return err
 		}
@@ -76,16 +103,23 @@ func run(server string, n, size int, layouts []string, out string, profile int) 
 	}
 	rep := harness.NewReport(w)
 	rep.Machine()
-	for _, l := range layouts {
-		if err := measure(rep, server, l, n, size, profile); err != nil {
+	for _, l := range cfg.layouts {
+		if err := measure(rep, cfg, l); err != nil {
 			return fmt.Errorf("%s: %w", l, err)
 		}
 	}
 	return nil
 }
 
+// phase is one measured span of a layout's run; it returns the number of
+// commands it handled.
+type phase struct {
+	name string
+	run  func() (int, error)
+}
+
 // measure runs one layout on a fresh server.
-func measure(rep *harness.Report, server, layout string, n, size, profile int) error {
+func measure(rep *harness.Report, cfg config, layout string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "jsdrain-")
@@ -102,10 +136,10 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 		return err
 	}
 	args := []string{"-js", "-sd", dir, "-a", host, "-p", port}
-	if profile > 0 {
-		args = append(args, "--profile", fmt.Sprint(profile))
+	if cfg.profile > 0 {
+		args = append(args, "--profile", fmt.Sprint(cfg.profile))
 	}
-	cmd := exec.Command(server, args...)
+	cmd := exec.Command(cfg.server, args...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start nats-server: %w", err)
 	}
@@ -136,16 +170,26 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 	if err != nil {
 		return err
 	}
-	phases := []struct {
-		name string
-		run  func() error
-	}{
-		{"publish", func() error { return publish(ctx, js, n, size) }},
-		{"drain", func() error { return drain(ctx, js, layout, n) }},
+	phases := []phase{
+		{"publish", func() (int, error) { return cfg.n, publish(ctx, js, cfg.n, cfg.size) }},
+		{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg.n) }},
+	}
+	if cfg.steadyRate > 0 {
+		st, err := startSteady(ctx, js, layout)
+		if err != nil {
+			return err
+		}
+		defer st.stop()
+		span := time.Duration(cfg.steadySeconds) * time.Second
+		phases = []phase{
+			{"idle", func() (int, error) { return 0, harness.SleepUntil(ctx, time.Now().Add(span)) }},
+			{"steady", func() (int, error) { return st.load(ctx, cfg.steadyRate, span, cfg.size) }},
+		}
 	}
 	for _, ph := range phases {
 		start := time.Now()
-		if err := ph.run(); err != nil {
+		n, err := ph.run()
+		if err != nil {
 			return err
 		}
 		d := time.Since(start)
@@ -154,7 +198,11 @@ func measure(rep *harness.Report, server, layout string, n, size, profile int) e
 			return err
 		}
 		kv := []any{"layout", layout, "phase", ph.name, "n", n, "seconds", d.Seconds(), "per_sec", harness.PerSec(n, d)}
-		rep.Line("result", append(kv, cpus.PerUnit("us_per_command_", s0, s1, n)...)...)
+		kv = append(kv, cpus.PerUnit("us_per_second_", s0, s1, int(d.Seconds()+0.5))...)
+		if n > 0 {
+			kv = append(kv, cpus.PerUnit("us_per_command_", s0, s1, n)...)
+		}
+		rep.Line("result", kv...)
 		s0 = s1
 	}
 	return nil
@@ -215,6 +263,28 @@ func publish(ctx context.Context, js jetstream.JetStream, n, size int) error {
 // drain consumes every command with the layout's consumers, acking each,
 // until n were acked and every stream is empty.
 func drain(ctx context.Context, js jetstream.JetStream, layout string, n int) error {
+	var acked atomic.Int64
+	done := make(chan struct{})
+	ccs, err := consume(ctx, js, layout, func() {
+		if acked.Add(1) == int64(n) {
+			close(done)
+		}
+	})
+	defer stopAll(ccs)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("drained %d of %d: %w", acked.Load(), n, ctx.Err())
+	}
+	return waitRemoved(ctx, js, layout)
+}
+
+// consume starts the layout's consumers, pulling like timeoutd's, each
+// acking every command and then calling acked.
+func consume(ctx context.Context, js jetstream.JetStream, layout string, acked func()) ([]jetstream.ConsumeContext, error) {
 	type spec struct {
 		stream string
 		cfg    jetstream.ConsumerConfig
@@ -236,36 +306,34 @@ func drain(ctx context.Context, js jetstream.JetStream, layout string, n int) er
 		specs = append(specs, spec{"CMD", jetstream.ConsumerConfig{Durable: "c",
 			AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 64000}, 5000})
 	}
-	var acked atomic.Int64
-	done := make(chan struct{})
 	var ccs []jetstream.ConsumeContext
-	defer func() {
-		for _, cc := range ccs {
-			cc.Stop()
-		}
-	}()
 	for _, s := range specs {
 		cons, err := js.CreateOrUpdateConsumer(ctx, s.stream, s.cfg)
 		if err != nil {
-			return fmt.Errorf("create consumer on %s: %w", s.stream, err)
+			return ccs, fmt.Errorf("create consumer on %s: %w", s.stream, err)
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			if m.Ack() == nil && acked.Add(1) == int64(n) {
-				close(done)
+			if m.Ack() == nil {
+				acked()
 			}
-		}, jetstream.PullMaxMessages(s.pull))
+		}, jetstream.PullMaxMessages(s.pull), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 		if err != nil {
-			return fmt.Errorf("consume %s: %w", s.stream, err)
+			return ccs, fmt.Errorf("consume %s: %w", s.stream, err)
 		}
 		ccs = append(ccs, cc)
 	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("drained %d of %d: %w", acked.Load(), n, ctx.Err())
+	return ccs, nil
+}
+
+func stopAll(ccs []jetstream.ConsumeContext) {
+	for _, cc := range ccs {
+		cc.Stop()
 	}
-	// The acks are fire-and-forget: wait until the server removed every
-	// command, so its work is inside the measured span.
+}
+
+// waitRemoved returns once the server removed every acked command (acks
+// are fire-and-forget), so its work is inside the measured span.
+func waitRemoved(ctx context.Context, js jetstream.JetStream, layout string) error {
 	for {
 		left := uint64(0)
 		for _, name := range streamNames(layout) {
@@ -284,4 +352,56 @@ func drain(ctx context.Context, js jetstream.JetStream, layout string, n int) er
 			return fmt.Errorf("%d commands not removed: %w", left, ctx.Err())
 		}
 	}
+}
+
+// steady is a layout's consumers attached for a steady load.
+type steady struct {
+	js    jetstream.JetStream
+	ccs   []jetstream.ConsumeContext
+	acked atomic.Int64
+}
+
+// startSteady attaches the layout's consumers.
+func startSteady(ctx context.Context, js jetstream.JetStream, layout string) (*steady, error) {
+	st := &steady{js: js}
+	ccs, err := consume(ctx, js, layout, func() { st.acked.Add(1) })
+	st.ccs = ccs
+	if err != nil {
+		st.stop()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *steady) stop() { stopAll(st.ccs) }
+
+// load publishes rate commands a second for span, a batch every 10 ms,
+// each with a Nats-Msg-Id, then waits until every one was acked; it
+// returns how many it published.
+func (st *steady) load(ctx context.Context, rate int, span time.Duration, size int) (int, error) {
+	payload := bytes.Repeat([]byte{'x'}, size)
+	const tick = 10 * time.Millisecond
+	start := time.Now()
+	before := st.acked.Load()
+	sent := 0
+	for next := start; next.Before(start.Add(span)); next = next.Add(tick) {
+		if err := harness.SleepUntil(ctx, next); err != nil {
+			return sent, err
+		}
+		for due := int(time.Since(start).Seconds() * float64(rate)); sent < due; sent++ {
+			key := fmt.Sprintf("steady-%012d", sent)
+			if _, err := st.js.PublishAsync(fmt.Sprintf("cmd.%d.%s", sent%events.Partitions, key), payload, jetstream.WithMsgID(key)); err != nil {
+				return sent, fmt.Errorf("publish: %w", err)
+			}
+		}
+	}
+	select {
+	case <-st.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return sent, ctx.Err()
+	}
+	err := harness.Poll(ctx, time.Minute, 10*time.Millisecond, func() (bool, error) {
+		return st.acked.Load()-before >= int64(sent), nil
+	})
+	return sent, err
 }

@@ -10,18 +10,19 @@ import (
 func TestRunRefusesBadArguments(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name    string
-		server  string
-		layouts []string
-		want    string
+		name string
+		cfg  config
+		want string
 	}{
-		{"no server", "", []string{"filtered"}, "-server is required"},
-		{"unknown layout", "/bin/false", []string{"filtered", "sharded"}, `unknown layout "sharded"`},
+		{"no server", config{layouts: []string{"filtered"}}, "-server is required"},
+		{"unknown layout", config{server: "/bin/false", layouts: []string{"filtered", "sharded"}}, `unknown layout "sharded"`},
+		{"negative rate", config{server: "/bin/false", layouts: []string{"streams"}, steadyRate: -1}, "-steady-rate -1"},
+		{"steady without a span", config{server: "/bin/false", layouts: []string{"streams"}, steadyRate: 1000}, "at least 1 s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := run(tt.server, 10, 10, tt.layouts, "", 0)
+			err := run(tt.cfg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("run: got %v, want an error with %q", err, tt.want)
 			}
