@@ -55,6 +55,9 @@ type config struct {
 	layouts []string
 	out     string
 	profile int
+	// memoryState keeps each consumer's state in memory
+	// (ConsumerConfig.MemoryStorage) instead of a file of its own.
+	memoryState bool
 	// steadyRate > 0 measures an idle phase and a steady load of
 	// steadyRate commands a second, each steadySeconds long, instead of
 	// publish then drain.
@@ -70,6 +73,7 @@ func main() {
 	flag.StringVar(&layouts, "layouts", "filtered,streams,single", "layouts to measure, comma-separated")
 	flag.StringVar(&cfg.out, "out", "", "also write the report to this file")
 	flag.IntVar(&cfg.profile, "profile", 0, "nats-server's profiling port (its --profile; 0: none), for go tool pprof during the drain")
+	flag.BoolVar(&cfg.memoryState, "consumer-memory", false, "consumers keep their state in memory (MemoryStorage), not in a file")
 	flag.IntVar(&cfg.steadyRate, "steady-rate", 0, "commands a second of a steady load after an idle phase, instead of publish then drain (0: off)")
 	flag.IntVar(&cfg.steadySeconds, "steady-seconds", 30, "length of the idle phase and of the steady load")
 	flag.Parse()
@@ -172,10 +176,10 @@ func measure(rep *harness.Report, cfg config, layout string) error {
 	}
 	phases := []phase{
 		{"publish", func() (int, error) { return cfg.n, publish(ctx, js, cfg.n, cfg.size) }},
-		{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg.n) }},
+		{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg.n, cfg.memoryState) }},
 	}
 	if cfg.steadyRate > 0 {
-		st, err := startSteady(ctx, js, layout)
+		st, err := startSteady(ctx, js, layout, cfg.memoryState)
 		if err != nil {
 			return err
 		}
@@ -197,7 +201,7 @@ func measure(rep *harness.Report, cfg config, layout string) error {
 		if err != nil {
 			return err
 		}
-		kv := []any{"layout", layout, "phase", ph.name, "n", n, "seconds", d.Seconds(), "per_sec", harness.PerSec(n, d)}
+		kv := []any{"layout", layout, "consumer_memory", cfg.memoryState, "phase", ph.name, "n", n, "seconds", d.Seconds(), "per_sec", harness.PerSec(n, d)}
 		kv = append(kv, cpus.PerUnit("us_per_second_", s0, s1, int(d.Seconds()+0.5))...)
 		if n > 0 {
 			kv = append(kv, cpus.PerUnit("us_per_command_", s0, s1, n)...)
@@ -262,10 +266,10 @@ func publish(ctx context.Context, js jetstream.JetStream, n, size int) error {
 
 // drain consumes every command with the layout's consumers, acking each,
 // until n were acked and every stream is empty.
-func drain(ctx context.Context, js jetstream.JetStream, layout string, n int) error {
+func drain(ctx context.Context, js jetstream.JetStream, layout string, n int, memoryState bool) error {
 	var acked atomic.Int64
 	done := make(chan struct{})
-	ccs, err := consume(ctx, js, layout, func() {
+	ccs, err := consume(ctx, js, layout, memoryState, func() {
 		if acked.Add(1) == int64(n) {
 			close(done)
 		}
@@ -284,7 +288,7 @@ func drain(ctx context.Context, js jetstream.JetStream, layout string, n int) er
 
 // consume starts the layout's consumers, pulling like timeoutd's, each
 // acking every command and then calling acked.
-func consume(ctx context.Context, js jetstream.JetStream, layout string, acked func()) ([]jetstream.ConsumeContext, error) {
+func consume(ctx context.Context, js jetstream.JetStream, layout string, memoryState bool, acked func()) ([]jetstream.ConsumeContext, error) {
 	type spec struct {
 		stream string
 		cfg    jetstream.ConsumerConfig
@@ -308,6 +312,7 @@ func consume(ctx context.Context, js jetstream.JetStream, layout string, acked f
 	}
 	var ccs []jetstream.ConsumeContext
 	for _, s := range specs {
+		s.cfg.MemoryStorage = memoryState
 		cons, err := js.CreateOrUpdateConsumer(ctx, s.stream, s.cfg)
 		if err != nil {
 			return ccs, fmt.Errorf("create consumer on %s: %w", s.stream, err)
@@ -362,9 +367,9 @@ type steady struct {
 }
 
 // startSteady attaches the layout's consumers.
-func startSteady(ctx context.Context, js jetstream.JetStream, layout string) (*steady, error) {
+func startSteady(ctx context.Context, js jetstream.JetStream, layout string, memoryState bool) (*steady, error) {
 	st := &steady{js: js}
-	ccs, err := consume(ctx, js, layout, func() { st.acked.Add(1) })
+	ccs, err := consume(ctx, js, layout, memoryState, func() { st.acked.Add(1) })
 	st.ccs = ccs
 	if err != nil {
 		st.stop()
