@@ -373,12 +373,7 @@ func TestHostileInputs(t *testing.T) {
 				key := fmt.Sprintf("e2e-hostile-%d-%d", i, run)
 				subject := events.CommandSubject(key)
 				publish(t, subject, "e2e-hostile:"+key, []byte(tt.body(key)))
-				var d events.DeadLetter
-				waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
-					var ok bool
-					d, ok = dead.of(subject)
-					return ok
-				})
+				d := dead.wait(t, subject, "")
 				if d.Reason != tt.reason || d.Detail == "" {
 					t.Fatalf("dead letter reason %s field %q detail %q, want reason %s with a detail", d.Reason, d.Field, d.Detail, tt.reason)
 				}
@@ -393,12 +388,7 @@ func TestHostileInputs(t *testing.T) {
 			key := fmt.Sprintf("e2e-hostile-partition-%d", run)
 			subject := fmt.Sprintf("%s%d.%s", events.CommandSubjectPrefix, (events.PartitionOf(key)+1)%events.Partitions, key)
 			publish(t, subject, "e2e-hostile:"+key, []byte(cmd(key, "set", 1, hour, events.OrderCancelSubject(key), "")))
-			var d events.DeadLetter
-			waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
-				var ok bool
-				d, ok = dead.of(subject)
-				return ok
-			})
+			d := dead.wait(t, subject, "")
 			if d.Reason != events.ReasonSubjectMismatch {
 				t.Fatalf("dead letter reason %s (%s), want %s", d.Reason, d.Detail, events.ReasonSubjectMismatch)
 			}
@@ -466,12 +456,7 @@ func TestHostileInputs(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				subject := events.OrderCancelSubject(tt.key)
 				publish(t, subject, fmt.Sprintf("e2e-forged:%s:%d", tt.name, run), tt.data)
-				var d events.DeadLetter
-				waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
-					var ok bool
-					d, ok = dead.of(subject)
-					return ok && (tt.reason == "" || d.Reason == tt.reason)
-				})
+				d := dead.wait(t, subject, tt.reason)
 				t.Logf("dead-lettered: %s, field %q: %s", d.Reason, d.Field, d.Detail)
 			})
 		}
@@ -492,12 +477,7 @@ func TestHostileInputs(t *testing.T) {
 			subject := events.OrderCancelSubject(victim.ID)
 			now := time.Now().UTC()
 			publish(t, subject, fmt.Sprintf("e2e-forged:false-deadline:%d", run), expiry(victim.ID, victim.Version, events.OutcomeFired, now.Add(-time.Second), now))
-			var d events.DeadLetter
-			waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
-				var ok bool
-				d, ok = dead.of(subject)
-				return ok
-			})
+			d := dead.wait(t, subject, "")
 			if d.Reason != events.ReasonInvalidDeadline {
 				t.Errorf("dead letter reason %s (%s), want %s", d.Reason, d.Detail, events.ReasonInvalidDeadline)
 			}
@@ -594,12 +574,19 @@ func watchDeadLetters(t *testing.T, nc *nats.Conn) *deadLetters {
 	return d
 }
 
-// of returns the dead letter of the message published on subject.
-func (d *deadLetters) of(subject string) (events.DeadLetter, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	dl, ok := d.got[subject]
-	return dl, ok
+// wait returns the dead letter of the message published on subject, once
+// one with reason (any, when "") has arrived; it fails t after 15 s.
+func (d *deadLetters) wait(t *testing.T, subject string, reason events.Reason) events.DeadLetter {
+	t.Helper()
+	var dl events.DeadLetter
+	waitFor(t, 15*time.Second, "the dead letter of "+subject, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var ok bool
+		dl, ok = d.got[subject]
+		return ok && (reason == "" || dl.Reason == reason)
+	})
+	return dl
 }
 
 // expectPending fails t unless order o is still pending_payment at its
