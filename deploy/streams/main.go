@@ -74,7 +74,10 @@ func configFromEnv(environ map[string]string) (config, error) {
 	return c, errors.Join(errs...)
 }
 
-// attemptTimeout bounds one attempt to ensure the streams.
+// attemptTimeout bounds one attempt to ensure the 67 streams: creating them
+// replicated on a 3-node cluster takes seconds, and an attempt cut short
+// starts again from the first stream (each one it made is then only read
+// and updated in place).
 const attemptTimeout = 15 * time.Second
 
 func run(ctx context.Context, environ map[string]string, log *slog.Logger) error {
