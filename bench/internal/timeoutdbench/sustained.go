@@ -322,26 +322,32 @@ func (s *sampler) tables(ctx context.Context, t float64) error {
 // streams prints the state of the command streams (every field summed over
 // the partitions' streams, as TIMEOUT_COMMANDS_*) and of the expiry stream.
 func (s *sampler) streams(ctx context.Context, t float64) error {
-	sum := map[string]*jetstream.StreamState{}
-	for _, name := range append(events.CommandStreams(), events.StreamExpiries) {
+	state := func(name string) (jetstream.StreamState, error) {
 		str, err := s.b.js.Stream(ctx, name)
 		if err != nil {
-			return fmt.Errorf("stream %s: %w", name, err)
+			return jetstream.StreamState{}, fmt.Errorf("stream %s: %w", name, err)
 		}
-		st := str.CachedInfo().State
-		if name != events.StreamExpiries {
-			name = events.StreamCommandsPrefix + "*"
-		}
-		if acc, ok := sum[name]; ok {
-			acc.Msgs, acc.Bytes, acc.NumDeleted, acc.Consumers = acc.Msgs+st.Msgs, acc.Bytes+st.Bytes, acc.NumDeleted+st.NumDeleted, acc.Consumers+st.Consumers
-			acc.FirstSeq, acc.LastSeq = acc.FirstSeq+st.FirstSeq, acc.LastSeq+st.LastSeq
-			continue
-		}
-		sum[name] = &st
+		return str.CachedInfo().State, nil
 	}
-	for _, name := range []string{events.StreamCommandsPrefix + "*", events.StreamExpiries} {
-		st := sum[name]
-		s.b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "stream", "t_s", t, "stream", name,
+	var cmds jetstream.StreamState
+	for _, name := range events.CommandStreams() {
+		st, err := state(name)
+		if err != nil {
+			return err
+		}
+		cmds.Msgs, cmds.Bytes, cmds.NumDeleted, cmds.Consumers = cmds.Msgs+st.Msgs, cmds.Bytes+st.Bytes, cmds.NumDeleted+st.NumDeleted, cmds.Consumers+st.Consumers
+		cmds.FirstSeq, cmds.LastSeq = cmds.FirstSeq+st.FirstSeq, cmds.LastSeq+st.LastSeq
+	}
+	exp, err := state(events.StreamExpiries)
+	if err != nil {
+		return err
+	}
+	for _, row := range []struct {
+		name string
+		st   jetstream.StreamState
+	}{{events.StreamCommandsPrefix + "*", cmds}, {events.StreamExpiries, exp}} {
+		st := row.st
+		s.b.rep.Line("result", "peer", "timeoutd", "workload", "sustained", "measured", "stream", "t_s", t, "stream", row.name,
 			"messages", st.Msgs, "bytes", st.Bytes, "num_deleted", st.NumDeleted, "first_seq", st.FirstSeq, "last_seq", st.LastSeq,
 			"consumers", st.Consumers)
 	}
