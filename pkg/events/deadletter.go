@@ -17,7 +17,11 @@ type DeadLetter struct {
 	Subject string `json:"subject"`
 	Data    []byte `json:"data"`
 	// StreamSeq is the sequence of the rejected message in its stream.
-	StreamSeq  uint64    `json:"stream_seq"`
+	StreamSeq uint64 `json:"stream_seq"`
+	// Line is the 1-based line of the rejected command in a batch message
+	// (HeaderBatch), whose Data is then that line alone; 0 for a message of
+	// one command.
+	Line       int       `json:"line,omitempty"`
 	RejectedAt time.Time `json:"rejected_at"`
 }
 
@@ -32,6 +36,13 @@ func NewDeadLetter(subject string, data []byte, seq uint64, err error, at time.T
 }
 
 // MsgID returns the Nats-Msg-Id of the dead letter,
-// dlq:<subject>:<stream seq>, so a redelivered rejected message is
-// dead-lettered once.
-func (d DeadLetter) MsgID() string { return "dlq:" + d.Subject + ":" + itoa(d.StreamSeq) }
+// dlq:<subject>:<stream seq>, or dlq:<subject>:<stream seq>:<line> for a
+// command of a batch, so a redelivered rejected message is dead-lettered
+// once and each rejected command of a batch has a dead letter of its own.
+func (d DeadLetter) MsgID() string {
+	id := "dlq:" + d.Subject + ":" + itoa(d.StreamSeq)
+	if d.Line > 0 {
+		id += ":" + itoa(uint64(d.Line))
+	}
+	return id
+}

@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -38,4 +39,32 @@ func ExampleDecodeExpiry() {
 	// Output:
 	// unsupported_schema
 	// events: schema: schema version 9 is not supported (newest is 1)
+}
+
+// A producer with many commands to send packs them into batches, one
+// message per partition, and publishes each with HeaderBatch; a consumer
+// splits a batch with SplitBatch and decodes each line.
+func ExampleBatch() {
+	var msgs []events.CommandMessage
+	for _, key := range []string{"ord-1", "ord-15", "ord-14", "ord-1"} { // ord-1 and ord-14: partition 50
+		cmd := events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: key, Version: int64(len(msgs) + 1)}
+		data, _ := json.Marshal(cmd)
+		msgs = append(msgs, events.CommandMessage{Subject: cmd.Subject(), MsgID: cmd.MsgID(), Data: data, Count: 1})
+	}
+	for _, m := range events.Batch(msgs) {
+		fmt.Println(m.Subject, m.Count, m.MsgID)
+		if m.Count > 1 { // publish with the header HeaderBatch: strconv.Itoa(m.Count)
+			lines, _ := events.SplitBatch(m.Data, strconv.Itoa(m.Count))
+			for _, l := range lines {
+				c, _ := events.DecodeCommand(l)
+				fmt.Println(" ", c.MsgID())
+			}
+		}
+	}
+	// Output:
+	// timeouts.cmd.ord-1 3 batch:fe1927b3be8f51c1d218bca217ec3ecc
+	//   clear:ord-1:1
+	//   clear:ord-14:3
+	//   clear:ord-1:4
+	// timeouts.cmd.ord-15 1 clear:ord-15:2
 }

@@ -98,36 +98,51 @@ func (in *ingester) ingestRetrying(ctx context.Context, msgs []Message) {
 	}
 }
 
-// ingest processes one batch.
+// delivered is a message whose commands passed decode: its partition and
+// the keys of those commands.
+type delivered struct {
+	m    Message
+	part int
+	keys []string
+}
+
+// ingest processes one batch of messages, each one command or a batch of
+// a partition's commands (events.HeaderBatch).
 func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 	now := in.cfg.Now()
 	cmds := make([]events.Command, 0, len(msgs))
-	valid := make([]Message, 0, len(msgs))
-	keys := make([]string, 0, len(msgs))      // keys[i] is valid[i]'s key
+	valid := make([]delivered, 0, len(msgs))
 	newest := make(map[string]int, len(msgs)) // key → index in cmds
 	for _, m := range msgs {
-		cmd, err := in.decode(m, now)
+		got, err := in.commands(ctx, m, now)
 		if err != nil {
-			if err := in.deadLetter(ctx, m, err, now); err != nil {
-				return err
-			}
-			continue
+			return err
 		}
-		valid, keys = append(valid, m), append(keys, cmd.Key)
-		if i, ok := newest[cmd.Key]; ok {
-			if cmd.Version > cmds[i].Version {
-				cmds[i] = cmd
-			}
-			continue
+		if len(got) == 0 {
+			continue // dead-lettered
 		}
-		newest[cmd.Key] = len(cmds)
-		cmds = append(cmds, cmd)
+		d := delivered{m: m, part: got[0].part, keys: make([]string, len(got))}
+		for i, g := range got {
+			d.keys[i] = g.cmd.Key
+			cmd := g.cmd
+			if i, ok := newest[cmd.Key]; ok {
+				if cmd.Version > cmds[i].Version {
+					cmds[i] = cmd
+				}
+				continue
+			}
+			newest[cmd.Key] = len(cmds)
+			cmds = append(cmds, cmd)
+		}
+		valid = append(valid, d)
 	}
 	// Only sets of keys not held need room; those that find none are
-	// deferred (redelivered after RetryDelay). A set older than a tombstone
-	// that only Postgres holds counts as new: telling it stale would cost a
-	// read. Deferring reorders a key's commands, which is safe: the upsert
-	// keeps the newest version whatever the order of arrival.
+	// deferred (redelivered after RetryDelay, with the rest of their
+	// message). A set older than a tombstone that only Postgres holds counts
+	// as new: telling it stale would cost a read. Deferring reorders a key's
+	// commands, which is safe: the upsert keeps the newest version whatever
+	// the order of arrival, and the commands of a deferred message that were
+	// committed are no-ops when it comes again.
 	cmds, deferred, reserved := in.sched.Admit(cmds)
 	defer in.sched.Unreserve(reserved)
 	// The fence: only the partitions this instance owns, at their epoch, are
@@ -150,22 +165,22 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 		}
 		defer in.apply(changes)
 	}
-	for i, m := range valid {
-		if refused[events.PartitionOf(keys[i])] {
-			if err := m.NakWithDelay(0); err != nil {
-				in.cfg.Logger.Warn("hand back a command of a partition not owned", "seq", m.Seq(), "err", err)
+	for _, d := range valid {
+		if refused[d.part] {
+			if err := d.m.NakWithDelay(0); err != nil {
+				in.cfg.Logger.Warn("hand back a command of a partition not owned", "seq", d.m.Seq(), "err", err)
 			}
 			continue
 		}
-		if deferred[keys[i]] {
-			if err := m.NakWithDelay(in.cfg.RetryDelay); err != nil {
-				in.cfg.Logger.Warn("defer command", "seq", m.Seq(), "err", err)
+		if slices.ContainsFunc(d.keys, func(k string) bool { return deferred[k] }) {
+			if err := d.m.NakWithDelay(in.cfg.RetryDelay); err != nil {
+				in.cfg.Logger.Warn("defer command", "seq", d.m.Seq(), "err", err)
 			}
 			continue
 		}
-		if err := m.Ack(); err != nil {
+		if err := d.m.Ack(); err != nil {
 			// Committed already: a redelivery is a harmless no-op.
-			in.cfg.Logger.Warn("ack command", "seq", m.Seq(), "err", err)
+			in.cfg.Logger.Warn("ack command", "seq", d.m.Seq(), "err", err)
 		}
 	}
 	if len(deferred) > 0 {
@@ -173,6 +188,69 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 			"max_pending", in.cfg.MaxPending, "retry_in", in.cfg.RetryDelay)
 	}
 	return nil
+}
+
+// decoded is a command that passed decode, and its partition.
+type decoded struct {
+	cmd  events.Command
+	part int
+}
+
+// commands returns the commands of m that pass decode. A message of one
+// command that fails is dead-lettered and terminated, and so is a batch
+// whose framing is broken (its HeaderBatch count is not its number of
+// lines, its subject not a key's). A batch's commands that fail are
+// dead-lettered one by one (events.DeadLetter.Line) and the others
+// returned, to be acknowledged together once committed; a batch left with
+// none is terminated.
+func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]decoded, error) {
+	stored, _ := events.KeyOfStoredCommand(m.Subject())
+	header := m.Header(events.HeaderBatch)
+	if header == "" {
+		cmd, err := in.decode(m.Data(), now)
+		if err == nil && cmd.Key != stored {
+			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
+				Detail: fmt.Sprintf("key %q does not match subject %q", cmd.Key, m.Subject())}
+		}
+		if err != nil {
+			return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
+		}
+		return []decoded{{cmd: cmd, part: events.PartitionOf(cmd.Key)}}, nil
+	}
+	lines, err := events.SplitBatch(m.Data(), header)
+	if err == nil && stored == "" {
+		err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
+			Detail: fmt.Sprintf("batch stored under subject %q, which is not its first key's partition", m.Subject())}
+	}
+	if err != nil {
+		return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
+	}
+	part := events.PartitionOf(stored)
+	out := make([]decoded, 0, len(lines))
+	for i, line := range lines {
+		cmd, err := in.decode(line, now)
+		if err == nil && events.PartitionOf(cmd.Key) != part {
+			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
+				Detail: fmt.Sprintf("key %q is not of partition %d, the batch's (subject %q)", cmd.Key, part, m.Subject())}
+		}
+		if err == nil {
+			out = append(out, decoded{cmd: cmd, part: part})
+			continue
+		}
+		subject := producerSubject(m.Subject())
+		if events.ValidKey(cmd.Key) {
+			subject = events.CommandSubject(cmd.Key) // where a fixed command is replayed
+		}
+		d := events.NewDeadLetter(subject, line, m.Seq(), err, now)
+		d.Line = i + 1
+		if err := in.deadLetter(ctx, m, d, false); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		in.term(m) // every command dead-lettered
+	}
+	return out, nil
 }
 
 // apply brings the schedule in line with committed changes.
@@ -189,20 +267,13 @@ func (in *ingester) apply(changes []Change) {
 	in.stats.cleared.Add(uint64(cleared))
 }
 
-// decode parses a command and applies the service's own rules: the subject
-// matches the key, the fire subject is under an allowed prefix, and the
-// deadline is within MaxHorizon.
-func (in *ingester) decode(m Message, now time.Time) (events.Command, error) {
-	cmd, err := events.DecodeCommand(m.Data())
-	if err != nil {
+// decode parses a command and applies the service's own rules: the fire
+// subject is under an allowed prefix and the deadline within MaxHorizon.
+// The command is returned with the error when it parsed.
+func (in *ingester) decode(data []byte, now time.Time) (events.Command, error) {
+	cmd, err := events.DecodeCommand(data)
+	if err != nil || cmd.Kind != events.KindSet {
 		return cmd, err
-	}
-	if key, ok := events.KeyOfStoredCommand(m.Subject()); !ok || key != cmd.Key {
-		return cmd, &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
-			Detail: fmt.Sprintf("key %q does not match subject %q", cmd.Key, m.Subject())}
-	}
-	if cmd.Kind != events.KindSet {
-		return cmd, nil
 	}
 	allowed := false
 	for _, p := range in.cfg.FireSubjectPrefixes {
@@ -219,25 +290,36 @@ func (in *ingester) decode(m Message, now time.Time) (events.Command, error) {
 	return cmd, nil
 }
 
-// deadLetter publishes the rejected message with its reason, waits for the
-// PubAck, and terminates it so it is never redelivered.
-func (in *ingester) deadLetter(ctx context.Context, m Message, cause error, now time.Time) error {
-	// The subject as the producer published it: the server's mapping filed
-	// it under its partition (timeouts.cmd.<p>.<key>). One published on a
-	// partition not its key's keeps the subject it was stored under.
-	subject := m.Subject()
-	if key, ok := events.KeyOfStoredCommand(subject); ok {
-		subject = events.CommandSubject(key)
+// producerSubject returns the subject a stored command was published on:
+// the server's mapping filed it under its partition
+// (timeouts.cmd.<p>.<key>). One published on a partition not its key's
+// keeps the subject it was stored under.
+func producerSubject(stored string) string {
+	if key, ok := events.KeyOfStoredCommand(stored); ok {
+		return events.CommandSubject(key)
 	}
-	d := events.NewDeadLetter(subject, m.Data(), m.Seq(), cause, now)
+	return stored
+}
+
+// deadLetter publishes d, the dead letter of m or of one of its commands,
+// and waits for the PubAck; with term it then terminates m so it is never
+// redelivered.
+func (in *ingester) deadLetter(ctx context.Context, m Message, d events.DeadLetter, term bool) error {
 	if err := in.dlq.DeadLetter(ctx, d); err != nil {
 		return fmt.Errorf("dead-letter seq %d: %w", m.Seq(), err)
 	}
+	in.stats.deadLettered.Add(1)
+	in.m.DeadLettered(d.Reason)
+	in.cfg.Logger.Info("command dead-lettered", "subject", m.Subject(), "seq", m.Seq(), "line", d.Line, "reason", d.Reason, "field", d.Field)
+	if term {
+		in.term(m)
+	}
+	return nil
+}
+
+// term terminates m, whose commands are all dead-lettered.
+func (in *ingester) term(m Message) {
 	if err := m.Term(); err != nil {
 		in.cfg.Logger.Warn("terminate dead-lettered command", "seq", m.Seq(), "err", err)
 	}
-	in.stats.deadLettered.Add(1)
-	in.m.DeadLettered(d.Reason)
-	in.cfg.Logger.Info("command dead-lettered", "subject", m.Subject(), "seq", m.Seq(), "reason", d.Reason, "field", d.Field)
-	return nil
 }

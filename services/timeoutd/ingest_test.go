@@ -1,8 +1,11 @@
 package timeoutd
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -136,6 +139,128 @@ func TestIngestNeverWaitsForRoom(t *testing.T) {
 			}
 			if got := s.Pending(); got != tt.pending {
 				t.Errorf("pending = %d, want %d", got, tt.pending)
+			}
+		})
+	}
+}
+
+// keysOf returns n distinct keys of partition p.
+func keysOf(p, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if k := "k-" + strconv.Itoa(i); events.PartitionOf(k) == p {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// batchMsg returns a batch message of cmds as JetStream delivers it: on the
+// partitioned subject of the first command's key, with HeaderBatch.
+func batchMsg(t *testing.T, seq uint64, cmds ...events.Command) *fakeMsg {
+	t.Helper()
+	lines := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		var err error
+		if lines[i], err = json.Marshal(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &fakeMsg{subject: events.PartitionedCommandSubject(cmds[0].Key), data: bytes.Join(lines, []byte{'\n'}), seq: seq,
+		header: map[string]string{events.HeaderBatch: strconv.Itoa(len(cmds))}}
+}
+
+// TestIngestBatches: a batch message's valid commands are committed and
+// the message acked once; each invalid command is dead-lettered alone,
+// with its line and its own key's subject (where a fixed command is
+// replayed); a batch whose framing is broken is dead-lettered whole.
+func TestIngestBatches(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	dl := now.Add(time.Hour)
+	p3, p5 := keysOf(3, 3), keysOf(5, 1)
+	notAllowed := setCmd(p3[1], 1, dl)
+	notAllowed.FireSubject = "elsewhere.x"
+	type deadLetter struct {
+		reason  events.Reason
+		line    int
+		subject string
+	}
+	tests := []struct {
+		name    string
+		msg     func(t *testing.T) *fakeMsg
+		applied []string
+		fate    string
+		dead    []deadLetter
+	}{
+		{"valid", func(t *testing.T) *fakeMsg {
+			return batchMsg(t, 1, setCmd(p3[0], 1, dl), setCmd(p3[1], 1, dl), clearCmd(p3[0], 2))
+		}, []string{p3[0] + "@2", p3[1] + "@1"}, "ack", nil},
+		{"invalid commands dead-lettered alone", func(t *testing.T) *fakeMsg {
+			return batchMsg(t, 2, setCmd(p3[0], 1, dl), notAllowed, clearCmd(p5[0], 1))
+		}, []string{p3[0] + "@1"}, "ack", []deadLetter{
+			{events.ReasonSubjectNotAllowed, 2, events.CommandSubject(p3[1])},
+			{events.ReasonSubjectMismatch, 3, events.CommandSubject(p5[0])},
+		}},
+		{"a line that is no command", func(t *testing.T) *fakeMsg {
+			m := batchMsg(t, 3, setCmd(p3[0], 1, dl), clearCmd(p3[2], 1))
+			m.data = append(m.data[:bytes.IndexByte(m.data, '\n')+1], "nope"...)
+			return m
+		}, []string{p3[0] + "@1"}, "ack", []deadLetter{{events.ReasonMalformed, 2, events.CommandSubject(p3[0])}}},
+		{"every command invalid", func(t *testing.T) *fakeMsg {
+			return batchMsg(t, 4, notAllowed, clearCmd(p5[0], 1))
+		}, nil, "term", []deadLetter{
+			{events.ReasonSubjectNotAllowed, 1, events.CommandSubject(p3[1])},
+			{events.ReasonSubjectMismatch, 2, events.CommandSubject(p5[0])},
+		}},
+		{"count not the lines", func(t *testing.T) *fakeMsg {
+			m := batchMsg(t, 5, setCmd(p3[0], 1, dl), setCmd(p3[1], 1, dl))
+			m.header[events.HeaderBatch] = "3"
+			return m
+		}, nil, "term", []deadLetter{{events.ReasonMalformed, 0, events.CommandSubject(p3[0])}}},
+		{"stored under another partition", func(t *testing.T) *fakeMsg {
+			m := batchMsg(t, 6, setCmd(p3[0], 1, dl), setCmd(p3[1], 1, dl))
+			m.subject = "timeouts.cmd.4." + p3[0]
+			return m
+		}, nil, "term", []deadLetter{{events.ReasonSubjectMismatch, 0, "timeouts.cmd.4." + p3[0]}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, st, dlq := newTestService(t, newClock(now))
+			m := tt.msg(t)
+			if err := s.ingest.ingest(context.Background(), []Message{m}); err != nil {
+				t.Fatal(err)
+			}
+			var applied []string
+			for _, b := range st.applied {
+				for _, c := range b {
+					applied = append(applied, c.Key+"@"+strconv.FormatInt(c.Version, 10))
+				}
+			}
+			slices.Sort(applied)
+			if want := slices.Sorted(slices.Values(tt.applied)); !slices.Equal(applied, want) {
+				t.Errorf("applied %v, want %v", applied, want)
+			}
+			if m.fate != tt.fate {
+				t.Errorf("fate %q, want %q", m.fate, tt.fate)
+			}
+			var dead []deadLetter
+			for _, d := range dlq.got {
+				dead = append(dead, deadLetter{d.Reason, d.Line, d.Subject})
+				if d.StreamSeq != m.seq {
+					t.Errorf("dead letter of seq %d, want %d", d.StreamSeq, m.seq)
+				}
+				if d.Line > 0 {
+					if _, err := events.DecodeCommand(d.Data); err == nil && d.Reason == events.ReasonMalformed {
+						t.Errorf("line %d's dead letter holds a valid command", d.Line)
+					}
+				} else if !bytes.Equal(d.Data, m.data) {
+					t.Errorf("a whole batch's dead letter holds %q, want the message", d.Data)
+				}
+			}
+			if !slices.Equal(dead, tt.dead) {
+				t.Errorf("dead letters %+v, want %+v", dead, tt.dead)
 			}
 		})
 	}

@@ -105,12 +105,16 @@ type Reader interface {
 	GetPending(ctx context.Context, key string) (Timeout, error)
 }
 
-// Message is one command delivery from the Source.
+// Message is one delivery from the Source: a command, or a batch of a
+// partition's commands (events.HeaderBatch).
 type Message interface {
 	// Subject is the subject the command was published on.
 	Subject() string
-	// Data is the raw command.
+	// Data is the raw command, or a batch's commands one per line.
 	Data() []byte
+	// Header returns the value of the message's header key, "" when it
+	// has none; a batch has events.HeaderBatch.
+	Header(key string) string
 	// Seq is the message's sequence in its stream.
 	Seq() uint64
 	// Ack acknowledges the message (it is not redelivered).

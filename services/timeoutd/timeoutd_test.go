@@ -144,8 +144,11 @@ type fakeMsg struct {
 	subject string
 	data    []byte
 	seq     uint64
+	header  map[string]string
 	fate    string // "", "ack", "term", "nak"
 }
+
+func (m *fakeMsg) Header(key string) string { return m.header[key] }
 
 func (m *fakeMsg) Subject() string                  { return m.subject }
 func (m *fakeMsg) Data() []byte                     { return m.data }
@@ -302,7 +305,6 @@ func TestIngestDedupesValidatesAndAcks(t *testing.T) {
 func TestDecodeRules(t *testing.T) {
 	t.Parallel()
 	now := time.Now().Add(time.Hour).UTC()
-	s, _, _ := newTestService(t, newClock(now))
 	tests := []struct {
 		name    string
 		subject string
@@ -321,17 +323,21 @@ func TestDecodeRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			s, _, dlq := newTestService(t, newClock(now))
 			m := cmdMsg(t, 1, tt.cmd)
 			m.subject = tt.subject
-			_, err := s.ingest.decode(m, now)
+			got, err := s.ingest.commands(context.Background(), m, now)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if tt.reason == "" {
-				if err != nil {
-					t.Fatalf("rejected: %v", err)
+				if len(got) != 1 || len(dlq.got) != 0 {
+					t.Fatalf("got %+v, dead letters %+v; want the command accepted", got, dlq.got)
 				}
 				return
 			}
-			if events.ReasonOf(err) != tt.reason {
-				t.Fatalf("err = %v, want reason %s", err, tt.reason)
+			if len(got) != 0 || len(dlq.got) != 1 || dlq.got[0].Reason != tt.reason || m.fate != "term" {
+				t.Fatalf("got %+v, dead letters %+v, fate %q; want it dead-lettered as %s", got, dlq.got, m.fate, tt.reason)
 			}
 		})
 	}

@@ -1,11 +1,13 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +222,68 @@ func TestInvalidCommandsAreDeadLettered(t *testing.T) {
 			t.Errorf("/metrics lacks %s", line)
 		}
 	}
+}
+
+// TestBatchedCommands: a batch message (events.HeaderBatch) published on
+// its first key's subject reaches the key's partition stream through the
+// server's mapping; its valid commands take effect, its invalid one is
+// dead-lettered alone with its line, and the message is acknowledged.
+func TestBatchedCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, nil)
+	var keys []string // three keys of one partition
+	for i := 0; len(keys) < 3; i++ {
+		if k := fmt.Sprintf("batch-%d", i); events.PartitionOf(k) == events.PartitionOf("batch-0") {
+			keys = append(keys, k)
+		}
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	bad := setCmd(keys[2], 1, deadline)
+	bad.FireSubject = "payments.refund." + keys[2]
+	var msgs []events.CommandMessage
+	for _, c := range []events.Command{setCmd(keys[0], 1, deadline), setCmd(keys[1], 1, deadline.Add(time.Hour)), clearCmd(keys[1], 2), bad} {
+		data, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, events.CommandMessage{Subject: c.Subject(), MsgID: c.MsgID(), Data: data, Count: 1})
+	}
+	batch := events.Batch(msgs)
+	if len(batch) != 1 || batch[0].Count != 4 {
+		t.Fatalf("packed into %+v, want one batch of 4", batch)
+	}
+	m := &nats.Msg{Subject: batch[0].Subject, Data: batch[0].Data, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgIDHeader, batch[0].MsgID)
+	m.Header.Set(events.HeaderBatch, strconv.Itoa(batch[0].Count))
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+
+	e.expiry(t, events.OrderCancelSubject(keys[0]), events.OutcomeFired, keys[0], 1, deadline.UTC())
+	if st, v := e.state(t, keys[1]); st != int16(timeoutd.StateCleared) || v != 2 {
+		t.Errorf("%s: state %d version %d, want cleared at 2", keys[1], st, v)
+	}
+	subject := events.DeadLetterSubject("timeoutd", events.ReasonSubjectNotAllowed)
+	var dm *jetstream.RawStreamMsg
+	eventually(t, 5*time.Second, "dead letter on "+subject, func() bool {
+		dm = e.last(t, events.StreamDeadLetters, subject)
+		return dm != nil
+	})
+	var dl events.DeadLetter
+	if err := json.Unmarshal(dm.Data, &dl); err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := json.Marshal(bad); dl.Line != 4 || dl.Subject != bad.Subject() || !bytes.Equal(dl.Data, want) || dm.Header.Get(jetstream.MsgIDHeader) != dl.MsgID() {
+		t.Errorf("dead letter %+v (id %s), want line 4 of %s alone", dl, dm.Header.Get(jetstream.MsgIDHeader), bad.Subject())
+	}
+	if st, _ := e.state(t, keys[2]); st != -1 {
+		t.Errorf("%s stored (state %d), want nothing", keys[2], st)
+	}
+	eventually(t, 5*time.Second, "command stream empty (the batch acked)", func() bool {
+		n, err := streams.CommandBacklog(context.Background(), e.js)
+		return err == nil && n == 0
+	})
 }
 
 func TestMisfireBoundEmitsMissed(t *testing.T) {

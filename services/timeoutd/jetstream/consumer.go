@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,7 +44,8 @@ const (
 
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
-	// BatchSize is the most commands Next returns; default BatchSizeDefault.
+	// BatchSize is the most commands Next returns, a batch message counting
+	// for its commands; default BatchSizeDefault.
 	BatchSize int `env:"BATCH_SIZE"`
 	// AckWait is the redelivery timeout of an unacked command (at least 1s);
 	// default AckWaitDefault.
@@ -202,7 +204,9 @@ func (c *Consumer) Remove(p int) {
 	}
 }
 
-// Next implements timeoutd.Source.
+// Next implements timeoutd.Source. A batch holds BatchSize commands at
+// most, counting a batch message's (events.HeaderBatch), unless its first
+// message alone holds more.
 func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	var first jetstream.Msg
 	select {
@@ -212,15 +216,25 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	}
 	batch := make([]timeoutd.Message, 1, min(c.cfg.BatchSize, 1+len(c.msgs)))
 	batch[0] = msg{first}
-	for len(batch) < c.cfg.BatchSize {
+	for n := commands(first); n < c.cfg.BatchSize; {
 		select {
 		case m := <-c.msgs:
 			batch = append(batch, msg{m})
+			n += commands(m)
 		default:
 			return batch, nil
 		}
 	}
 	return batch, nil
+}
+
+// commands returns how many commands m holds: its events.HeaderBatch
+// count, or 1 (a malformed count is 1: ingest dead-letters the message).
+func commands(m jetstream.Msg) int {
+	if n, err := strconv.Atoi(m.Headers().Get(events.HeaderBatch)); err == nil && n > 1 && n <= events.MaxBatchCommands {
+		return n
+	}
+	return 1
 }
 
 // Mark implements timeoutd.Source: the sequence of the last command stored
@@ -275,6 +289,9 @@ func (c *Consumer) Close() error {
 
 // msg adapts a jetstream.Msg to timeoutd.Message.
 type msg struct{ jetstream.Msg }
+
+// Header returns the value of the message's header key.
+func (m msg) Header(key string) string { return m.Headers().Get(key) }
 
 // Seq returns the message's stream sequence.
 func (m msg) Seq() uint64 {

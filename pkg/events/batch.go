@@ -1,0 +1,127 @@
+package events
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+)
+
+// HeaderBatch marks a command batch: several commands of one partition in
+// one message, so the broker stores, delivers and acknowledges them once.
+// Its value is the number of commands; the data holds them one per line,
+// each a compact JSON command as DecodeCommand reads it, separated by '\n'.
+// A batch is published on the command subject of its first command's key
+// (CommandSubject), so the server files it in that key's partition stream,
+// and every command in it must be of that partition. Its Nats-Msg-Id is
+// BatchMsgID of its commands' ids. A message without the header is one
+// command.
+const HeaderBatch = "Timeouts-Batch"
+
+// Limits of a command batch.
+const (
+	// MaxBatchCommands is the most commands a batch holds. At 100 the
+	// broker's cost per message is spread thin (a hundredth), while a batch
+	// stays small beside the consumer's batches of thousands of commands.
+	MaxBatchCommands = 100
+	// MaxBatchBytes bounds a batch's data, well under NATS's default
+	// max_payload of 1 MiB (a command is at most about 4.5 KiB with its
+	// payload).
+	MaxBatchBytes = 256 << 10
+)
+
+// CommandMessage is an encoded command message ready to publish: one
+// command, or a batch of commands of one partition.
+type CommandMessage struct {
+	Subject string
+	MsgID   string
+	Data    []byte
+	// Count is how many commands Data holds. A message of more than one is
+	// a batch: publish it with HeaderBatch set to strconv.Itoa(Count).
+	Count int
+}
+
+// Batch packs messages of one command each (Count 1, on CommandSubject of
+// their key, data without a newline, as json.Marshal writes a Command)
+// into batches of one partition's commands, in the order given, of at
+// most MaxBatchCommands commands and MaxBatchBytes bytes. A batch starts
+// where the first of its commands was, so the commands of a key keep
+// their order. A batch of one is returned as the message it was; any
+// other message (another subject, a batch already, data with a newline)
+// is returned as it is, where it was.
+func Batch(msgs []CommandMessage) []CommandMessage {
+	type batch struct {
+		at      int   // its index in out
+		members []int // its commands' indexes in msgs
+		size    int   // its data's length
+	}
+	out := make([]CommandMessage, 0, len(msgs))
+	var batches []*batch
+	var open [Partitions]*batch
+	for i, m := range msgs {
+		key, ok := strings.CutPrefix(m.Subject, CommandSubjectPrefix)
+		if !ok || m.Count != 1 || !ValidKey(key) || bytes.IndexByte(m.Data, '\n') >= 0 {
+			out = append(out, m)
+			continue
+		}
+		p := PartitionOf(key)
+		if b := open[p]; b != nil && len(b.members) < MaxBatchCommands && b.size+1+len(m.Data) <= MaxBatchBytes {
+			b.members, b.size = append(b.members, i), b.size+1+len(m.Data)
+			continue
+		}
+		open[p] = &batch{at: len(out), members: []int{i}, size: len(m.Data)}
+		batches = append(batches, open[p])
+		out = append(out, m)
+	}
+	for _, b := range batches {
+		if len(b.members) == 1 {
+			continue
+		}
+		data := make([]byte, 0, b.size)
+		ids := make([]string, len(b.members))
+		for j, i := range b.members {
+			if j > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, msgs[i].Data...)
+			ids[j] = msgs[i].MsgID
+		}
+		out[b.at] = CommandMessage{Subject: out[b.at].Subject, MsgID: BatchMsgID(ids), Data: data, Count: len(b.members)}
+	}
+	return out
+}
+
+// BatchMsgID returns the Nats-Msg-Id of a batch of the commands with the
+// given ids, in order: batch:<128 bits of SHA-256 of the ids, in hex>. It
+// depends on the commands and nothing else, so a batch republished with
+// the same commands is dropped as a duplicate, and a batch with other
+// commands never is.
+func BatchMsgID(ids []string) string {
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return "batch:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// SplitBatch returns the commands of a batch message, one per line of
+// data, given the value of its HeaderBatch header. The lines are slices of
+// data, still to be decoded. It returns an *Error with ReasonMalformed
+// when the header is not a count from 1 to MaxBatchCommands or data does
+// not hold that many lines.
+func SplitBatch(data []byte, header string) ([][]byte, error) {
+	n, err := strconv.Atoi(header)
+	if err != nil || n < 1 || n > MaxBatchCommands {
+		return nil, invalid(ReasonMalformed, HeaderBatch, "must be a count of commands from 1 to %d, got %q", MaxBatchCommands, truncate(header))
+	}
+	if got := bytes.Count(data, []byte{'\n'}) + 1; got != n {
+		return nil, invalid(ReasonMalformed, HeaderBatch, "says %d commands, the data holds %d lines", n, got)
+	}
+	lines := make([][]byte, 0, n)
+	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
+		lines = append(lines, line)
+	}
+	return lines, nil
+}
