@@ -49,6 +49,12 @@ type Config struct {
 	// Use more than one only where consumers order by version, not by
 	// arrival (expiry events: one per key and version).
 	Workers int
+	// Pack turns a batch's rows, in table order, into the messages to
+	// publish, each with its Nats-Msg-Id; default one message per row
+	// (Msg). orders packs its timeout commands into batches of a
+	// partition's commands (events.Batch), so that the broker stores and
+	// delivers a batch once.
+	Pack func(rows []Message) []*nats.Msg
 	// Now is the clock Stats measures ages with; default time.Now.
 	Now func() time.Time
 	// Logger; default slog.Default().
@@ -64,6 +70,9 @@ func (c *Config) setDefaults() error {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.AckTimeout = cmp.Or(c.AckTimeout, AckTimeoutDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
+	if c.Pack == nil {
+		c.Pack = packEach
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -270,28 +279,45 @@ func (r *Relay) publishBatch(ctx context.Context) (n int, err error) {
 	return len(batch), nil
 }
 
-// publish sends batch asynchronously with each message's Nats-Msg-Id and
-// waits up to AckTimeout for every PubAck, in order.
+// Msg returns the message of one row: its subject and data, with its
+// Nats-Msg-Id.
+func (m Message) Msg() *nats.Msg {
+	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+	return msg
+}
+
+// packEach is Config.Pack's default: one message per row.
+func packEach(rows []Message) []*nats.Msg {
+	msgs := make([]*nats.Msg, len(rows))
+	for i, r := range rows {
+		msgs[i] = r.Msg()
+	}
+	return msgs
+}
+
+// publish sends the rows of batch, packed by Config.Pack, asynchronously
+// and waits up to AckTimeout for every PubAck, in order.
 func (r *Relay) publish(ctx context.Context, batch []Message) error {
-	futures := make([]jetstream.PubAckFuture, len(batch))
-	for i, m := range batch {
-		msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+	msgs := r.cfg.Pack(batch)
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, msg := range msgs {
 		f, err := r.js.PublishMsgAsync(msg)
 		if err != nil {
-			return fmt.Errorf("publish %s: %w", m.Subject, err)
+			return fmt.Errorf("publish %s: %w", msg.Subject, err)
 		}
 		futures[i] = f
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckTimeout)
 	defer cancel()
 	for i, f := range futures {
+		id := msgs[i].Header.Get(jetstream.MsgIDHeader)
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return fmt.Errorf("publish %s (%s): %w", batch[i].Subject, batch[i].MsgID, err)
+			return fmt.Errorf("publish %s (%s): %w", msgs[i].Subject, id, err)
 		case <-ctx.Done():
-			return fmt.Errorf("wait for PubAck of %s: %w", batch[i].MsgID, ctx.Err())
+			return fmt.Errorf("wait for PubAck of %s: %w", id, ctx.Err())
 		}
 	}
 	return nil

@@ -3,6 +3,8 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,6 +132,49 @@ func TestFlushPublishesWithMsgIDThenDeletes(t *testing.T) {
 	}
 	if got := e.streamMsgs(t); got != 50 {
 		t.Fatalf("republished batch: stream holds %d messages, want 50 (deduplicated)", got)
+	}
+}
+
+// TestPackPublishesWhatItReturns: with a Pack, the relay publishes the
+// messages it makes of each batch's rows (here one message per batch),
+// and deletes the rows once those are acknowledged.
+func TestPackPublishesWhatItReturns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pack := func(rows []outbox.Message) []*nats.Msg {
+		data := make([]string, len(rows))
+		for i, r := range rows {
+			data[i] = string(r.Data)
+		}
+		m := outbox.Message{Subject: rows[0].Subject, MsgID: "packed-" + rows[0].MsgID, Data: []byte(strings.Join(data, ","))}
+		return []*nats.Msg{m.Msg()}
+	}
+	relay, err := outbox.NewRelay(e.pool, e.js, outbox.Config{BatchSize: 10, Pack: pack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.insert(t, 0, 25)
+	if n, err := relay.Flush(context.Background()); err != nil || n != 25 {
+		t.Fatalf("Flush = %d, %v; want 25 rows, nil", n, err)
+	}
+	if got := e.rows(t); got != 0 {
+		t.Fatalf("%d rows left in the outbox after Flush", got)
+	}
+	s, err := e.js.Stream(context.Background(), "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := uint64(1); seq <= e.streamMsgs(t); seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Header.Get(jetstream.MsgIDHeader)+"="+string(m.Data))
+	}
+	want := []string{"packed-m-0=0,1,2,3,4,5,6,7,8,9", "packed-m-10=10,11,12,13,14,15,16,17,18,19", "packed-m-20=20,21,22,23,24"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("stream holds %q, want %q", got, want)
 	}
 }
 

@@ -105,7 +105,7 @@ func run(ctx context.Context, environ map[string]string) error {
 		return err
 	}
 	defer relayPool.Close()
-	relay, err := outbox.NewRelay(relayPool, js, outbox.Config{Table: postgres.OutboxTable, Logger: log})
+	relay, err := outbox.NewRelay(relayPool, js, outbox.Config{Table: postgres.OutboxTable, Pack: ojs.PackCommands, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,33 @@
+package jetstream
+
+import (
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// PackCommands is the outbox relay's Pack (outbox.Config.Pack) for orders:
+// the timeout commands among rows are packed into batches of one
+// partition's commands (events.Batch), each published on its first key's
+// command subject with events.HeaderBatch and the batch's Nats-Msg-Id, so
+// the broker stores, delivers and acknowledges a batch once instead of
+// once per command. A key's commands keep their order. Other rows (order
+// events) and lone commands go one message each, as they were.
+func PackCommands(rows []outbox.Message) []*nats.Msg {
+	in := make([]events.CommandMessage, len(rows))
+	for i, r := range rows {
+		in[i] = events.CommandMessage{Subject: r.Subject, MsgID: r.MsgID, Data: r.Data, Count: 1}
+	}
+	packed := events.Batch(in)
+	msgs := make([]*nats.Msg, len(packed))
+	for i, p := range packed {
+		msgs[i] = outbox.Message{Subject: p.Subject, MsgID: p.MsgID, Data: p.Data}.Msg()
+		if p.Count > 1 {
+			msgs[i].Header.Set(events.HeaderBatch, strconv.Itoa(p.Count))
+		}
+	}
+	return msgs
+}
