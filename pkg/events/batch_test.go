@@ -68,10 +68,10 @@ func unbatch(t *testing.T, msgs []events.CommandMessage) []events.Command {
 func TestBatch(t *testing.T) {
 	t.Parallel()
 	p3, p5 := keysOf(3, 2*events.MaxBatchCommands+1), keysOf(5, 2)
-	big := strings.Repeat("x", 4000)
-	bigSet := func(key string) events.Command {
-		return events.Command{Schema: 1, Kind: events.KindSet, Key: key, Version: 1, Deadline: time.Unix(1e9, 0).UTC(),
-			FireSubject: events.OrderCancelSubject(key), Payload: json.RawMessage(`{"x":"` + big[len(key):] + `"}`)} // one length for every key
+	pad := strings.Repeat("x", 20000)
+	padded := func(key string) events.CommandMessage { // a valid clear of one length for every key, padded by an unknown field
+		return events.CommandMessage{Subject: events.CommandSubject(key), MsgID: "clear:" + key + ":1", Count: 1,
+			Data: []byte(`{"kind":"clear","key":"` + key + `","version":1,"pad":"` + pad[len(key):] + `"}`)}
 	}
 	other := events.CommandMessage{Subject: "orders.paid.a", MsgID: "order.paid:a:1", Data: []byte(`{}`), Count: 1}
 	pretty := events.CommandMessage{Subject: events.CommandSubject(p3[1]), MsgID: "clear:" + p3[1] + ":9", Data: []byte("{\n\"kind\":\"clear\"}"), Count: 1}
@@ -103,8 +103,8 @@ func TestBatch(t *testing.T) {
 		}, []int{events.MaxBatchCommands, events.MaxBatchCommands, 1}},
 		{"at most MaxBatchBytes", func(t *testing.T) []events.CommandMessage {
 			var in []events.CommandMessage
-			for _, k := range p3[:100] {
-				in = append(in, single(t, bigSet(k)))
+			for _, k := range p3[:events.MaxBatchCommands] {
+				in = append(in, padded(k))
 			}
 			return in
 		}, nil}, // counts from the commands' length, below
@@ -123,7 +123,7 @@ func TestBatch(t *testing.T) {
 			}
 			if tt.counts == nil { // same-length commands: as many as fit, a newline between two
 				fit := (events.MaxBatchBytes + 1) / (len(in[0].Data) + 1)
-				tt.counts = []int{fit, len(in) - fit}
+				tt.counts = []int{fit, fit, len(in) - 2*fit}
 			}
 			if !slices.Equal(counts, tt.counts) {
 				t.Fatalf("counts = %v, want %v", counts, tt.counts)

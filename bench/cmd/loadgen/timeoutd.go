@@ -31,6 +31,7 @@ type timeoutdWorkload struct {
 	cancelConc   int
 	steps        map[string]bool
 	uuidKeys     bool
+	commandBatch int
 
 	capacityRates ratesFlag
 	capacityP99   time.Duration
@@ -75,6 +76,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.DurationVar(&w.readyTimeout, "ready-timeout", timeoutdbench.ReadyTimeoutDefault, "how long timeoutd may take from exec to /readyz (recovery)")
 	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
 	fs.BoolVar(&w.uuidKeys, "uuid-keys", false, "36-character time-ordered UUIDv7 keys, like the orders service's ids, instead of short <prefix>-<i> keys")
+	fs.IntVar(&w.commandBatch, "command-batch", 0, "pack every window of this many commands into batches of a partition's commands (events.Batch, as the orders relay packs a claim of 1000 rows); 0 publishes one message per command")
 	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:10ms/50ms",
 		"River storm runs, comma-separated mode:FetchCooldown/FetchPollInterval; mode available (due jobs fetched directly) or scheduled (River's job scheduler)")
 	fs.IntVar(&w.riverWorkers, "river-workers", riverbench.WorkersDefault, "River storm MaxWorkers")
@@ -131,7 +133,7 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	if err != nil {
 		return err
 	}
-	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers)
+	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers, "command_batch", w.commandBatch)
 	pgCPU, err := in.pg.CPU(ctx)
 	if err != nil {
 		return err
@@ -184,7 +186,7 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	}
 	b, err := timeoutdbench.New(ctx, timeoutdbench.Config{
 		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, LogPath: filepath.Join(o.work, "timeoutd.log"),
-		ReadyTimeout: w.readyTimeout, CPUs: cpus,
+		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch,
 	}, rep)
 	if err != nil {
 		return err

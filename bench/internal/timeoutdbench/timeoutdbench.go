@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,11 @@ type Config struct {
 	// IngestTimeout bounds the wait for a workload's pending count; default
 	// 10m.
 	IngestTimeout time.Duration
+	// CommandBatch, when above 1, packs every window of this many commands
+	// into batches of a partition's commands (events.Batch) before
+	// publishing them, as the orders relay packs the rows of a claim; 0 or 1
+	// publishes one message per command.
+	CommandBatch int
 	// CPUs are the platform's processes beside timeoutd (the Postgres and
 	// NATS containers) whose CPU time Storm divides by its commands and
 	// expiries.
@@ -170,19 +176,36 @@ func (b *Bench) waitPending(ctx context.Context, want int64) error {
 	return nil
 }
 
-// publish sends cmds with PublishAsync and their Nats-Msg-Id, and waits for
-// every PubAck.
+// publish sends cmds with PublishAsync and their Nats-Msg-Id, packed into
+// batches when Config.CommandBatch is above 1, and waits for every PubAck.
 func (b *Bench) publish(ctx context.Context, cmds func(i int) events.Command, n int) error {
 	failed := b.pubErrs.Load()
+	window := make([]events.CommandMessage, 0, max(b.cfg.CommandBatch, 1))
 	for i := range n {
 		c := cmds(i)
 		data, err := json.Marshal(c)
 		if err != nil {
 			return fmt.Errorf("encode command: %w", err)
 		}
-		if _, err := b.js.PublishAsync(c.Subject(), data, jetstream.WithMsgID(c.MsgID()), jetstream.WithStallWait(time.Minute)); err != nil {
-			return fmt.Errorf("publish %s: %w", c.Subject(), err)
+		window = append(window, events.CommandMessage{Subject: c.Subject(), MsgID: c.MsgID(), Data: data, Count: 1})
+		if len(window) < cap(window) && i < n-1 {
+			continue
 		}
+		out := window
+		if len(window) > 1 {
+			out = events.Batch(window)
+		}
+		for _, m := range out {
+			msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
+			msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+			if m.Count > 1 {
+				msg.Header.Set(events.HeaderBatch, strconv.Itoa(m.Count))
+			}
+			if _, err := b.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
+				return fmt.Errorf("publish %s: %w", m.Subject, err)
+			}
+		}
+		window = window[:0]
 	}
 	select {
 	case <-b.js.PublishAsyncComplete():
@@ -190,7 +213,7 @@ func (b *Bench) publish(ctx context.Context, cmds func(i int) events.Command, n 
 		return ctx.Err()
 	}
 	if n := b.pubErrs.Load() - failed; n > 0 {
-		return fmt.Errorf("publish: %d commands were not acknowledged", n)
+		return fmt.Errorf("publish: %d messages were not acknowledged", n)
 	}
 	return nil
 }
