@@ -63,6 +63,12 @@ type Config struct {
 	// 503 with Retry-After until the relay catches up
 	// (ORDERS_MAX_OUTBOX_LAG, a Go duration); default 10s.
 	MaxOutboxLag time.Duration `env:"ORDERS_MAX_OUTBOX_LAG"`
+	// SingleCommands makes the relay publish one message per timeout
+	// command, as before command batches (ORDERS_SINGLE_COMMANDS=true): for
+	// an upgrade while a timeoutd older than batches still runs, which
+	// would dead-letter them. Default false: the relay packs each claim's
+	// commands into batches per partition (events.Batch).
+	SingleCommands bool `env:"ORDERS_SINGLE_COMMANDS"`
 	// StatementTimeout is the statement_timeout of every database session
 	// (ORDERS_STATEMENT_TIMEOUT); default 30s. A statement_timeout in
 	// DatabaseURL wins.

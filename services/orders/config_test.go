@@ -21,17 +21,17 @@ func TestConfigFromEnv(t *testing.T) {
 			if c.HTTPAddr != ":8081" || c.Limits.PayWithinMin != time.Second || c.Limits.PayWithinMax != 24*time.Hour ||
 				len(c.APITokens) != 2 || c.APITokens[0] != "a" || c.APITokens[1] != "b" || c.MaxOutboxLag != 10*time.Second ||
 				c.StatementTimeout != 30*time.Second || c.IdleInTransactionTimeout != time.Minute ||
-				c.PaymentGrace != 0 || c.ReconcileMargin != 30*time.Second || c.ReconcileInterval != 10*time.Second {
+				c.PaymentGrace != 0 || c.ReconcileMargin != 30*time.Second || c.ReconcileInterval != 10*time.Second || c.SingleCommands {
 				t.Fatalf("config = %+v", c)
 			}
 		}},
 		{name: "overrides", set: map[string]string{"ORDERS_HTTP_ADDR": ":9", "ORDERS_PAY_WITHIN_MIN": "5s", "ORDERS_PAY_WITHIN_MAX": "1h", "ORDERS_LOG_LEVEL": "debug",
 			"ORDERS_MAX_OUTBOX_LAG": "2500ms", "ORDERS_STATEMENT_TIMEOUT": "5s", "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT": "2m",
-			"ORDERS_PAYMENT_GRACE": "2s", "ORDERS_RECONCILE_MARGIN": "1m", "ORDERS_RECONCILE_INTERVAL": "3s"},
+			"ORDERS_PAYMENT_GRACE": "2s", "ORDERS_RECONCILE_MARGIN": "1m", "ORDERS_RECONCILE_INTERVAL": "3s", "ORDERS_SINGLE_COMMANDS": "true"},
 			check: func(t *testing.T, c orders.Config) {
 				if c.HTTPAddr != ":9" || c.Limits.PayWithinMin != 5*time.Second || c.Limits.PayWithinMax != time.Hour || c.LogLevel.String() != "DEBUG" ||
 					c.MaxOutboxLag != 2500*time.Millisecond || c.StatementTimeout != 5*time.Second || c.IdleInTransactionTimeout != 2*time.Minute ||
-					c.PaymentGrace != 2*time.Second || c.ReconcileMargin != time.Minute || c.ReconcileInterval != 3*time.Second {
+					c.PaymentGrace != 2*time.Second || c.ReconcileMargin != time.Minute || c.ReconcileInterval != 3*time.Second || !c.SingleCommands {
 					t.Fatalf("config = %+v", c)
 				}
 			}},
@@ -50,6 +50,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "negative grace", set: map[string]string{"ORDERS_PAYMENT_GRACE": "-1s"}, wantErr: "ORDERS_PAYMENT_GRACE"},
 		{name: "zero reconcile margin", set: map[string]string{"ORDERS_RECONCILE_MARGIN": "0s"}, wantErr: "ORDERS_RECONCILE_MARGIN"},
 		{name: "bad reconcile interval", set: map[string]string{"ORDERS_RECONCILE_INTERVAL": "10"}, wantErr: "ORDERS_RECONCILE_INTERVAL"},
+		{name: "bad single commands", set: map[string]string{"ORDERS_SINGLE_COMMANDS": "sometimes"}, wantErr: "ORDERS_SINGLE_COMMANDS"},
 		{name: "bad level", set: map[string]string{"ORDERS_LOG_LEVEL": "loud"}, wantErr: "ORDERS_LOG_LEVEL"},
 		{name: "every error", set: map[string]string{"ORDERS_NATS_URL": "", "ORDERS_RECONCILE_INTERVAL": "soon", "ORDERS_PAY_WITHIN_MIN": "-1s", "ORDERS_MAX_OUTBOX_LAG": "0s"},
 			wantErr: "ORDERS_NATS_URL ORDERS_RECONCILE_INTERVAL ORDERS_PAY_WITHIN_MIN ORDERS_MAX_OUTBOX_LAG"},

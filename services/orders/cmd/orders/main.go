@@ -105,7 +105,11 @@ func run(ctx context.Context, environ map[string]string) error {
 		return err
 	}
 	defer relayPool.Close()
-	relay, err := outbox.NewRelay(relayPool, js, outbox.Config{Table: postgres.OutboxTable, Pack: ojs.PackCommands, Logger: log})
+	pack := ojs.PackCommands
+	if cfg.SingleCommands {
+		pack = nil // one message per row
+	}
+	relay, err := outbox.NewRelay(relayPool, js, outbox.Config{Table: postgres.OutboxTable, Pack: pack, Logger: log})
 	if err != nil {
 		return err
 	}
