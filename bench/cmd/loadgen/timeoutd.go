@@ -227,6 +227,12 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 		if err := b.Backlog(ctx, "clear", len(keys), -n, timeoutdbench.ClearCommands(keys, 4)); err != nil {
 			return err
 		}
+		// New keys, as InsertMany inserts new jobs: rows inserted, where
+		// the sets above update tombstones.
+		fresh, _ := spread("n", len(keys), time.Now(), time.Hour, w.uuidKeys)
+		if err := b.Backlog(ctx, "ingest_new", len(fresh), n, timeoutdbench.SetCommands(fresh, deadlines, 1)); err != nil {
+			return err
+		}
 	}
 	if w.steps["storm"] {
 		sk, sd := w.stormKeys("t", w.stormN)

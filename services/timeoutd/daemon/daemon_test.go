@@ -839,6 +839,7 @@ func TestSettingsValidated(t *testing.T) {
 			"TIMEOUTD_OPERATOR_TOKEN": "t", "TIMEOUTD_ORDERS_URL": "http://orders:8081", "TIMEOUTD_ORDERS_TOKEN": "o"}},
 		{"pull heartbeat beyond half the pull expiry", "PullHeartbeat", map[string]string{"TIMEOUTD_PULL_HEARTBEAT": "10s"}},
 		{"ack wait below a second", "AckWait", map[string]string{"TIMEOUTD_ACK_WAIT": "100ms"}},
+		{"prefetch beyond 10,000 messages", "Prefetch", map[string]string{"TIMEOUTD_PREFETCH": "20000"}},
 		{"write timeout not a duration", "TIMEOUTD_STREAM_WRITE_TIMEOUT", map[string]string{"TIMEOUTD_STREAM_WRITE_TIMEOUT": "soon"}},
 	}
 	for _, tt := range tests {

@@ -20,8 +20,20 @@ const (
 	// DurablePrefix names the durable consumer of each partition's
 	// commands: timeoutd-00 … timeoutd-63.
 	DurablePrefix = "timeoutd-"
-	// BatchSizeDefault is the most commands Next returns at once.
-	BatchSizeDefault = 5000
+	// BatchSizeDefault is the most commands Next returns at once. Larger
+	// batches spread ingest's fixed costs per statement (the fence's lease
+	// locks, the statement itself) over more rows: a backlog of a million
+	// packed commands drained at 57k/s with 5,000, 74k/s with 20,000
+	// (BENCHMARKS, "Command batches").
+	BatchSizeDefault = 20000
+	// PrefetchDefault is how many messages each partition's consumer
+	// fetches ahead; the hand-off to Next holds half as many per partition.
+	// Messages, not commands: a batch message holds up to
+	// events.MaxBatchCommands, so what waits in this process unacked is at
+	// most (64 × 128 + 4,096) × 32 = 393,216 commands, about 5 s of work at
+	// 80k/s (half that with the relay's batches of about 16), inside
+	// AckWaitDefault, beyond which JetStream would redeliver them.
+	PrefetchDefault = 128
 	// AckWaitDefault is how long a delivered command may stay unacked before
 	// JetStream redelivers it (to the partition's owner of the moment).
 	AckWaitDefault = 10 * time.Second
@@ -50,6 +62,10 @@ type ConsumerConfig struct {
 	// AckWait is the redelivery timeout of an unacked command (at least 1s);
 	// default AckWaitDefault.
 	AckWait time.Duration `env:"ACK_WAIT"`
+	// Prefetch is how many messages each partition's consumer fetches
+	// ahead (1 to 10,000); the consumer's MaxAckPending is 8 times it.
+	// Default PrefetchDefault.
+	Prefetch int `env:"PREFETCH"`
 	// PullHeartbeat is the idle heartbeat of the pull requests (500ms to
 	// 2.5s); default PullHeartbeatDefault.
 	PullHeartbeat time.Duration `env:"PULL_HEARTBEAT"`
@@ -95,13 +111,14 @@ func ConsumerSettings(p int, cfg ConsumerConfig) jetstream.ConsumerConfig {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: max(4*cfg.BatchSize/events.Partitions, 1000),
+		MaxAckPending: 8 * cfg.Prefetch,
 		ReplayPolicy:  jetstream.ReplayInstantPolicy,
 	}
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Prefetch = cmp.Or(c.Prefetch, PrefetchDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.PullHeartbeat = cmp.Or(c.PullHeartbeat, PullHeartbeatDefault)
 	return c
@@ -114,6 +131,8 @@ func (c ConsumerConfig) Validate() error {
 	switch {
 	case c.BatchSize < 1:
 		return fmt.Errorf("jetstream: BatchSize must be positive, got %d", c.BatchSize)
+	case c.Prefetch < 1 || c.Prefetch > 10000:
+		return fmt.Errorf("jetstream: Prefetch must be in [1, 10000], got %d", c.Prefetch)
 	case c.AckWait < time.Second:
 		return fmt.Errorf("jetstream: AckWait must be at least 1s, got %v", c.AckWait)
 	case c.PullHeartbeat < 500*time.Millisecond || c.PullHeartbeat > pullExpiry/2:
@@ -129,7 +148,7 @@ func NewConsumer(js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, cfg.BatchSize), parts: map[int]partition{}}, nil
+	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, events.Partitions*cfg.Prefetch/2), parts: map[int]partition{}}, nil
 }
 
 // Add implements timeoutd.Source: it creates (or updates) partition p's
@@ -159,7 +178,7 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 		return fmt.Errorf("consumer %s: %w", DurableName(p), err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
-		jetstream.PullMaxMessages(max(2*c.cfg.BatchSize/events.Partitions, 100)),
+		jetstream.PullMaxMessages(c.cfg.Prefetch),
 		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(c.cfg.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", DurableName(p), err)
