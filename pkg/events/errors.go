@@ -25,6 +25,10 @@ const (
 	ReasonPayloadTooLarge    Reason = "payload_too_large"
 	ReasonInvalidPayload     Reason = "invalid_payload"
 	ReasonInvalidField       Reason = "invalid_field"
+	// ReasonCommandTooOld: the command was issued longer ago than its
+	// consumer still keeps the versions of forgotten keys (timeoutd's
+	// TIMEOUTD_MARK_RETENTION), so it cannot be told from a stale one.
+	ReasonCommandTooOld Reason = "command_too_old"
 )
 
 // Error describes why a message was rejected: the reason, the JSON field it

@@ -22,6 +22,9 @@ func TestDecodeCommand(t *testing.T) {
 		{"set", `{"schema":1,"kind":"set","key":"o-1","version":3,"deadline":"2026-01-02T03:04:05.123456789Z","fire_subject":"orders.cancel.o-1","payload":{"a":1}}`, "", ""},
 		{"clear", `{"schema":1,"kind":"clear","key":"o_1","version":4}`, "", ""},
 		{"missing schema reads as 1", `{"kind":"clear","key":"k","version":1}`, "", ""},
+		{"issued at", `{"kind":"clear","key":"k","version":1,"issued_at":"2026-01-02T03:04:05.5+01:00"}`, "", ""},
+		{"issued at not rfc3339", `{"kind":"clear","key":"k","version":1,"issued_at":"yesterday"}`, events.ReasonInvalidDeadline, "issued_at"},
+		{"issued at out of range", `{"kind":"clear","key":"k","version":1,"issued_at":"3000-01-01T00:00:00Z"}`, events.ReasonDeadlineOutOfRange, "issued_at"},
 		{"unknown fields ignored", `{"schema":1,"kind":"clear","key":"k","version":1,"extra":{"x":[1]}}`, "", ""},
 		{"offset deadline", `{"kind":"set","key":"k","version":1,"deadline":"2026-01-02T05:04:05+02:00","fire_subject":"a.b"}`, "", ""},
 		{"not json", `{"kind":`, events.ReasonMalformed, ""},
@@ -94,7 +97,7 @@ func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	d := time.Date(2026, 5, 6, 7, 8, 9, 123456789, time.UTC)
 	cmd := events.Command{Schema: 1, Kind: events.KindSet, Key: "o-9", Version: 7, Deadline: d,
-		FireSubject: events.OrderCancelSubject("o-9"), MaxLatenessMs: 500, Payload: json.RawMessage(`{"shop":"s1"}`)}
+		FireSubject: events.OrderCancelSubject("o-9"), MaxLatenessMs: 500, Payload: json.RawMessage(`{"shop":"s1"}`), IssuedAt: d.Add(-time.Hour)}
 	data, err := json.Marshal(cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +107,7 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Key != cmd.Key || got.Version != cmd.Version || !got.Deadline.Equal(d) || got.FireSubject != cmd.FireSubject ||
-		got.MaxLatenessMs != 500 || string(got.Payload) != `{"shop":"s1"}` {
+		got.MaxLatenessMs != 500 || string(got.Payload) != `{"shop":"s1"}` || !got.IssuedAt.Equal(cmd.IssuedAt) {
 		t.Fatalf("command round trip: got %+v, want %+v", got, cmd)
 	}
 

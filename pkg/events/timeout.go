@@ -46,6 +46,14 @@ type Command struct {
 	// Payload is an opaque JSON object returned in the expiry event, at
 	// most MaxPayloadBytes.
 	Payload json.RawMessage `json:"payload,omitempty"`
+	// IssuedAt is when the producer made the change the command carries,
+	// by its clock, in UTC (the orders service: the order's updated_at). A
+	// command republished or replayed later keeps it. Optional in the
+	// schema; timeoutd requires it while it forgets old keys' versions
+	// (TIMEOUTD_MARK_RETENTION) and refuses a command issued before that
+	// retention (ReasonCommandTooOld), which could be a stale version of a
+	// forgotten key.
+	IssuedAt time.Time `json:"issued_at,omitzero"`
 }
 
 // MsgID returns the Nats-Msg-Id of the command: <kind>:<key>:<version>.
@@ -69,6 +77,11 @@ func (c Command) Validate() error {
 	}
 	if c.Version <= 0 {
 		return invalid(ReasonInvalidVersion, "version", "must be a positive integer, got %d", c.Version)
+	}
+	if !c.IssuedAt.IsZero() {
+		if err := CheckTime("issued_at", c.IssuedAt); err != nil {
+			return err
+		}
 	}
 	if c.Kind == KindClear {
 		return nil
@@ -115,6 +128,7 @@ type commandWire struct {
 	FireSubject   string          `json:"fire_subject"`
 	MaxLatenessMs int64           `json:"max_lateness_ms"`
 	Payload       json.RawMessage `json:"payload"`
+	IssuedAt      *string         `json:"issued_at"`
 }
 
 // DecodeCommand parses and validates a command. Unknown fields are ignored;
@@ -142,6 +156,13 @@ func DecodeCommand(data []byte) (Command, error) {
 			return Command{}, err
 		}
 		c.Deadline = d
+	}
+	if w.IssuedAt != nil {
+		at, err := ParseTime("issued_at", *w.IssuedAt)
+		if err != nil {
+			return Command{}, err
+		}
+		c.IssuedAt = at
 	}
 	if c.Kind == KindClear {
 		c.FireSubject, c.Payload, c.MaxLatenessMs = "", nil, 0

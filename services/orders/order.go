@@ -306,11 +306,11 @@ func (o Order) next(now time.Time) Order {
 
 func (o Order) setCommand() *events.Command {
 	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: o.ID, Version: o.Version,
-		Deadline: o.PayBy, FireSubject: events.OrderCancelSubject(o.ID)}
+		Deadline: o.PayBy, FireSubject: events.OrderCancelSubject(o.ID), IssuedAt: o.UpdatedAt}
 }
 
 func (o Order) clearCommand() *events.Command {
-	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: o.ID, Version: o.Version}
+	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: o.ID, Version: o.Version, IssuedAt: o.UpdatedAt}
 }
 
 func (o Order) event(t events.OrderEventType) *events.OrderEvent {

@@ -39,7 +39,7 @@ func TestNewOrderAnnouncesASetCommand(t *testing.T) {
 		t.Fatalf("order = %+v", o)
 	}
 	if c == nil || c.Kind != events.KindSet || c.Key != "o-1" || c.Version != 1 || !c.Deadline.Equal(o.PayBy) ||
-		c.FireSubject != events.OrderCancelSubject("o-1") || c.Validate() != nil {
+		c.FireSubject != events.OrderCancelSubject("o-1") || c.Validate() != nil || c.IssuedAt.IsZero() || !c.IssuedAt.Equal(o.UpdatedAt) {
 		t.Fatalf("command = %+v", c)
 	}
 	if e == nil || e.Type != events.OrderCreated || e.Version != 1 || e.Status != events.StatusPendingPayment || e.AmountMinor != 300 {
@@ -99,7 +99,7 @@ func TestTransitions(t *testing.T) {
 			if o.Status != tt.wantStatus || o.CancelReason != tt.wantReason || o.Version != tt.from.Version+1 || !o.UpdatedAt.Equal(later) {
 				t.Fatalf("order = %+v", o)
 			}
-			if (ch.Command == nil) != (tt.wantCmd == "") || (ch.Command != nil && (ch.Command.Kind != tt.wantCmd || ch.Command.Version != o.Version || ch.Command.Validate() != nil)) {
+			if (ch.Command == nil) != (tt.wantCmd == "") || (ch.Command != nil && (ch.Command.Kind != tt.wantCmd || ch.Command.Version != o.Version || !ch.Command.IssuedAt.Equal(o.UpdatedAt) || ch.Command.Validate() != nil)) {
 				t.Fatalf("command = %+v, want kind %q at version %d", ch.Command, tt.wantCmd, o.Version)
 			}
 			if (ch.Event == nil) != (tt.wantEvent == "") || (ch.Event != nil && (ch.Event.Type != tt.wantEvent || ch.Event.Version != o.Version)) {
