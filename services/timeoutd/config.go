@@ -39,6 +39,15 @@ const (
 	// fire data after the clear or the fire; then they shrink to a version
 	// mark.
 	TombstoneTTLDefault = time.Hour
+	// MarkRetentionMin is the shortest MarkRetention: a legitimate command
+	// delayed longer (an outage of timeoutd, a backlog) is refused, and it
+	// is then up to the producer's reconciliation.
+	MarkRetentionMin = 24 * time.Hour
+	// MarkClockSkew is how much later than its retention a mark is deleted:
+	// a command's IssuedAt comes from its producer's clock and a mark's age
+	// from timeoutd's, so a producer's clock ahead by less than this cannot
+	// let a stale command pass the age check after its mark is gone.
+	MarkClockSkew = time.Hour
 	// JanitorIntervalDefault is how often the janitor looks for expired
 	// tombstones.
 	JanitorIntervalDefault = 10 * time.Second
@@ -100,6 +109,16 @@ type Config struct {
 	// TombstoneTTL is how long a cleared or fired key keeps its fire data
 	// before it shrinks to a version mark; default TombstoneTTLDefault.
 	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL"`
+	// MarkRetention, when set, is how long a version mark is kept
+	// (TIMEOUTD_MARK_RETENTION, at least MarkRetentionMin): commands must
+	// then carry events.Command.IssuedAt, those issued longer ago than it
+	// are dead-lettered (events.ReasonCommandTooOld), and the janitor
+	// deletes the marks whose tombstone is older than it plus
+	// MarkClockSkew. A stale command, issued before the version its key's
+	// mark kept, is then refused by its age once the mark is gone, so the
+	// table holds the keys of the retention and not every key ever seen.
+	// Default 0: marks are kept for good and IssuedAt is not needed.
+	MarkRetention time.Duration `env:"MARK_RETENTION"`
 	// JanitorInterval is the pause between tombstone sweeps; default
 	// JanitorIntervalDefault.
 	JanitorInterval time.Duration
@@ -203,6 +222,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("timeoutd: RecoveryCatchupMax must be positive, got %v", c.RecoveryCatchupMax)
 	case c.TombstoneTTL < 0:
 		return c, fmt.Errorf("timeoutd: TombstoneTTL must be positive, got %v", c.TombstoneTTL)
+	case c.MarkRetention != 0 && c.MarkRetention < MarkRetentionMin:
+		return c, fmt.Errorf("timeoutd: MarkRetention must be 0 (keep marks for good) or at least %v, got %v", MarkRetentionMin, c.MarkRetention)
 	case c.JanitorInterval < 0:
 		return c, fmt.Errorf("timeoutd: JanitorInterval must be positive, got %v", c.JanitorInterval)
 	case c.JanitorBatch < 1:

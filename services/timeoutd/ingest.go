@@ -267,13 +267,27 @@ func (in *ingester) apply(changes []Change) {
 	in.stats.cleared.Add(uint64(cleared))
 }
 
-// decode parses a command and applies the service's own rules: the fire
-// subject is under an allowed prefix and the deadline within MaxHorizon.
-// The command is returned with the error when it parsed.
+// decode parses a command and applies the service's own rules: with
+// MarkRetention, the command was issued within it; the fire subject is
+// under an allowed prefix and the deadline within MaxHorizon. The command
+// is returned with the error when it parsed.
 func (in *ingester) decode(data []byte, now time.Time) (events.Command, error) {
 	cmd, err := events.DecodeCommand(data)
-	if err != nil || cmd.Kind != events.KindSet {
+	if err != nil {
 		return cmd, err
+	}
+	if r := in.cfg.MarkRetention; r > 0 {
+		if cmd.IssuedAt.IsZero() {
+			return cmd, &events.Error{Reason: events.ReasonInvalidField, Field: "issued_at",
+				Detail: fmt.Sprintf("is required: versions of keys are forgotten after %v (TIMEOUTD_MARK_RETENTION)", r)}
+		}
+		if age := now.Sub(cmd.IssuedAt); age > r {
+			return cmd, &events.Error{Reason: events.ReasonCommandTooOld, Field: "issued_at",
+				Detail: fmt.Sprintf("issued %v ago, beyond the %v for which the versions of keys are kept (TIMEOUTD_MARK_RETENTION)", age.Round(time.Second), r)}
+		}
+	}
+	if cmd.Kind != events.KindSet {
+		return cmd, nil
 	}
 	allowed := false
 	for _, p := range in.cfg.FireSubjectPrefixes {

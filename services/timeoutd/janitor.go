@@ -2,14 +2,18 @@ package timeoutd
 
 import (
 	"context"
+	"time"
 
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 )
 
 // janitor retires expired tombstones (cleared and fired keys older than
 // TombstoneTTL) into version marks in batches of JanitorBatch every
-// JanitorInterval. It never deletes a key's version: a stale command must
-// not resurrect the key, however late it comes.
+// JanitorInterval. Without MarkRetention it never deletes a key's version:
+// a stale command must not resurrect the key, however late it comes. With
+// it, it deletes the marks older than MarkRetention plus MarkClockSkew:
+// ingest refuses the commands issued before MarkRetention, so none that a
+// deleted mark would have refused can pass.
 type janitor struct {
 	startstop.Base
 	cfg   Config
@@ -21,22 +25,30 @@ func (j *janitor) Start(ctx context.Context) { j.Base.Start(ctx, j.run) }
 
 func (j *janitor) run(ctx context.Context) {
 	for sleep(ctx, j.cfg.JanitorInterval) {
-		before := j.cfg.Now().Add(-j.cfg.TombstoneTTL)
-		for total := 0; ; {
-			n, err := j.store.RetireTombstones(ctx, before, j.cfg.JanitorBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					j.cfg.Logger.Warn("retire tombstones", "err", err)
-				}
-				break
+		now := j.cfg.Now()
+		j.sweep(ctx, "tombstones retired", j.store.RetireTombstones, now.Add(-j.cfg.TombstoneTTL))
+		if j.cfg.MarkRetention > 0 {
+			j.sweep(ctx, "version marks forgotten", j.store.ForgetMarks, now.Add(-j.cfg.MarkRetention-MarkClockSkew))
+		}
+	}
+}
+
+// sweep calls step in batches of JanitorBatch until one comes back short.
+func (j *janitor) sweep(ctx context.Context, what string, step func(context.Context, time.Time, int) (int, error), before time.Time) {
+	for total := 0; ; {
+		n, err := step(ctx, before, j.cfg.JanitorBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				j.cfg.Logger.Warn(what, "err", err)
 			}
-			total += n
-			if n < j.cfg.JanitorBatch {
-				if total > 0 {
-					j.cfg.Logger.Debug("tombstones retired", "count", total)
-				}
-				break
+			return
+		}
+		total += n
+		if n < j.cfg.JanitorBatch {
+			if total > 0 {
+				j.cfg.Logger.Debug(what, "count", total)
 			}
+			return
 		}
 	}
 }

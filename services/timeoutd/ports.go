@@ -37,6 +37,9 @@ type Store interface {
 	// version marks (StateRetired: the key's version and nothing else) and
 	// returns how many it retired.
 	RetireTombstones(ctx context.Context, before time.Time, limit int) (int, error)
+	// ForgetMarks deletes up to limit version marks whose tombstone time
+	// is older than before and returns how many it deleted.
+	ForgetMarks(ctx context.Context, before time.Time, limit int) (int, error)
 	Reader
 	// Ping checks the database answers.
 	Ping(ctx context.Context) error

@@ -130,6 +130,7 @@ func (f *fakeStore) LoadPending(_ context.Context, p int, after string, _ int) (
 	return out, nil
 }
 func (f *fakeStore) RetireTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
+func (f *fakeStore) ForgetMarks(context.Context, time.Time, int) (int, error)      { return 0, nil }
 func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
 func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
 	return Timeout{}, ErrNotFound
@@ -343,6 +344,58 @@ func TestDecodeRules(t *testing.T) {
 	}
 }
 
+// TestMarkRetentionRules: while versions of keys are forgotten after
+// MarkRetention, a command must say when it was issued, and one issued
+// longer ago is refused; without it, neither rule applies.
+func TestMarkRetentionRules(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	retention := 30 * 24 * time.Hour
+	clear := func(issued time.Time) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindClear, Key: "k", Version: 1, IssuedAt: issued}
+	}
+	tests := []struct {
+		name      string
+		retention time.Duration
+		cmd       events.Command
+		reason    events.Reason // empty: accepted
+	}{
+		{"issued within the retention", retention, clear(now.Add(-retention + time.Minute)), ""},
+		{"issued in the future (a clock ahead)", retention, clear(now.Add(time.Hour)), ""},
+		{"issued before the retention", retention, clear(now.Add(-retention - time.Minute)), events.ReasonCommandTooOld},
+		{"a set issued before the retention", retention, events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1,
+			Deadline: now.Add(time.Minute), FireSubject: "orders.cancel.k", IssuedAt: now.Add(-2 * retention)}, events.ReasonCommandTooOld},
+		{"not stamped", retention, clear(time.Time{}), events.ReasonInvalidField},
+		{"not stamped, marks kept", 0, clear(time.Time{}), ""},
+		{"old, marks kept", 0, clear(now.Add(-10 * retention)), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st, dlq := &fakeStore{rows: map[string]Timeout{}}, &fakeDLQ{}
+			s, err := New(Config{Now: func() time.Time { return now }, MarkRetention: tt.retention},
+				Deps{Store: st, Source: nopSource{}, DeadLetters: dlq, Publisher: st, Leases: soleLeases{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.sched.Stop)
+			got, err := s.ingest.commands(context.Background(), cmdMsg(t, 1, tt.cmd), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.reason == "" {
+				if len(got) != 1 {
+					t.Fatalf("refused: %+v", dlq.got)
+				}
+				return
+			}
+			if len(got) != 0 || len(dlq.got) != 1 || dlq.got[0].Reason != tt.reason || dlq.got[0].Field != "issued_at" {
+				t.Fatalf("got %+v, dead letters %+v; want refused as %s on issued_at", got, dlq.got, tt.reason)
+			}
+		})
+	}
+}
+
 func TestNeverEarlyByWallClock(t *testing.T) {
 	t.Parallel()
 	deadline := time.Now().UTC()                     // due by the wheel's clock
@@ -531,6 +584,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}{
 		{"prefix without dot", Config{FireSubjectPrefixes: []string{"orders.cancel"}}, "FireSubjectPrefixes"},
 		{"max pending", Config{MaxPending: -5}, "MaxPending"},
+		{"mark retention below a day", Config{MarkRetention: time.Hour}, "MarkRetention"},
 		{"fire batch", Config{FireBatch: -1}, "FireBatch"},
 		{"recovery catch-up", Config{RecoveryCatchupMax: -time.Second}, "RecoveryCatchupMax"},
 	}

@@ -789,6 +789,62 @@ func TestStaleSetAfterTombstoneTTLNeverResurrects(t *testing.T) {
 	}
 }
 
+// TestForgottenMarksRefuseStaleCommandsByAge: with TIMEOUTD_MARK_RETENTION
+// the janitor deletes the version marks older than the retention (plus the
+// clock-skew margin), and a stale command of such a key, issued before the
+// retention, is dead-lettered as command_too_old instead of resurrecting
+// it; a command without issued_at is refused, a fresh one goes through,
+// and a recent mark stays.
+func TestForgottenMarksRefuseStaleCommandsByAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, func(c *daemon.Config) {
+		c.Service.MarkRetention = timeoutd.MarkRetentionMin
+		c.Service.TombstoneTTL = time.Millisecond
+		c.Service.JanitorInterval = 20 * time.Millisecond
+	})
+	now := time.Now().UTC()
+	issued := func(c events.Command, at time.Time) events.Command { c.IssuedAt = at; return c }
+	for _, k := range []string{"f-old", "f-recent"} {
+		e.publish(t, issued(setCmd(k, 1, now.Add(time.Hour)), now))
+		e.publish(t, issued(clearCmd(k, 2), now))
+		eventually(t, 10*time.Second, k+" retired to a mark", func() bool { st, _ := e.state(t, k); return st == int16(timeoutd.StateRetired) })
+	}
+	// f-old's mark is made older than the retention and the skew margin.
+	old := now.Add(-timeoutd.MarkRetentionMin - timeoutd.MarkClockSkew - time.Minute)
+	if _, err := e.pool.Exec(context.Background(), `UPDATE timeouts SET deadline_ns = $1 WHERE key = timeout_key($2)`, old.UnixNano(), "f-old"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "f-old's mark forgotten", func() bool { st, _ := e.state(t, "f-old"); return st == -1 })
+
+	stale := issued(setCmd("f-old", 1, now.Add(time.Hour)), now.Add(-timeoutd.MarkRetentionMin-time.Minute))
+	e.publish(t, stale, "-replayed")
+	e.publish(t, setCmd("f-unstamped", 1, now.Add(time.Hour)))
+	e.publish(t, issued(setCmd("f-fresh", 1, now.Add(time.Hour)), now))
+	eventually(t, 5*time.Second, "f-fresh pending", func() bool { st, _ := e.state(t, "f-fresh"); return st == int16(timeoutd.StatePending) })
+	for _, tt := range []struct {
+		reason events.Reason
+		key    string
+	}{{events.ReasonCommandTooOld, "f-old"}, {events.ReasonInvalidField, "f-unstamped"}} {
+		subject := events.DeadLetterSubject("timeoutd", tt.reason)
+		var m *jetstream.RawStreamMsg
+		eventually(t, 5*time.Second, "dead letter on "+subject, func() bool { m = e.last(t, events.StreamDeadLetters, subject); return m != nil })
+		var dl events.DeadLetter
+		if err := json.Unmarshal(m.Data, &dl); err != nil {
+			t.Fatal(err)
+		}
+		if dl.Field != "issued_at" || dl.Subject != events.CommandSubject(tt.key) {
+			t.Errorf("dead letter %+v, want %s's on issued_at", dl, tt.key)
+		}
+	}
+	if st, _ := e.state(t, "f-old"); st != -1 {
+		t.Errorf("f-old: state %d, want no row: the stale set must not be stored", st)
+	}
+	if st, v := e.state(t, "f-recent"); st != int16(timeoutd.StateRetired) || v != 2 {
+		t.Errorf("f-recent: state %d version %d, want its mark kept", st, v)
+	}
+}
+
 // TestReadsCannotStarveFires holds every connection of the read API's pool
 // (as slow or many readers would): a read of the API waits, while a
 // timeout is still ingested and fired, because ingest and fire have a pool

@@ -319,6 +319,21 @@ func (s *Store) RetireTombstones(ctx context.Context, before time.Time, limit in
 	return int(tag.RowsAffected()), nil
 }
 
+// forgetMarksSQL deletes up to $2 version marks whose tombstone time is
+// before $1, found by the marks' index.
+const forgetMarksSQL = `DELETE FROM timeouts
+	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state = 3 AND deadline_ns < $1 LIMIT $2))
+	AND state = 3`
+
+// ForgetMarks implements timeoutd.Store.
+func (s *Store) ForgetMarks(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, forgetMarksSQL, before.UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("forget version marks: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 const timeoutCols = `key, version, deadline_ns, part, coalesce(max_lateness_ms, 0), fire_subject, payload`
 
 func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {

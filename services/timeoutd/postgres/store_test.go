@@ -264,7 +264,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UnixNano()
 	if _, err := pool.Exec(ctx, `INSERT INTO timeouts (version, deadline_ns, part, state, key)
-		SELECT 1, $1::int8 + i::int8 * 1000000, i % 16, CASE WHEN i % 5 = 0 THEN 1 ELSE 0 END,
+		SELECT 1, $1::int8 + i::int8 * 1000000, i % 16, CASE WHEN i % 5 = 0 THEN 1 WHEN i % 5 = 1 THEN 3 ELSE 0 END,
 			timeout_key('order-' || lpad(i::text, 7, '0'))
 		FROM generate_series(1, 250000) i`, now); err != nil {
 		t.Fatal(err)
@@ -307,6 +307,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"LoadPending", loadPendingSQL, []any{int16(3), encodeKey("order-0125000"), 5000}, "timeouts_pending_part", "timeouts_pending_part", false},
 		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey", false},
 		{"RetireTombstones", retireTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones", false},
+		{"ForgetMarks", forgetMarksSQL, []any{mid, 1000}, "timeouts_marks", "timeouts_marks", false},
 		{"MarkFired", markFiredSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey", false},
 		{"DueRows 1,000 keys", dueSQL, []any{keys, versions}, "timeouts_pkey", "timeouts_pkey", true},
 		{"MarkFired 1,000 keys", markFiredSQL, []any{keys, versions, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey", true},
@@ -704,4 +705,50 @@ func fenceAll(t testing.TB, s *Store) timeoutd.Fence {
 	f := timeoutd.Fence{Owner: "test", Leases: leases}
 	fences.Store(s, f)
 	return f
+}
+
+// TestForgetMarksDeletesOnlyOldMarks: ForgetMarks deletes the version
+// marks whose tombstone time is before its bound, and nothing else: not a
+// newer mark, not a live tombstone, not a pending row. A key whose mark is
+// gone is new again.
+func TestForgetMarksDeletesOnlyOldMarks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	t0 := time.Now().UTC().Add(-48 * time.Hour)
+	clearOf := func(key string) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindClear, Key: key, Version: 2}
+	}
+	apply := func(at time.Time, cmds ...events.Command) []timeoutd.Change {
+		t.Helper()
+		changes, _, err := s.Apply(ctx, fenceAll(t, s), cmds, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changes
+	}
+	apply(t0, setCmd("old", 1, t0.Add(time.Hour), 0), setCmd("newer", 1, t0.Add(time.Hour), 0), setCmd("live", 1, t0.Add(time.Hour), 0),
+		setCmd("pending", 1, t0.Add(time.Hour), 0))
+	apply(t0, clearOf("old"))
+	apply(t0.Add(10*time.Hour), clearOf("newer"))
+	if n, err := s.RetireTombstones(ctx, t0.Add(11*time.Hour), 100); err != nil || n != 2 {
+		t.Fatalf("retired %d, %v; want old and newer", n, err)
+	}
+	apply(t0.Add(12*time.Hour), clearOf("live")) // a tombstone, not yet a mark
+	for _, want := range []int{1, 0} {
+		if n, err := s.ForgetMarks(ctx, t0.Add(5*time.Hour), 100); err != nil || n != want {
+			t.Fatalf("forgot %d marks, %v; want %d", n, err, want)
+		}
+	}
+	if changes := apply(t0.Add(13*time.Hour), setCmd("old", 1, t0.Add(20*time.Hour), 0)); len(changes) != 1 {
+		t.Fatalf("a set of the forgotten key changed %+v, want it stored as new", changes)
+	}
+	for _, stale := range []events.Command{setCmd("newer", 1, t0.Add(20*time.Hour), 0), setCmd("live", 1, t0.Add(20*time.Hour), 0)} {
+		if changes := apply(t0.Add(13*time.Hour), stale); len(changes) != 0 {
+			t.Fatalf("a stale set of %s changed %+v: its mark or tombstone is gone", stale.Key, changes)
+		}
+	}
+	if got, err := s.GetPending(ctx, "pending"); err != nil || got.Version != 1 {
+		t.Fatalf("pending row: %+v, %v", got, err)
+	}
 }
