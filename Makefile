@@ -125,10 +125,14 @@ bench-wheel: ## pkg/wheel against Go's runtime timers: go test -bench and wheelb
 # out of the services' dependencies); results go to bench/results/.
 BENCH_N ?= 1000000
 BENCH_ORDERS_DURATION ?= 30s
+# COMMAND_BATCH: the load tool packs each window of this many commands into
+# batches per partition, as the orders relay packs a claim; 0 sends single
+# commands.
+COMMAND_BATCH ?= 1000
 
 .PHONY: bench-timeoutd
 bench-timeoutd: images ## timeoutd beside River on one Postgres: ingest, clear, bytes, recovery, RSS, expiry storm
-	cd bench && $(GO) run ./cmd/loadgen timeoutd -n $(BENCH_N) -out results/timeoutd.txt
+	cd bench && $(GO) run ./cmd/loadgen timeoutd -n $(BENCH_N) -command-batch $(COMMAND_BATCH) -out results/timeoutd.txt
 
 # make bench-sustained (issue 15, "No decay"): timeoutd under a steady churn
 # of SUSTAINED_RATE commands/s on live orders for SUSTAINED_DURATION, with a
@@ -142,7 +146,8 @@ SUSTAINED_OUT ?= results/sustained.txt
 .PHONY: bench-sustained
 bench-sustained: images ## timeoutd under steady churn for SUSTAINED_DURATION (30m), a 10k/s storm every 5 min; CPU, tables, streams per minute; the PNG
 	cd bench && $(GO) run ./cmd/loadgen timeoutd -steps sustained -peers timeoutd -sustained-duration $(SUSTAINED_DURATION) \
-		-sustained-rate $(SUSTAINED_RATE) -sustained-storm-every $(SUSTAINED_STORM_EVERY) -sustained-storm-n 100000 -out $(SUSTAINED_OUT)
+		-sustained-rate $(SUSTAINED_RATE) -sustained-storm-every $(SUSTAINED_STORM_EVERY) -sustained-storm-n 100000 \
+		-command-batch $(COMMAND_BATCH) -out $(SUSTAINED_OUT)
 	cd bench && $(GO) run ./cmd/plotstorms -in $(SUSTAINED_OUT) -out ../docs/sustained-storms.png
 
 .PHONY: bench-orders
