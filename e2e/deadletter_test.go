@@ -83,6 +83,53 @@ func TestMalformedCommandsAreDeadLettered(t *testing.T) {
 			})
 		}
 	})
+	t.Run("batches", func(t *testing.T) {
+		var keys []string // four keys of one partition
+		for i := 0; len(keys) < 4; i++ {
+			if k := fmt.Sprintf("e2e-batch-%d-%d", run, i); len(keys) == 0 || events.PartitionOf(k) == events.PartitionOf(keys[0]) {
+				keys = append(keys, k)
+			}
+		}
+		publish := func(lines []string, count string) {
+			t.Helper()
+			m := &nats.Msg{Subject: events.CommandSubject(keys[0]), Data: []byte(strings.Join(lines, "\n")), Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, "e2e-batch:"+count+":"+lines[0])
+			m.Header.Set(events.HeaderBatch, count)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatalf("publish a batch: %v", err)
+			}
+		}
+		// One command of a batch is refused: it alone is dead-lettered.
+		foreign := strings.Replace(set(keys[1], soon, ""), events.OrderCancelSubject(keys[1]), "payments.refund."+keys[1], 1)
+		publish([]string{set(keys[0], soon, ""), foreign, set(keys[2], soon, "")}, "3")
+		var d events.DeadLetter
+		waitFor(t, 10*time.Second, "the dead letter of the refused command", func() bool {
+			var ok bool
+			d, ok = c.deadLetterOf(events.CommandSubject(keys[1]))
+			return ok
+		})
+		if d.Reason != events.ReasonSubjectNotAllowed || d.Line != 2 || string(d.Data) != foreign {
+			t.Fatalf("dead letter %+v, want line 2 alone, subject_not_allowed", d)
+		}
+		for _, k := range []string{keys[0], keys[2]} {
+			waitFor(t, 10*time.Second, k+" pending in timeoutd", func() bool { _, ok := pendingTimeout(t, s, k); return ok })
+		}
+		// A batch whose count is not its lines is dead-lettered whole.
+		publish([]string{set(keys[3], soon, "")}, "2")
+		waitFor(t, 10*time.Second, "the dead letter of the broken batch", func() bool {
+			var ok bool
+			d, ok = c.deadLetterOf(events.CommandSubject(keys[0]))
+			return ok
+		})
+		if d.Reason != events.ReasonMalformed || d.Field != events.HeaderBatch || d.Line != 0 {
+			t.Fatalf("dead letter %+v, want the whole batch, malformed %s", d, events.HeaderBatch)
+		}
+		if _, ok := pendingTimeout(t, s, keys[3]); ok {
+			t.Fatalf("%s pending: a broken batch must be applied in nothing", keys[3])
+		}
+	})
 	t.Run("service healthy and valid traffic flows", func(t *testing.T) {
 		// Runs once the parallel subtests of "dead letters" have finished.
 		for _, path := range []string{"/healthz", "/readyz"} {
