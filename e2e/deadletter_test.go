@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -84,12 +85,8 @@ func TestMalformedCommandsAreDeadLettered(t *testing.T) {
 		}
 	})
 	t.Run("batches", func(t *testing.T) {
-		var keys []string // four keys of one partition
-		for i := 0; len(keys) < 4; i++ {
-			if k := fmt.Sprintf("e2e-batch-%d-%d", run, i); len(keys) == 0 || events.PartitionOf(k) == events.PartitionOf(keys[0]) {
-				keys = append(keys, k)
-			}
-		}
+		prefix := fmt.Sprintf("e2e-batch-%d-", run)
+		keys := eventstest.KeysOfPartition(prefix, events.PartitionOf(prefix+"0"), 4)
 		publish := func(lines []string, count string) {
 			t.Helper()
 			m := &nats.Msg{Subject: events.CommandSubject(keys[0]), Data: []byte(strings.Join(lines, "\n")), Header: nats.Header{}}

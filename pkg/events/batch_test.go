@@ -11,19 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
-
-// keysOf returns n distinct keys of partition p.
-func keysOf(p, n int) []string {
-	var keys []string
-	for i := 0; len(keys) < n; i++ {
-		if k := "k-" + strconv.Itoa(i); events.PartitionOf(k) == p {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
 
 // single returns the message of one command as a producer publishes it.
 func single(t testing.TB, c events.Command) events.CommandMessage {
@@ -67,7 +57,7 @@ func unbatch(t *testing.T, msgs []events.CommandMessage) []events.Command {
 
 func TestBatch(t *testing.T) {
 	t.Parallel()
-	p3, p5 := keysOf(3, 2*events.MaxBatchCommands+1), keysOf(5, 2)
+	p3, p5 := eventstest.KeysOfPartition("k-", 3, 2*events.MaxBatchCommands+1), eventstest.KeysOfPartition("k-", 5, 2)
 	pad := strings.Repeat("x", 20000)
 	padded := func(key string) events.CommandMessage { // a valid clear of one length for every key, padded by an unknown field
 		return events.CommandMessage{Subject: events.CommandSubject(key), MsgID: "clear:" + key + ":1", Count: 1,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -144,17 +145,6 @@ func TestIngestNeverWaitsForRoom(t *testing.T) {
 	}
 }
 
-// keysOf returns n distinct keys of partition p.
-func keysOf(p, n int) []string {
-	var keys []string
-	for i := 0; len(keys) < n; i++ {
-		if k := "k-" + strconv.Itoa(i); events.PartitionOf(k) == p {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
 // batchMsg returns a batch message of cmds as JetStream delivers it: on the
 // partitioned subject of the first command's key, with HeaderBatch.
 func batchMsg(t *testing.T, seq uint64, cmds ...events.Command) *fakeMsg {
@@ -178,7 +168,7 @@ func TestIngestBatches(t *testing.T) {
 	t.Parallel()
 	now := time.Now().Add(time.Hour).UTC()
 	dl := now.Add(time.Hour)
-	p3, p5 := keysOf(3, 3), keysOf(5, 1)
+	p3, p5 := eventstest.KeysOfPartition("k-", 3, 3), eventstest.KeysOfPartition("k-", 5, 1)
 	notAllowed := setCmd(p3[1], 1, dl)
 	notAllowed.FireSubject = "elsewhere.x"
 	type deadLetter struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
+	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -232,12 +233,7 @@ func TestBatchedCommands(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t, nil)
-	var keys []string // three keys of one partition
-	for i := 0; len(keys) < 3; i++ {
-		if k := fmt.Sprintf("batch-%d", i); events.PartitionOf(k) == events.PartitionOf("batch-0") {
-			keys = append(keys, k)
-		}
-	}
+	keys := eventstest.KeysOfPartition("batch-", events.PartitionOf("batch-0"), 3)
 	deadline := time.Now().Add(300 * time.Millisecond)
 	bad := setCmd(keys[2], 1, deadline)
 	bad.FireSubject = "payments.refund." + keys[2]
