@@ -24,9 +24,9 @@ const (
 	// MaxBatchCommands is the most commands a batch holds. At 32 the
 	// broker's cost per message (about 28 µs, measured) is spread to under
 	// a microsecond a command; more would save little, and the consumer's
-	// buffers are sized in messages: timeoutd's prefetch of 156 messages a
-	// partition is then at most 5,000 commands a partition, a few seconds'
-	// work, well inside its 10 s AckWait.
+	// buffers are sized in messages: timeoutd's prefetch of 128 messages a
+	// partition is then at most 4,096 commands a partition, a few seconds'
+	// work for all 64, inside its 10 s AckWait.
 	MaxBatchCommands = 32
 	// MaxBatchBytes bounds a batch's data, well under NATS's default
 	// max_payload of 1 MiB. Valid commands (at most about 4.7 KiB each) never
