@@ -23,8 +23,8 @@ const (
 	// BatchSizeDefault is the most commands Next returns at once. Larger
 	// batches spread ingest's fixed costs per statement (the fence's lease
 	// locks, the statement itself) over more rows: a backlog of a million
-	// packed commands drained at 57k/s with 5,000, 74k/s with 20,000
-	// (BENCHMARKS, "Command batches").
+	// packed commands drained at 57k/s with 5,000, 76k/s with 20,000
+	// (docs/BENCHMARKS.md, session 8).
 	BatchSizeDefault = 20000
 	// PrefetchDefault is how many messages each partition's consumer
 	// fetches ahead; the hand-off to Next holds half as many per partition.
