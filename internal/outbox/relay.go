@@ -311,13 +311,12 @@ func (r *Relay) publish(ctx context.Context, batch []Message) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckTimeout)
 	defer cancel()
 	for i, f := range futures {
-		id := msgs[i].Header.Get(jetstream.MsgIDHeader)
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return fmt.Errorf("publish %s (%s): %w", msgs[i].Subject, id, err)
+			return fmt.Errorf("publish %s (%s): %w", msgs[i].Subject, msgs[i].Header.Get(jetstream.MsgIDHeader), err)
 		case <-ctx.Done():
-			return fmt.Errorf("wait for PubAck of %s: %w", id, ctx.Err())
+			return fmt.Errorf("wait for PubAck of %s: %w", msgs[i].Header.Get(jetstream.MsgIDHeader), ctx.Err())
 		}
 	}
 	return nil

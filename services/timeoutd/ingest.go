@@ -121,10 +121,10 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 		if len(got) == 0 {
 			continue // dead-lettered
 		}
-		d := delivered{m: m, part: got[0].part, keys: make([]string, len(got))}
-		for i, g := range got {
-			d.keys[i] = g.cmd.Key
-			cmd := g.cmd
+		// A message's commands are of one partition (commands checks it).
+		d := delivered{m: m, part: events.PartitionOf(got[0].Key), keys: make([]string, len(got))}
+		for i, cmd := range got {
+			d.keys[i] = cmd.Key
 			if i, ok := newest[cmd.Key]; ok {
 				if cmd.Version > cmds[i].Version {
 					cmds[i] = cmd
@@ -190,12 +190,6 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 	return nil
 }
 
-// decoded is a command that passed decode, and its partition.
-type decoded struct {
-	cmd  events.Command
-	part int
-}
-
 // commands returns the commands of m that pass decode. A message of one
 // command that fails is dead-lettered and terminated, and so is a batch
 // whose framing is broken (its HeaderBatch count is not its number of
@@ -203,7 +197,7 @@ type decoded struct {
 // dead-lettered one by one (events.DeadLetter.Line) and the others
 // returned, to be acknowledged together once committed; a batch left with
 // none is terminated.
-func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]decoded, error) {
+func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]events.Command, error) {
 	stored, _ := events.KeyOfStoredCommand(m.Subject())
 	header := m.Header(events.HeaderBatch)
 	if header == "" {
@@ -215,7 +209,7 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]d
 		if err != nil {
 			return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
 		}
-		return []decoded{{cmd: cmd, part: events.PartitionOf(cmd.Key)}}, nil
+		return []events.Command{cmd}, nil
 	}
 	lines, err := events.SplitBatch(m.Data(), header)
 	if err == nil && stored == "" {
@@ -226,7 +220,7 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]d
 		return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
 	}
 	part := events.PartitionOf(stored)
-	out := make([]decoded, 0, len(lines))
+	out := make([]events.Command, 0, len(lines))
 	for i, line := range lines {
 		cmd, err := in.decode(line, now)
 		if err == nil && events.PartitionOf(cmd.Key) != part {
@@ -234,7 +228,7 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]d
 				Detail: fmt.Sprintf("key %q is not of partition %d, the batch's (subject %q)", cmd.Key, part, m.Subject())}
 		}
 		if err == nil {
-			out = append(out, decoded{cmd: cmd, part: part})
+			out = append(out, cmd)
 			continue
 		}
 		subject := producerSubject(m.Subject())
