@@ -110,6 +110,18 @@ func BatchMsgID(ids []string) string {
 	return "batch:" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// BatchCount returns how many commands a message holds, given the value
+// of its HeaderBatch header: the count when it is one from 2 to
+// MaxBatchCommands, else 1. A message without the header is one command;
+// one whose count is malformed is refused whole by SplitBatch, so it counts
+// as one message's worth of work.
+func BatchCount(header string) int {
+	if n, err := strconv.Atoi(header); err == nil && n > 1 && n <= MaxBatchCommands {
+		return n
+	}
+	return 1
+}
+
 // SplitBatch returns the commands of a batch message, one per line of
 // data, given the value of its HeaderBatch header. The lines are slices of
 // data, still to be decoded. It returns an *Error with ReasonMalformed

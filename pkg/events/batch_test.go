@@ -243,6 +243,28 @@ func TestSplitBatch(t *testing.T) {
 	}
 }
 
+func TestBatchCount(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header string
+		want   int
+	}{
+		{"", 1},
+		{"1", 1},
+		{"2", 2},
+		{strconv.Itoa(events.MaxBatchCommands), events.MaxBatchCommands},
+		{strconv.Itoa(events.MaxBatchCommands + 1), 1},
+		{"0", 1},
+		{"-3", 1},
+		{"two", 1},
+	}
+	for _, tt := range tests {
+		if got := events.BatchCount(tt.header); got != tt.want {
+			t.Errorf("BatchCount(%q) = %d, want %d", tt.header, got, tt.want)
+		}
+	}
+}
+
 func TestDeadLetterOfABatchLineHasItsOwnID(t *testing.T) {
 	t.Parallel()
 	at := time.Unix(0, 0)

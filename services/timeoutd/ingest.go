@@ -60,7 +60,11 @@ func (in *ingester) run(ctx context.Context) {
 			continue
 		}
 		wait.Reset()
-		in.m.BatchSize("ingest", len(msgs))
+		n := 0
+		for _, m := range msgs {
+			n += events.BatchCount(m.Header(events.HeaderBatch))
+		}
+		in.m.BatchSize("ingest", n)
 		for i := range lanes {
 			lanes[i] = lanes[i][:0]
 		}

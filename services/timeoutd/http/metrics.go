@@ -27,7 +27,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		reg: reg,
 		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "timeoutd_batch_size", Help: "Items per batch, by stage (ingest: commands fetched; fire: timeouts per fire transaction).",
+			Name: "timeoutd_batch_size", Help: "Items per batch, by stage (ingest: commands fetched, each of a batch message counted; fire: timeouts per fire transaction).",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
 		}, []string{"stage"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -247,14 +246,8 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	return batch, nil
 }
 
-// commands returns how many commands m holds: its events.HeaderBatch
-// count, or 1 (a malformed count is 1: ingest dead-letters the message).
-func commands(m jetstream.Msg) int {
-	if n, err := strconv.Atoi(m.Headers().Get(events.HeaderBatch)); err == nil && n > 1 && n <= events.MaxBatchCommands {
-		return n
-	}
-	return 1
-}
+// commands returns how many commands m holds (events.BatchCount).
+func commands(m jetstream.Msg) int { return events.BatchCount(m.Headers().Get(events.HeaderBatch)) }
 
 // Mark implements timeoutd.Source: the sequence of the last command stored
 // in partition p's stream now (0 when it has none), from the stream's info.
