@@ -142,12 +142,15 @@ SUSTAINED_DURATION ?= 30m
 SUSTAINED_RATE ?= 1000
 SUSTAINED_STORM_EVERY ?= 5m
 SUSTAINED_OUT ?= results/sustained.txt
+# SUSTAINED_PROFILES, when set, is a directory for nats-server's CPU
+# profiles around each storm (loadgen -sustained-profiles).
+SUSTAINED_PROFILES ?=
 
 .PHONY: bench-sustained
 bench-sustained: images ## timeoutd under steady churn for SUSTAINED_DURATION (30m), a 10k/s storm every 5 min; CPU, tables, streams per minute; the PNG
 	cd bench && $(GO) run ./cmd/loadgen timeoutd -steps sustained -peers timeoutd -sustained-duration $(SUSTAINED_DURATION) \
 		-sustained-rate $(SUSTAINED_RATE) -sustained-storm-every $(SUSTAINED_STORM_EVERY) -sustained-storm-n 100000 \
-		-command-batch $(COMMAND_BATCH) -out $(SUSTAINED_OUT)
+		-command-batch $(COMMAND_BATCH) -sustained-profiles "$(SUSTAINED_PROFILES)" -out $(SUSTAINED_OUT)
 	cd bench && $(GO) run ./cmd/plotstorms -in $(SUSTAINED_OUT) -out ../docs/sustained-storms.png
 
 .PHONY: bench-orders

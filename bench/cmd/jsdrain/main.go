@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,9 @@ type config struct {
 	// memoryState keeps each consumer's state in memory
 	// (ConsumerConfig.MemoryStorage) instead of a file of its own.
 	memoryState bool
+	// ackEvery > 0 holds each consumer's acks and sends them every
+	// ackEvery, in order, instead of one as each command arrives.
+	ackEvery time.Duration
 	// steadyRate > 0 measures an idle phase and a steady load of
 	// steadyRate commands a second, each steadySeconds long, instead of
 	// publish then drain.
@@ -74,6 +78,7 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "", "also write the report to this file")
 	flag.IntVar(&cfg.profile, "profile", 0, "nats-server's profiling port (its --profile; 0: none), for go tool pprof during the drain")
 	flag.BoolVar(&cfg.memoryState, "consumer-memory", false, "consumers keep their state in memory (MemoryStorage), not in a file")
+	flag.DurationVar(&cfg.ackEvery, "ack-every", 0, "each consumer holds its acks and sends them every this long (0: each at once)")
 	flag.IntVar(&cfg.steadyRate, "steady-rate", 0, "commands a second of a steady load after an idle phase, instead of publish then drain (0: off)")
 	flag.IntVar(&cfg.steadySeconds, "steady-seconds", 30, "length of the idle phase and of the steady load")
 	flag.Parse()
@@ -176,10 +181,10 @@ func measure(rep *harness.Report, cfg config, layout string) error {
 	}
 	phases := []phase{
 		{"publish", func() (int, error) { return cfg.n, publish(ctx, js, cfg.n, cfg.size) }},
-		{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg.n, cfg.memoryState) }},
+		{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg) }},
 	}
 	if cfg.steadyRate > 0 {
-		st, err := startSteady(ctx, js, layout, cfg.memoryState)
+		st, err := startSteady(ctx, js, layout, cfg)
 		if err != nil {
 			return err
 		}
@@ -201,7 +206,7 @@ func measure(rep *harness.Report, cfg config, layout string) error {
 		if err != nil {
 			return err
 		}
-		kv := []any{"layout", layout, "consumer_memory", cfg.memoryState, "phase", ph.name, "n", n, "seconds", d.Seconds(), "per_sec", harness.PerSec(n, d)}
+		kv := []any{"layout", layout, "consumer_memory", cfg.memoryState, "ack_every_ms", cfg.ackEvery.Milliseconds(), "phase", ph.name, "n", n, "seconds", d.Seconds(), "per_sec", harness.PerSec(n, d)}
 		kv = append(kv, cpus.PerUnit("us_per_second_", s0, s1, int(d.Seconds()+0.5))...)
 		if n > 0 {
 			kv = append(kv, cpus.PerUnit("us_per_command_", s0, s1, n)...)
@@ -266,11 +271,11 @@ func publish(ctx context.Context, js jetstream.JetStream, n, size int) error {
 
 // drain consumes every command with the layout's consumers, acking each,
 // until n were acked and every stream is empty.
-func drain(ctx context.Context, js jetstream.JetStream, layout string, n int, memoryState bool) error {
+func drain(ctx context.Context, js jetstream.JetStream, layout string, cfg config) error {
 	var acked atomic.Int64
 	done := make(chan struct{})
-	ccs, err := consume(ctx, js, layout, memoryState, func() {
-		if acked.Add(1) == int64(n) {
+	ccs, err := consume(ctx, js, layout, cfg, func() {
+		if acked.Add(1) == int64(cfg.n) {
 			close(done)
 		}
 	})
@@ -281,14 +286,14 @@ func drain(ctx context.Context, js jetstream.JetStream, layout string, n int, me
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return fmt.Errorf("drained %d of %d: %w", acked.Load(), n, ctx.Err())
+		return fmt.Errorf("drained %d of %d: %w", acked.Load(), cfg.n, ctx.Err())
 	}
 	return waitRemoved(ctx, js, layout)
 }
 
 // consume starts the layout's consumers, pulling like timeoutd's, each
 // acking every command and then calling acked.
-func consume(ctx context.Context, js jetstream.JetStream, layout string, memoryState bool, acked func()) ([]jetstream.ConsumeContext, error) {
+func consume(ctx context.Context, js jetstream.JetStream, layout string, cfg config, acked func()) ([]jetstream.ConsumeContext, error) {
 	type spec struct {
 		stream string
 		cfg    jetstream.ConsumerConfig
@@ -312,22 +317,58 @@ func consume(ctx context.Context, js jetstream.JetStream, layout string, memoryS
 	}
 	var ccs []jetstream.ConsumeContext
 	for _, s := range specs {
-		s.cfg.MemoryStorage = memoryState
+		s.cfg.MemoryStorage = cfg.memoryState
 		cons, err := js.CreateOrUpdateConsumer(ctx, s.stream, s.cfg)
 		if err != nil {
 			return ccs, fmt.Errorf("create consumer on %s: %w", s.stream, err)
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
+		ack := func(m jetstream.Msg) {
 			if m.Ack() == nil {
 				acked()
 			}
-		}, jetstream.PullMaxMessages(s.pull), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
+		}
+		if cfg.ackEvery > 0 {
+			ack = heldAcks(ctx, cfg.ackEvery, ack)
+		}
+		cc, err := cons.Consume(ack, jetstream.PullMaxMessages(s.pull), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 		if err != nil {
 			return ccs, fmt.Errorf("consume %s: %w", s.stream, err)
 		}
 		ccs = append(ccs, cc)
 	}
 	return ccs, nil
+}
+
+// heldAcks returns a handler that holds the messages it is given and
+// hands them to ack every d, in order, until ctx ends.
+func heldAcks(ctx context.Context, d time.Duration, ack func(jetstream.Msg)) func(jetstream.Msg) {
+	var (
+		mu   sync.Mutex
+		held []jetstream.Msg
+	)
+	go func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			mu.Lock()
+			msgs := held
+			held = nil
+			mu.Unlock()
+			for _, m := range msgs {
+				ack(m)
+			}
+		}
+	}()
+	return func(m jetstream.Msg) {
+		mu.Lock()
+		held = append(held, m)
+		mu.Unlock()
+	}
 }
 
 func stopAll(ccs []jetstream.ConsumeContext) {
@@ -367,9 +408,9 @@ type steady struct {
 }
 
 // startSteady attaches the layout's consumers.
-func startSteady(ctx context.Context, js jetstream.JetStream, layout string, memoryState bool) (*steady, error) {
+func startSteady(ctx context.Context, js jetstream.JetStream, layout string, cfg config) (*steady, error) {
 	st := &steady{js: js}
-	ccs, err := consume(ctx, js, layout, memoryState, func() { st.acked.Add(1) })
+	ccs, err := consume(ctx, js, layout, cfg, func() { st.acked.Add(1) })
 	st.ccs = ccs
 	if err != nil {
 		st.stop()

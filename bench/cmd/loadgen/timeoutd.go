@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -93,6 +94,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.DurationVar(&w.sustained.Warmup, "sustained-warmup", timeoutdbench.SustainedWarmupDefault, "sustained: churn alone from the start to the first storm")
 	fs.IntVar(&w.sustainedStormN, "sustained-storm-n", 100_000, "sustained: deadlines of each storm")
 	fs.DurationVar(&w.sustained.Interval, "sustained-interval", timeoutdbench.SustainedIntervalDefault, "sustained: CPU, table and stream sampling interval")
+	fs.StringVar(&w.sustained.ProfileDir, "sustained-profiles", "", "sustained: directory (created) for two nats-server CPU profiles per storm, the churn's just before it and its expiries'; the storms start 10 s later")
 	return w
 }
 
@@ -185,7 +187,7 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 		return err
 	}
 	b, err := timeoutdbench.New(ctx, timeoutdbench.Config{
-		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, LogPath: filepath.Join(o.work, "timeoutd.log"),
+		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, NATSProfileURL: in.nats.ProfileURL, LogPath: filepath.Join(o.work, "timeoutd.log"),
 		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch,
 	}, rep)
 	if err != nil {
@@ -257,6 +259,11 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	cfg.Prefix = fmt.Sprintf("o%d", time.Now().Unix())
 	cfg.Grace = w.stormGrace
 	cfg.Storm = func(i int) ([]string, []time.Time) { return w.stormKeys(fmt.Sprintf("u%d", i), w.sustainedStormN) }
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	return b.Sustained(ctx, cfg)
 }
 

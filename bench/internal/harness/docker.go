@@ -151,18 +151,26 @@ func (p *Postgres) CreateDatabase(ctx context.Context, name string) (string, err
 	return strings.Replace(p.URL, "/postgres?", "/"+name+"?", 1), nil
 }
 
+// natsProfilePort is nats-server's profiling port (its --profile): it
+// serves net/http/pprof and costs nothing until a profile is asked for.
+const natsProfilePort = "6062"
+
 // NATS is a NATS JetStream container with its client URL.
 type NATS struct {
 	*Container
 	// URL is nats://host:port (see Container.addr).
 	URL string
+	// ProfileURL is nats-server's net/http/pprof root,
+	// http://host:port/debug/pprof/ (see FetchCPUProfile).
+	ProfileURL string
 }
 
 // StartNATS runs NATSImage with its configuration (JetStream on file
-// storage, the command mapping of every platform server) and waits until a
-// client connects and JetStream answers. The caller removes it.
+// storage, the command mapping of every platform server) and its profiling
+// port, and waits until a client connects and JetStream answers. The caller
+// removes it.
 func StartNATS(ctx context.Context, name string) (*NATS, error) {
-	c, err := run(ctx, name, NATSImage, []string{"4222"}, NATSImage, "-c", "/etc/nats/nats.conf")
+	c, err := run(ctx, name, NATSImage, []string{"4222", natsProfilePort}, NATSImage, "-c", "/etc/nats/nats.conf", "--profile", natsProfilePort)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +180,11 @@ func StartNATS(ctx context.Context, name string) (*NATS, error) {
 		return n, err
 	}
 	n.URL = "nats://" + addr
+	prof, err := c.addr(ctx, natsProfilePort+"/tcp")
+	if err != nil {
+		return n, err
+	}
+	n.ProfileURL = "http://" + prof + "/debug/pprof/"
 	err = Poll(ctx, 30*time.Second, 100*time.Millisecond, func() (bool, error) {
 		nc, err := nats.Connect(n.URL)
 		if err != nil {

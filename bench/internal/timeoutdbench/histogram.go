@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -81,17 +82,55 @@ func (h histogram) share(le string) (float64, error) {
 
 // pubAckHistogram reads timeoutd's PubAck lateness histogram from /metrics.
 func (b *Bench) pubAckHistogram(ctx context.Context) (histogram, error) {
+	var h histogram
+	err := b.metrics(ctx, func(r io.Reader) (err error) {
+		h, err = parseHistogram(r, pubAckMetric)
+		return err
+	})
+	return h, err
+}
+
+// metrics hands timeoutd's /metrics text exposition to read.
+func (b *Bench) metrics(ctx context.Context, read func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/metrics", nil)
 	if err != nil {
-		return histogram{}, err
+		return err
 	}
 	resp, err := b.http.Do(req)
 	if err != nil {
-		return histogram{}, fmt.Errorf("get metrics: %w", err)
+		return fmt.Errorf("get metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return histogram{}, fmt.Errorf("get metrics: status %d", resp.StatusCode)
+		return fmt.Errorf("get metrics: status %d", resp.StatusCode)
 	}
-	return parseHistogram(resp.Body, pubAckMetric)
+	return read(resp.Body)
+}
+
+// parseValues reads the samples of the label-less series names (such as
+// go_gc_duration_seconds_count) from a text exposition; a name without a
+// sample is an error.
+func parseValues(r io.Reader, names ...string) (map[string]float64, error) {
+	vals := make(map[string]float64, len(names))
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric %s: %w", name, err)
+		}
+		vals[name] = f
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		if _, ok := vals[name]; !ok {
+			return nil, fmt.Errorf("no metric %s", name)
+		}
+	}
+	return vals, nil
 }

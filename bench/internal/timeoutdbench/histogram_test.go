@@ -1,6 +1,7 @@
 package timeoutdbench
 
 import (
+	"maps"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,38 @@ timeoutd_fire_lateness_seconds_count 130
 	}
 	if _, err := parseHistogram(strings.NewReader("timeoutd_pending 7\n"), pubAckMetric); err == nil {
 		t.Error("parse without the histogram: no error")
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	t.Parallel()
+	const text = `# TYPE go_gc_duration_seconds summary
+go_gc_duration_seconds{quantile="0.5"} 0.0001
+go_gc_duration_seconds_sum 0.25
+go_gc_duration_seconds_count 42
+go_gc_duration_seconds_countx 9
+`
+	tests := []struct {
+		name    string
+		names   []string
+		want    map[string]float64
+		wantErr bool
+	}{
+		{"label-less samples", []string{"go_gc_duration_seconds_count", "go_gc_duration_seconds_sum"},
+			map[string]float64{"go_gc_duration_seconds_count": 42, "go_gc_duration_seconds_sum": 0.25}, false},
+		{"a labelled series is not a label-less one", []string{"go_gc_duration_seconds"}, nil, true},
+		{"missing", []string{"go_gc_duration_seconds_count", "timeoutd_pending"}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseValues(strings.NewReader(text), tc.names...)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -5,6 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,7 +80,17 @@ type SustainedConfig struct {
 	Interval time.Duration
 	// Prefix of the churn's keys; required.
 	Prefix string
+	// ProfileDir, when set, receives two CPU profiles of nats-server per
+	// storm i (Config.NATSProfileURL is then required):
+	// storm-<i>-churn.pprof, of the stormProfileSpan before the storm's
+	// first publish (the churn alone), and storm-<i>-expiry.pprof, of the
+	// storm's deadlines (its expiries beside the churn). The storms then
+	// start stormProfileSpan later.
+	ProfileDir string
 }
+
+// stormProfileSpan is the length of a storm's churn profile.
+const stormProfileSpan = 10 * time.Second
 
 // Sustained seeds the churn's live orders, then for Duration keeps the
 // churn running, runs a storm every StormEvery (the first after Warmup) and
@@ -102,6 +117,8 @@ func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
 		return errors.New("timeoutdbench: sustained: StormEvery must be positive")
 	case cfg.Storm == nil || cfg.Grace <= 0 || cfg.Prefix == "":
 		return errors.New("timeoutdbench: sustained: Storm, Grace and Prefix are required")
+	case cfg.ProfileDir != "" && b.cfg.NATSProfileURL == "":
+		return errors.New("timeoutdbench: sustained: ProfileDir needs Config.NATSProfileURL")
 	}
 	if visit := time.Duration(float64(cfg.Live) * 1.5 / float64(cfg.Rate) * float64(time.Second)); visit >= cfg.Deadline {
 		return fmt.Errorf("timeoutdbench: sustained: a live order is visited every %s, not within its Deadline %s: raise the rate or the deadline, or lower live", visit, cfg.Deadline)
@@ -177,7 +194,9 @@ func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
 }
 
 // storms runs cfg's storms, the first Warmup after start, until the next
-// would start after the run's end.
+// would start after the run's end. Beside each storm's lines it prints a
+// "measured=storm_env" line of what else ran during its deadlines (see
+// watchStorm).
 func (b *Bench) storms(ctx context.Context, cfg SustainedConfig, start time.Time) error {
 	for i := 0; ; i++ {
 		at := start.Add(cfg.Warmup + time.Duration(i)*cfg.StormEvery)
@@ -192,7 +211,17 @@ func (b *Bench) storms(ctx context.Context, cfg SustainedConfig, start time.Time
 				return err
 			}
 		}
+		var profiles [2]string // churn, expiry
+		if cfg.ProfileDir != "" {
+			for j, name := range []string{"churn", "expiry"} {
+				profiles[j] = filepath.Join(cfg.ProfileDir, fmt.Sprintf("storm-%d-%s.pprof", i, name))
+			}
+			if err := harness.FetchCPUProfile(ctx, b.cfg.NATSProfileURL, stormProfileSpan, profiles[0]); err != nil {
+				return fmt.Errorf("storm %d: nats-server: %w", i, err)
+			}
+		}
 		keys, deadlines := cfg.Storm(i)
+		env := b.watchStorm(ctx, deadlines[0], deadlines[len(deadlines)-1], profiles[1])
 		res, err := b.Storm(ctx, keys, deadlines, cfg.Grace)
 		if err != nil && !errors.Is(err, harness.ErrIncomplete) {
 			return err
@@ -201,7 +230,141 @@ func (b *Bench) storms(ctx context.Context, cfg SustainedConfig, start time.Time
 			"t_s", deadlines[0].Sub(start).Seconds(), "n", len(keys), "complete", res.Complete, "received", res.Received,
 			"arrival_p50_ms", res.Arrival.P50, "arrival_p99_ms", res.Arrival.P99,
 			"fired_p50_ms", res.FiredAt.P50, "fired_p99_ms", res.FiredAt.P99)
+		kv, err := env()
+		if err != nil {
+			return fmt.Errorf("storm %d: %w", i, err)
+		}
+		if cfg.ProfileDir != "" {
+			kv = append(kv, "churn_profile", profiles[0], "expiry_profile", profiles[1])
+		}
+		b.rep.Line("result", append([]any{"peer", "timeoutd", "workload", "sustained", "measured", "storm_env", "storm", i}, kv...)...)
 	}
+}
+
+// pgActivity holds the Postgres server's cumulative WAL and checkpoint
+// counters.
+type pgActivity struct {
+	walRecords, walFPI, walBytes, checkpoints, buffersCheckpoint int64
+}
+
+func readPGActivity(ctx context.Context, conn *pgx.Conn) (pgActivity, error) {
+	var a pgActivity
+	err := conn.QueryRow(ctx, `SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint,
+			b.checkpoints_timed + b.checkpoints_req, b.buffers_checkpoint
+		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&a.walRecords, &a.walFPI, &a.walBytes, &a.checkpoints, &a.buffersCheckpoint)
+	if err != nil {
+		return a, fmt.Errorf("wal and checkpoint stats: %w", err)
+	}
+	return a, nil
+}
+
+// stormWatchInterval is how often watchStorm looks for autovacuum workers.
+const stormWatchInterval = 250 * time.Millisecond
+
+// watchStorm samples, from first to last (a storm's deadlines), what ran
+// beside the storm's expiries, so that a slow storm can be told from a
+// quick one by what the machine did rather than by guess: the WAL Postgres
+// wrote (records, full-page images, bytes), its checkpoints and the
+// buffers they wrote, the share of stormWatchInterval samples with an
+// autovacuum worker running and the tables it worked on, timeoutd's GC
+// cycles and their pauses, and, when profile is set, a CPU profile of
+// nats-server written there. The returned function waits for the sampling
+// to end and returns its key-value pairs.
+func (b *Bench) watchStorm(ctx context.Context, first, last time.Time, profile string) func() ([]any, error) {
+	type result struct {
+		kv  []any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		kv, err := b.sampleStorm(ctx, first, last, profile)
+		done <- result{kv, err}
+	}()
+	return func() ([]any, error) {
+		r := <-done
+		return r.kv, r.err
+	}
+}
+
+func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile string) ([]any, error) {
+	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect timeoutd database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	gcNames := []string{"go_gc_duration_seconds_count", "go_gc_duration_seconds_sum"}
+	gc := func() (vals map[string]float64, err error) {
+		return vals, b.metrics(ctx, func(r io.Reader) error {
+			vals, err = parseValues(r, gcNames...)
+			return err
+		})
+	}
+	if err := harness.SleepUntil(ctx, first); err != nil {
+		return nil, err
+	}
+	var profErr chan error
+	if profile != "" {
+		profErr = make(chan error, 1)
+		go func() { profErr <- harness.FetchCPUProfile(ctx, b.cfg.NATSProfileURL, last.Sub(first), profile) }()
+	}
+	pg0, err := readPGActivity(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	gc0, err := gc()
+	if err != nil {
+		return nil, err
+	}
+	var samples, vacuuming int
+	tables := map[string]bool{}
+	t := time.NewTicker(stormWatchInterval)
+	defer t.Stop()
+	for time.Now().Before(last) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		// Autovacuum of any database; the tables of other databases than
+		// timeoutd's have no name here.
+		rows, err := conn.Query(ctx, `SELECT coalesce(c.relname, '?') FROM pg_stat_progress_vacuum v
+			LEFT JOIN pg_class c ON c.oid = v.relid AND v.datname = current_database()`)
+		if err != nil {
+			return nil, fmt.Errorf("vacuum progress: %w", err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("vacuum progress: %w", err)
+		}
+		samples++
+		if len(names) > 0 {
+			vacuuming++
+		}
+		for _, n := range names {
+			tables[n] = true
+		}
+	}
+	pg1, err := readPGActivity(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	gc1, err := gc()
+	if err != nil {
+		return nil, err
+	}
+	if profErr != nil {
+		if err := <-profErr; err != nil {
+			return nil, fmt.Errorf("nats-server: %w", err)
+		}
+	}
+	vacuumed := slices.Sorted(maps.Keys(tables))
+	return []any{"seconds", last.Sub(first).Seconds(),
+		"wal_records", pg1.walRecords - pg0.walRecords, "wal_fpi", pg1.walFPI - pg0.walFPI,
+		"wal_mb", float64(pg1.walBytes-pg0.walBytes) / (1 << 20),
+		"checkpoints", pg1.checkpoints - pg0.checkpoints, "buffers_checkpoint", pg1.buffersCheckpoint - pg0.buffersCheckpoint,
+		"autovacuum_share", float64(vacuuming) / float64(max(samples, 1)), "autovacuum_tables", cmp.Or(strings.Join(vacuumed, "+"), "-"),
+		"timeoutd_gc_cycles", gc1[gcNames[0]] - gc0[gcNames[0]], "timeoutd_gc_pause_ms", 1000 * (gc1[gcNames[1]] - gc0[gcNames[1]]),
+	}, nil
 }
 
 // waitAnalyzed waits until every table of timeoutd's database holding more

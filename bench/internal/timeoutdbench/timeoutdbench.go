@@ -42,6 +42,9 @@ type Config struct {
 	DatabaseURL string
 	// NATSURL is the NATS server.
 	NATSURL string
+	// NATSProfileURL is the NATS server's net/http/pprof root
+	// (harness.NATS.ProfileURL); optional, see SustainedConfig.ProfileDir.
+	NATSProfileURL string
 	// LogPath receives timeoutd's JSON logs.
 	LogPath string
 	// MaxPending bounds the unacknowledged async publishes; default 8192.
