@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -140,5 +141,21 @@ func TestProcessStop(t *testing.T) {
 				t.Fatal("Exited not closed after Stop")
 			}
 		})
+	}
+}
+
+func TestDiskWait(t *testing.T) {
+	t.Parallel()
+	const stats = ` 254       0 vda 100 0 200 300 400 0 500 600 0 700 1500 0 0 0 0 0 0
+ 254       1 vda1 90 0 180 280 390 0 490 590 0 690 1400 0 0 0 0 0 0
+   7       0 loop0 1 0 2 3 0 0 0 0 0 4 99 0 0 0 0 0 0
+ 254      16 vdb 1 0 2 3 4 0 5 6 0 7 25
+`
+	got, err := diskWait(strings.NewReader(stats), func(dev string) bool { return dev == "vda" || dev == "vdb" })
+	if err != nil || got != 1525*time.Millisecond {
+		t.Errorf("diskWait = %v, %v; want 1.525s", got, err)
+	}
+	if _, err := diskWait(strings.NewReader(" 254 0 vda 1 2 3 4 5 6 7 8 9 10 x\n"), func(string) bool { return true }); err == nil {
+		t.Error("a malformed field: no error")
 	}
 }

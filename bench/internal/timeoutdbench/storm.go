@@ -35,7 +35,9 @@ type StormResult struct {
 // own fired_at. Early counts must be 0. Events still missing grace after the
 // last deadline are reported (complete=false, received=…) with the
 // distribution of those that arrived, and as an error wrapping
-// harness.ErrIncomplete; the result is returned with it.
+// harness.ErrIncomplete; the result is returned with it. A
+// "measured=arrival_timeline" line gives the worst arrival lateness of each
+// 500 ms of deadlines (see timeline).
 //
 // It also prints the CPU time of timeoutd, of Config.CPUs and of the
 // harness's own process per command, from the first publish until timeoutd
@@ -50,6 +52,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		mu       sync.Mutex
 		arrival  = make([]time.Duration, 0, len(keys))
 		fired    = make([]time.Duration, 0, len(keys))
+		tl       = newTimeline(deadlines[0], deadlines[len(deadlines)-1])
 		early    int
 		earlyDec int
 		dupes    int
@@ -85,6 +88,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 			earlyDec++
 		}
 		arrival = append(arrival, late)
+		tl.add(e.Deadline, late)
 		fired = append(fired, e.FiredAt.Sub(e.Deadline))
 		if len(want) == 0 {
 			close(done)
@@ -219,6 +223,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	kv = append(kv, res.Arrival.KV("lateness_")...)
 	kv = append(kv, "outbox_max_rows", maxRows, "outbox_max_oldest_age_ms", maxAge)
 	b.rep.Line("result", kv...)
+	b.rep.Line("result", append([]any{"peer", "timeoutd", "workload", "storm", "measured", "arrival_timeline"}, tl.kv(res.Arrival.P99)...)...)
 	// CPU per command while ingesting, per expiry while firing; total is
 	// the platform's (timeoutd, Postgres, NATS), the harness apart.
 	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "cpu", "n", len(keys),

@@ -8,7 +8,9 @@ import (
 	"io"
 	"maps"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -244,21 +246,22 @@ func (b *Bench) storms(ctx context.Context, cfg SustainedConfig, start time.Time
 // pgActivity holds the Postgres server's cumulative WAL and checkpoint
 // counters.
 type pgActivity struct {
-	walRecords, walFPI, walBytes, checkpoints, buffersCheckpoint int64
+	walRecords, walFPI, walBytes, walSyncs, checkpoints, buffersCheckpoint int64
+	walSyncMs                                                              float64
 }
 
 func readPGActivity(ctx context.Context, conn *pgx.Conn) (pgActivity, error) {
 	var a pgActivity
-	err := conn.QueryRow(ctx, `SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint,
+	err := conn.QueryRow(ctx, `SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint, w.wal_sync, w.wal_sync_time,
 			b.checkpoints_timed + b.checkpoints_req, b.buffers_checkpoint
-		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&a.walRecords, &a.walFPI, &a.walBytes, &a.checkpoints, &a.buffersCheckpoint)
+		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&a.walRecords, &a.walFPI, &a.walBytes, &a.walSyncs, &a.walSyncMs, &a.checkpoints, &a.buffersCheckpoint)
 	if err != nil {
 		return a, fmt.Errorf("wal and checkpoint stats: %w", err)
 	}
 	return a, nil
 }
 
-// stormWatchInterval is how often watchStorm looks for autovacuum workers.
+// stormWatchInterval is how often watchStorm samples.
 const stormWatchInterval = 250 * time.Millisecond
 
 // watchStorm samples, from first to last (a storm's deadlines), what ran
@@ -266,8 +269,11 @@ const stormWatchInterval = 250 * time.Millisecond
 // quick one by what the machine did rather than by guess: the WAL Postgres
 // wrote (records, full-page images, bytes), its checkpoints and the
 // buffers they wrote, the share of stormWatchInterval samples with an
-// autovacuum worker running and the tables it worked on, timeoutd's GC
-// cycles and their pauses, and, when profile is set, a CPU profile of
+// autovacuum worker running, the tables it worked on and the timeline slots
+// (see timeline) it ran in, timeoutd's GC cycles and their pauses; per
+// timeline slot, Postgres's WAL syncs and the time they took
+// (track_wal_io_timing), the disks' weighted I/O time (harness.DiskWait),
+// and the GC cycles of timeoutd and of the harness; and, when profile is set, a CPU profile of
 // nats-server written there. The returned function waits for the sampling
 // to end and returns its key-value pairs.
 func (b *Bench) watchStorm(ctx context.Context, first, last time.Time, profile string) func() ([]any, error) {
@@ -315,8 +321,21 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 	if err != nil {
 		return nil, err
 	}
-	var samples, vacuuming int
-	tables := map[string]bool{}
+	disk0, err := harness.DiskWait()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		samples, vacuuming int
+		tables             = map[string]bool{}
+		vacSlots           []string // the timeline slots with an autovacuum running
+		n                  = int(last.Sub(first)/timelineSlot) + 1
+		syncs, syncMs      = make([]float64, n), make([]float64, n)
+		diskMs             = make([]float64, n)
+		gcs, harnessGCs    = make([]float64, n), make([]float64, n)
+		pgPrev, diskPrev   = pg0, disk0
+		gcPrev, hgcPrev    = gc0[gcNames[0]], harnessGCCycles()
+	)
 	t := time.NewTicker(stormWatchInterval)
 	defer t.Stop()
 	for time.Now().Before(last) {
@@ -325,6 +344,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 			return nil, ctx.Err()
 		case <-t.C:
 		}
+		slot := min(int(time.Since(first)/timelineSlot), n-1)
 		// Autovacuum of any database; the tables of other databases than
 		// timeoutd's have no name here.
 		rows, err := conn.Query(ctx, `SELECT coalesce(c.relname, '?') FROM pg_stat_progress_vacuum v
@@ -339,14 +359,32 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		samples++
 		if len(names) > 0 {
 			vacuuming++
+			if s := strconv.Itoa(slot); !slices.Contains(vacSlots, s) {
+				vacSlots = append(vacSlots, s)
+			}
 		}
 		for _, n := range names {
 			tables[n] = true
 		}
-	}
-	pg1, err := readPGActivity(ctx, conn)
-	if err != nil {
-		return nil, err
+		pg, err := readPGActivity(ctx, conn)
+		if err != nil {
+			return nil, err
+		}
+		disk, err := harness.DiskWait()
+		if err != nil {
+			return nil, err
+		}
+		g, err := gc()
+		if err != nil {
+			return nil, err
+		}
+		hgc := harnessGCCycles()
+		syncs[slot] += float64(pg.walSyncs - pgPrev.walSyncs)
+		syncMs[slot] += pg.walSyncMs - pgPrev.walSyncMs
+		diskMs[slot] += float64(disk-diskPrev) / float64(time.Millisecond)
+		gcs[slot] += g[gcNames[0]] - gcPrev
+		harnessGCs[slot] += float64(hgc - hgcPrev)
+		pgPrev, diskPrev, gcPrev, hgcPrev = pg, disk, g[gcNames[0]], hgc
 	}
 	gc1, err := gc()
 	if err != nil {
@@ -357,14 +395,37 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 			return nil, fmt.Errorf("nats-server: %w", err)
 		}
 	}
+	pg1 := pgPrev
 	vacuumed := slices.Sorted(maps.Keys(tables))
 	return []any{"seconds", last.Sub(first).Seconds(),
 		"wal_records", pg1.walRecords - pg0.walRecords, "wal_fpi", pg1.walFPI - pg0.walFPI,
 		"wal_mb", float64(pg1.walBytes-pg0.walBytes) / (1 << 20),
+		"wal_syncs", pg1.walSyncs - pg0.walSyncs, "wal_sync_ms", pg1.walSyncMs - pg0.walSyncMs,
 		"checkpoints", pg1.checkpoints - pg0.checkpoints, "buffers_checkpoint", pg1.buffersCheckpoint - pg0.buffersCheckpoint,
 		"autovacuum_share", float64(vacuuming) / float64(max(samples, 1)), "autovacuum_tables", cmp.Or(strings.Join(vacuumed, "+"), "-"),
+		"autovacuum_slots", cmp.Or(strings.Join(vacSlots, ","), "-"),
 		"timeoutd_gc_cycles", gc1[gcNames[0]] - gc0[gcNames[0]], "timeoutd_gc_pause_ms", 1000 * (gc1[gcNames[1]] - gc0[gcNames[1]]),
+		"wal_syncs_per_slot", joinFloats(syncs, 0), "wal_sync_ms_per_slot", joinFloats(syncMs, 1),
+		"disk_wait_ms_per_slot", joinFloats(diskMs, 0),
+		"timeoutd_gc_per_slot", joinFloats(gcs, 0), "harness_gc_per_slot", joinFloats(harnessGCs, 0),
 	}, nil
+}
+
+// harnessGCCycles returns the GC cycles this process (the harness, whose
+// consumer timestamps the events' arrival) has completed.
+func harnessGCCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// joinFloats formats vs with prec decimals, comma-separated.
+func joinFloats(vs []float64, prec int) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = strconv.FormatFloat(v, 'f', prec, 64)
+	}
+	return strings.Join(s, ",")
 }
 
 // waitAnalyzed waits until every table of timeoutd's database holding more
