@@ -299,11 +299,13 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	gcNames := []string{"go_gc_duration_seconds_count", "go_gc_duration_seconds_sum"}
-	gc := func() (vals map[string]float64, err error) {
-		return vals, b.metrics(ctx, func(r io.Reader) error {
+	gc := func() (map[string]float64, error) {
+		var vals map[string]float64
+		err := b.metrics(ctx, func(r io.Reader) (err error) {
 			vals, err = parseValues(r, gcNames...)
 			return err
 		})
+		return vals, err
 	}
 	if err := harness.SleepUntil(ctx, first); err != nil {
 		return nil, err
@@ -363,8 +365,8 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 				vacSlots = append(vacSlots, s)
 			}
 		}
-		for _, n := range names {
-			tables[n] = true
+		for _, name := range names {
+			tables[name] = true
 		}
 		pg, err := readPGActivity(ctx, conn)
 		if err != nil {
