@@ -266,16 +266,22 @@ const stormWatchInterval = 250 * time.Millisecond
 
 // watchStorm samples, from first to last (a storm's deadlines), what ran
 // beside the storm's expiries, so that a slow storm can be told from a
-// quick one by what the machine did rather than by guess: the WAL Postgres
-// wrote (records, full-page images, bytes), its checkpoints and the
-// buffers they wrote, the share of stormWatchInterval samples with an
-// autovacuum worker running, the tables it worked on and the timeline slots
-// (see timeline) it ran in, timeoutd's GC cycles and their pauses; per
-// timeline slot, Postgres's WAL syncs and the time they took
-// (track_wal_io_timing), the disks' weighted I/O time (harness.DiskWait),
-// and the GC cycles of timeoutd and of the harness; and, when profile is set, a CPU profile of
-// nats-server written there. The returned function waits for the sampling
-// to end and returns its key-value pairs.
+// quick one by what the machine did rather than by guess:
+//   - the WAL Postgres wrote (records, full-page images, bytes), its
+//     checkpoints and the buffers they wrote;
+//   - the share of stormWatchInterval samples with an autovacuum worker
+//     running, the tables it worked on and the timeline slots (see
+//     timeline) it ran in;
+//   - timeoutd's GC cycles and their pauses;
+//   - per timeline slot: Postgres's WAL syncs and the time they took
+//     (track_wal_io_timing), the disks' weighted I/O time
+//     (harness.DiskWait), and the GC cycles of timeoutd and of the harness,
+//     each counted in the slot where the sample that saw it was read (a
+//     sample late by a slow query lands in the next slot);
+//   - when profile is set, a CPU profile of nats-server written there.
+//
+// The returned function waits for the sampling to end and returns its
+// key-value pairs.
 func (b *Bench) watchStorm(ctx context.Context, first, last time.Time, profile string) func() ([]any, error) {
 	type result struct {
 		kv  []any
