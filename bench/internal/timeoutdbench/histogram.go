@@ -5,10 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
 )
 
 // pubAckMetric is timeoutd's histogram of an expiry event's PubAck time
@@ -92,19 +93,7 @@ func (b *Bench) pubAckHistogram(ctx context.Context) (histogram, error) {
 
 // metrics hands timeoutd's /metrics text exposition to read.
 func (b *Bench) metrics(ctx context.Context, read func(io.Reader) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/metrics", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("get metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("get metrics: status %d", resp.StatusCode)
-	}
-	return read(resp.Body)
+	return harness.Get(ctx, b.http, b.base+"/metrics", read)
 }
 
 // parseValues reads the samples of the label-less series names (such as

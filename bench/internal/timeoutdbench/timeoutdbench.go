@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -139,22 +140,13 @@ func (b *Bench) Close() {
 // Stats returns timeoutd's /api/v1/stats.
 func (b *Bench) Stats(ctx context.Context) (api.Stats, error) {
 	var s api.Stats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/api/v1/stats", nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return s, fmt.Errorf("get stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("get stats: status %d", resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return s, fmt.Errorf("decode stats: %w", err)
-	}
-	return s, nil
+	err := harness.Get(ctx, b.http, b.base+"/api/v1/stats", func(r io.Reader) error {
+		if err := json.NewDecoder(r).Decode(&s); err != nil {
+			return fmt.Errorf("decode stats: %w", err)
+		}
+		return nil
+	})
+	return s, err
 }
 
 // waitPending polls the stats every 10 ms until pending equals want.
