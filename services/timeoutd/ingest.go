@@ -60,19 +60,17 @@ func (in *ingester) run(ctx context.Context) {
 			continue
 		}
 		wait.Reset()
-		n := 0
-		for _, m := range msgs {
-			n += events.BatchCount(m.Header(events.HeaderBatch))
-		}
-		in.m.BatchSize("ingest", n)
 		for i := range lanes {
 			lanes[i] = lanes[i][:0]
 		}
+		n := 0 // commands fetched
 		for _, m := range msgs {
+			n += events.BatchCount(m.Header(events.HeaderBatch))
 			key, _ := events.KeyOfStoredCommand(m.Subject()) // "" when malformed: dead-lettered in lane 0's partition
 			l := events.PartitionOf(key) % len(lanes)
 			lanes[l] = append(lanes[l], m)
 		}
+		in.m.BatchSize("ingest", n)
 		var wg sync.WaitGroup
 		for _, lane := range lanes {
 			if len(lane) > 0 {

@@ -298,21 +298,45 @@ func (b *Bench) watchStorm(ctx context.Context, first, last time.Time, profile s
 	}
 }
 
+// stormCounters are the cumulative counters a storm's watch reads at each
+// sample.
+type stormCounters struct {
+	pg                  pgActivity
+	disk                time.Duration // harness.DiskWait
+	gcCycles, gcSeconds float64       // timeoutd's GC
+	harnessGC           uint64        // harnessGCCycles
+}
+
+// timeoutd's GC counters, from its /metrics.
+const (
+	gcCountMetric = "go_gc_duration_seconds_count"
+	gcSumMetric   = "go_gc_duration_seconds_sum"
+)
+
+func (b *Bench) readStormCounters(ctx context.Context, conn *pgx.Conn) (stormCounters, error) {
+	var c stormCounters
+	var err error
+	if c.pg, err = readPGActivity(ctx, conn); err != nil {
+		return c, err
+	}
+	if c.disk, err = harness.DiskWait(); err != nil {
+		return c, err
+	}
+	err = b.metrics(ctx, func(r io.Reader) error {
+		v, err := parseValues(r, gcCountMetric, gcSumMetric)
+		c.gcCycles, c.gcSeconds = v[gcCountMetric], v[gcSumMetric]
+		return err
+	})
+	c.harnessGC = harnessGCCycles()
+	return c, err
+}
+
 func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile string) ([]any, error) {
 	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect timeoutd database: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	gcNames := []string{"go_gc_duration_seconds_count", "go_gc_duration_seconds_sum"}
-	gc := func() (map[string]float64, error) {
-		var vals map[string]float64
-		err := b.metrics(ctx, func(r io.Reader) (err error) {
-			vals, err = parseValues(r, gcNames...)
-			return err
-		})
-		return vals, err
-	}
 	if err := harness.SleepUntil(ctx, first); err != nil {
 		return nil, err
 	}
@@ -321,15 +345,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		profErr = make(chan error, 1)
 		go func() { profErr <- harness.FetchCPUProfile(ctx, b.cfg.NATSProfileURL, last.Sub(first), profile) }()
 	}
-	pg0, err := readPGActivity(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
-	gc0, err := gc()
-	if err != nil {
-		return nil, err
-	}
-	disk0, err := harness.DiskWait()
+	c0, err := b.readStormCounters(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -341,8 +357,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		syncs, syncMs      = make([]float64, n), make([]float64, n)
 		diskMs             = make([]float64, n)
 		gcs, harnessGCs    = make([]float64, n), make([]float64, n)
-		pgPrev, diskPrev   = pg0, disk0
-		gcPrev, hgcPrev    = gc0[gcNames[0]], harnessGCCycles()
+		prev               = c0
 	)
 	t := time.NewTicker(stormWatchInterval)
 	defer t.Stop()
@@ -374,36 +389,23 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		for _, name := range names {
 			tables[name] = true
 		}
-		pg, err := readPGActivity(ctx, conn)
+		c, err := b.readStormCounters(ctx, conn)
 		if err != nil {
 			return nil, err
 		}
-		disk, err := harness.DiskWait()
-		if err != nil {
-			return nil, err
-		}
-		g, err := gc()
-		if err != nil {
-			return nil, err
-		}
-		hgc := harnessGCCycles()
-		syncs[slot] += float64(pg.walSyncs - pgPrev.walSyncs)
-		syncMs[slot] += pg.walSyncMs - pgPrev.walSyncMs
-		diskMs[slot] += float64(disk-diskPrev) / float64(time.Millisecond)
-		gcs[slot] += g[gcNames[0]] - gcPrev
-		harnessGCs[slot] += float64(hgc - hgcPrev)
-		pgPrev, diskPrev, gcPrev, hgcPrev = pg, disk, g[gcNames[0]], hgc
-	}
-	gc1, err := gc()
-	if err != nil {
-		return nil, err
+		syncs[slot] += float64(c.pg.walSyncs - prev.pg.walSyncs)
+		syncMs[slot] += c.pg.walSyncMs - prev.pg.walSyncMs
+		diskMs[slot] += float64(c.disk-prev.disk) / float64(time.Millisecond)
+		gcs[slot] += c.gcCycles - prev.gcCycles
+		harnessGCs[slot] += float64(c.harnessGC - prev.harnessGC)
+		prev = c
 	}
 	if profErr != nil {
 		if err := <-profErr; err != nil {
 			return nil, fmt.Errorf("nats-server: %w", err)
 		}
 	}
-	pg1 := pgPrev
+	pg0, pg1 := c0.pg, prev.pg
 	vacuumed := slices.Sorted(maps.Keys(tables))
 	return []any{"seconds", last.Sub(first).Seconds(),
 		"wal_records", pg1.walRecords - pg0.walRecords, "wal_fpi", pg1.walFPI - pg0.walFPI,
@@ -412,7 +414,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		"checkpoints", pg1.checkpoints - pg0.checkpoints, "buffers_checkpoint", pg1.buffersCheckpoint - pg0.buffersCheckpoint,
 		"autovacuum_share", float64(vacuuming) / float64(max(samples, 1)), "autovacuum_tables", cmp.Or(strings.Join(vacuumed, "+"), "-"),
 		"autovacuum_slots", cmp.Or(strings.Join(vacSlots, ","), "-"),
-		"timeoutd_gc_cycles", gc1[gcNames[0]] - gc0[gcNames[0]], "timeoutd_gc_pause_ms", 1000 * (gc1[gcNames[1]] - gc0[gcNames[1]]),
+		"timeoutd_gc_cycles", prev.gcCycles - c0.gcCycles, "timeoutd_gc_pause_ms", 1000 * (prev.gcSeconds - c0.gcSeconds),
 		"wal_syncs_per_slot", joinFloats(syncs, 0), "wal_sync_ms_per_slot", joinFloats(syncMs, 1),
 		"disk_wait_ms_per_slot", joinFloats(diskMs, 0),
 		"timeoutd_gc_per_slot", joinFloats(gcs, 0), "harness_gc_per_slot", joinFloats(harnessGCs, 0),

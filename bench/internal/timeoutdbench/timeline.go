@@ -21,8 +21,8 @@ func newTimeline(first, last time.Time) *timeline {
 // add records an event due at deadline that was late by late; a deadline
 // outside the timeline is ignored.
 func (t *timeline) add(deadline time.Time, late time.Duration) {
-	if i := int(deadline.Sub(t.first) / timelineSlot); deadline.Sub(t.first) >= 0 && i < len(t.worst) {
-		t.worst[i] = max(t.worst[i], late)
+	if d := deadline.Sub(t.first); d >= 0 && int(d/timelineSlot) < len(t.worst) {
+		t.worst[d/timelineSlot] = max(t.worst[d/timelineSlot], late)
 	}
 }
 
