@@ -118,7 +118,8 @@ type Config struct {
 	// level of cmd/timeoutd's logger; default info.
 	LogLevel slog.Level `env:"TIMEOUTD_LOG_LEVEL"`
 	// Consumer configures the command consumer (TIMEOUTD_BATCH_SIZE,
-	// TIMEOUTD_PREFETCH, TIMEOUTD_ACK_WAIT, TIMEOUTD_PULL_HEARTBEAT).
+	// TIMEOUTD_PREFETCH, TIMEOUTD_ACK_WAIT, TIMEOUTD_PULL_HEARTBEAT,
+	// TIMEOUTD_LINGER).
 	Consumer tjs.ConsumerConfig `envPrefix:"TIMEOUTD_"`
 	// Service configures the domain service (TIMEOUTD_ and the names of
 	// its tags: TIMEOUTD_TICK, TIMEOUTD_LEASE_TTL, …).
@@ -182,7 +183,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 		return c, fmt.Errorf("daemon: TIMEOUTD_MAX_PENDING (Service.MaxPending) must be at least TIMEOUTD_BATCH_SIZE (Consumer.BatchSize) %d, got %d",
 			cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault), c.Service.MaxPending)
 	case c.Consumer.Validate() != nil:
-		return c, fmt.Errorf("daemon: TIMEOUTD_BATCH_SIZE, TIMEOUTD_PREFETCH, TIMEOUTD_ACK_WAIT or TIMEOUTD_PULL_HEARTBEAT (Consumer): %w", c.Consumer.Validate())
+		return c, fmt.Errorf("daemon: TIMEOUTD_BATCH_SIZE, TIMEOUTD_PREFETCH, TIMEOUTD_ACK_WAIT, TIMEOUTD_PULL_HEARTBEAT or TIMEOUTD_LINGER (Consumer): %w", c.Consumer.Validate())
 	case c.IdleInTransactionTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_IDLE_IN_TRANSACTION_TIMEOUT (IdleInTransactionTimeout) must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	case c.IdleInTransactionTimeout >= cmp.Or(c.Service.LeaseTTL, timeoutd.LeaseTTLDefault):

@@ -892,6 +892,7 @@ func TestSettingsValidated(t *testing.T) {
 		{"pull heartbeat beyond half the pull expiry", "PullHeartbeat", map[string]string{"TIMEOUTD_PULL_HEARTBEAT": "10s"}},
 		{"ack wait below a second", "AckWait", map[string]string{"TIMEOUTD_ACK_WAIT": "100ms"}},
 		{"prefetch beyond 10,000 messages", "Prefetch", map[string]string{"TIMEOUTD_PREFETCH": "20000"}},
+		{"linger beyond 100ms", "Linger", map[string]string{"TIMEOUTD_LINGER": "1s"}},
 		{"write timeout not a duration", "TIMEOUTD_STREAM_WRITE_TIMEOUT", map[string]string{"TIMEOUTD_STREAM_WRITE_TIMEOUT": "soon"}},
 	}
 	for _, tt := range tests {

@@ -46,6 +46,9 @@ const (
 	// its 30 s request expiry, let a fresh cluster's first commands wait
 	// 30 s).
 	PullHeartbeatDefault = time.Second
+	// LingerDefault is how long Next waits, after a batch's first message,
+	// for more to share its commit. 0: a batch is what has arrived.
+	LingerDefault = 0
 	// pullExpiry is how long each pull request waits on the server; a new
 	// one follows at once.
 	pullExpiry = 5 * time.Second
@@ -68,6 +71,12 @@ type ConsumerConfig struct {
 	// PullHeartbeat is the idle heartbeat of the pull requests (500ms to
 	// 2.5s); default PullHeartbeatDefault.
 	PullHeartbeat time.Duration `env:"PULL_HEARTBEAT"`
+	// Linger is how long Next waits after a batch's first message for more,
+	// while the batch holds fewer than BatchSize commands (0 to 100ms): at
+	// a low rate of commands, a few commands then share one commit instead
+	// of one each, at the price of acking each up to Linger later. Default
+	// LingerDefault.
+	Linger time.Duration `env:"LINGER"`
 }
 
 // Consumer delivers the commands of the partitions this instance owns. Each
@@ -136,6 +145,8 @@ func (c ConsumerConfig) Validate() error {
 		return fmt.Errorf("jetstream: AckWait must be at least 1s, got %v", c.AckWait)
 	case c.PullHeartbeat < 500*time.Millisecond || c.PullHeartbeat > pullExpiry/2:
 		return fmt.Errorf("jetstream: PullHeartbeat must be within 500ms and %v, got %v", pullExpiry/2, c.PullHeartbeat)
+	case c.Linger < 0 || c.Linger > 100*time.Millisecond:
+		return fmt.Errorf("jetstream: Linger must be within 0 and 100ms, got %v", c.Linger)
 	}
 	return nil
 }
@@ -224,7 +235,8 @@ func (c *Consumer) Remove(p int) {
 
 // Next implements timeoutd.Source. A batch holds BatchSize commands at
 // most, counting a batch message's (events.HeaderBatch), unless its first
-// message alone holds more.
+// message alone holds more. Once what has arrived is taken, it waits up to
+// Linger for more; ctx ending cuts the wait short.
 func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	var first jetstream.Msg
 	select {
@@ -234,12 +246,29 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	}
 	batch := make([]timeoutd.Message, 1, min(c.cfg.BatchSize, 1+len(c.msgs)))
 	batch[0] = msg{first}
+	var linger *time.Timer
 	for n := commands(first); n < c.cfg.BatchSize; {
 		select {
 		case m := <-c.msgs:
 			batch = append(batch, msg{m})
 			n += commands(m)
+			continue
 		default:
+		}
+		if c.cfg.Linger == 0 {
+			return batch, nil
+		}
+		if linger == nil {
+			linger = time.NewTimer(c.cfg.Linger)
+			defer linger.Stop()
+		}
+		select {
+		case m := <-c.msgs:
+			batch = append(batch, msg{m})
+			n += commands(m)
+		case <-linger.C:
+			return batch, nil
+		case <-ctx.Done():
 			return batch, nil
 		}
 	}

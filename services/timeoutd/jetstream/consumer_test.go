@@ -1,0 +1,116 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	tjs "github.com/ordertimeout/ordertimeout/services/timeoutd/jetstream"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+// keysOf returns n keys of partition p, named after prefix.
+func keysOf(prefix string, p, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if k := fmt.Sprintf("%s-%d", prefix, i); events.PartitionOf(k) == p {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestNextLinger checks how a batch is cut, on a real NATS server: Next
+// waits Linger for more once the arrived commands are taken, takes what
+// arrives meanwhile, and never waits once the batch is full.
+func TestNextLinger(t *testing.T) {
+	t.Parallel()
+	nc, err := nats.Connect(testinfra.NATS(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		cfg     tjs.ConsumerConfig
+		publish int           // commands published, one message each
+		first   bool          // Next is called before the first is published
+		want    int           // messages in the batch
+		minWait time.Duration // Next returns no sooner than this after it is called
+	}{
+		{"alone, it waits Linger", tjs.ConsumerConfig{Linger: 50 * time.Millisecond}, 1, false, 1, 50 * time.Millisecond},
+		{"a command arriving within Linger joins", tjs.ConsumerConfig{Linger: 100 * time.Millisecond}, 2, true, 2, 0},
+		{"a full batch does not wait", tjs.ConsumerConfig{Linger: 100 * time.Millisecond, BatchSize: 1}, 2, false, 1, 0},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := 10 + i // a partition of the case's own
+			c, err := tjs.NewConsumer(js, tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if err := c.Add(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			publish := func() {
+				for _, k := range keysOf(t.Name(), p, tt.publish) {
+					if _, err := js.Publish(t.Context(), events.CommandSubject(k), []byte(`{}`)); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			if !tt.first {
+				publish()
+				// Both messages reach the buffer before Next is called.
+				time.Sleep(200 * time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			published := make(chan struct{})
+			if tt.first {
+				go func() {
+					defer close(published)
+					time.Sleep(20 * time.Millisecond)
+					publish()
+				}()
+			} else {
+				close(published)
+			}
+			defer func() { <-published }()
+			batch, err := c.Next(ctx)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(batch) != tt.want {
+				t.Errorf("Next returned %d messages, want %d", len(batch), tt.want)
+			}
+			if took < tt.minWait {
+				t.Errorf("Next returned after %v, before Linger %v", took, tt.minWait)
+			}
+			for _, m := range batch {
+				if err := m.Ack(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
