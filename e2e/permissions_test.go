@@ -442,8 +442,11 @@ func TestNATSPermissionMatrix(t *testing.T) {
 				t.Parallel()
 				c := f.connect(t, tc.user)
 				// A refused request gets no answer: its result does not
-				// matter, the violation does, so it need not wait long.
-				timeout := 3 * time.Second
+				// matter, the violation does, so it need not wait long. An
+				// allowed one may be slow beside the suite's other tests
+				// (streams.Ensure and Verify ask about every stream): its
+				// bound is a hang's, not a latency target.
+				timeout := 20 * time.Second
 				if !tc.allowed {
 					timeout = 300 * time.Millisecond
 				}

@@ -147,6 +147,74 @@ func TestEnsureRetiresTheLegacyCommandStreamOnlyWhenEmpty(t *testing.T) {
 	}
 }
 
+// racingProducer is a JetStream client on which a producer publishes a
+// command just before the legacy command stream is first updated: between
+// Ensure's check that the stream is empty and its closing of the stream.
+type racingProducer struct {
+	jetstream.JetStream
+	t     *testing.T
+	raced bool
+}
+
+func (r *racingProducer) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if cfg.Name == events.StreamCommandsLegacy && !r.raced {
+		r.raced = true
+		if _, err := r.Publish(ctx, events.CommandSubject("o-race"), []byte(`{}`)); err != nil {
+			r.t.Errorf("the racing producer's publish: %v", err)
+		}
+	}
+	return r.JetStream.UpdateStream(ctx, cfg)
+}
+
+// TestEnsureReopensTheLegacyCommandStreamWhenACommandRaces checks the
+// retirement's race: a command that lands after the emptiness check and
+// before the stream is closed makes Ensure refuse, keep the command, and
+// reopen the stream with its old limits, so producers go on.
+func TestEnsureReopensTheLegacyCommandStreamWhenACommandRaces(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(testinfra.NATS(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := jetstream.StreamConfig{Name: events.StreamCommandsLegacy, Subjects: []string{events.CommandSubjects},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}
+	legacy, err := js.CreateStream(ctx, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	race := &racingProducer{JetStream: js, t: t}
+	err = streams.Ensure(ctx, race, streams.Config{})
+	if !race.raced {
+		t.Fatal("Ensure never updated the legacy stream: the race was not run")
+	}
+	if !errors.Is(err, streams.ErrLegacyCommands) || !strings.Contains(err.Error(), "while being retired") {
+		t.Fatalf("Ensure with a command racing the retirement: %v, want ErrLegacyCommands received while being retired", err)
+	}
+	info, err := legacy.Info(ctx)
+	if err != nil {
+		t.Fatalf("legacy stream after the race: %v, want it kept", err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("legacy stream holds %d commands after the race, want the racing one", info.State.Msgs)
+	}
+	if info.Config.MaxBytes != -1 || info.Config.Discard != jetstream.DiscardOld {
+		t.Errorf("legacy stream after the race: max bytes %d, discard %v; want it reopened (-1, old)", info.Config.MaxBytes, info.Config.Discard)
+	}
+	if _, err := js.Publish(ctx, events.CommandSubject("o-after"), []byte(`{}`)); err != nil {
+		t.Errorf("a producer's publish after the race: %v, want the stream open", err)
+	}
+	if _, err := js.Stream(ctx, events.CommandStream(0)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("partition stream after the race: %v, want not found", err)
+	}
+}
+
 // TestVerifyOnlyReadsAndNamesWhatIsMissing checks the services' start-up
 // check: before the bootstrap step it fails naming the missing stream and
 // creates nothing; after it, it passes; a fire subject prefix the bootstrap

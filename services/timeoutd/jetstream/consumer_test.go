@@ -29,8 +29,9 @@ func keysOf(prefix string, p, n int) []string {
 }
 
 // TestNextLinger checks how a batch is cut, on a real NATS server: Next
-// waits Linger for more once the arrived commands are taken, takes what
-// arrives meanwhile, and never waits once the batch is full.
+// waits Linger (zero: LingerDefault) for more once the arrived commands are
+// taken, takes what arrives meanwhile, and never waits once the batch is
+// full.
 func TestNextLinger(t *testing.T) {
 	t.Parallel()
 	nc, err := nats.Connect(testinfra.NATS(t).URL)
@@ -54,6 +55,7 @@ func TestNextLinger(t *testing.T) {
 		minWait time.Duration // Next returns no sooner than this after it is called
 	}{
 		{"alone, it waits Linger", tjs.ConsumerConfig{Linger: 50 * time.Millisecond}, 1, false, 1, 50 * time.Millisecond},
+		{"zero waits the default", tjs.ConsumerConfig{}, 1, false, 1, tjs.LingerDefault},
 		{"a command arriving within Linger joins", tjs.ConsumerConfig{Linger: 100 * time.Millisecond}, 2, true, 2, 0},
 		{"a full batch does not wait", tjs.ConsumerConfig{Linger: 100 * time.Millisecond, BatchSize: 1}, 2, false, 1, 0},
 	}
