@@ -159,3 +159,16 @@ func TestDiskWait(t *testing.T) {
 		t.Error("a malformed field: no error")
 	}
 }
+
+// TestServiceEnv checks that the results' command line carries the
+// services' settings from the environment, sorted, and nothing else of it.
+func TestServiceEnv(t *testing.T) {
+	t.Setenv("TIMEOUTD_LINGER", "5ms")
+	t.Setenv("ORDERS_BATCH", "10")
+	t.Setenv("PGPASSWORD", "secret")
+	got := serviceEnv()
+	o, l := strings.Index(got, "ORDERS_BATCH=10 "), strings.Index(got, "TIMEOUTD_LINGER=5ms ")
+	if o < 0 || l < o || strings.Contains(got, "PGPASSWORD") {
+		t.Errorf("serviceEnv() = %q, want ORDERS_BATCH=10 then TIMEOUTD_LINGER=5ms, without PGPASSWORD", got)
+	}
+}

@@ -73,8 +73,9 @@ func (r *Report) Note(format string, args ...any) {
 	fmt.Fprintf(r.w, "# "+format+"\n", args...)
 }
 
-// Machine prints the date, the command line, nproc, the CPU model and the
-// memory of the machine.
+// Machine prints the date, the command line (with the services' settings
+// taken from the environment), nproc, the CPU model and the memory of the
+// machine.
 func (r *Report) Machine() {
 	model := machine.CPUModel()
 	mem := "unknown"
@@ -82,7 +83,7 @@ func (r *Report) Machine() {
 		mem = strings.Join(strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:], "")
 	}
 	r.Note("date: %s", time.Now().UTC().Format(time.RFC3339))
-	r.Note("command (in bench/): go run ./cmd/%s %s", filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
+	r.Note("command (in bench/): %sgo run ./cmd/%s %s", serviceEnv(), filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
 	r.Line("machine", "nproc", runtime.NumCPU(), "model", model, "mem", mem, "loadavg", LoadAvg(), "go", runtime.Version())
 }
 
@@ -142,3 +143,17 @@ func LoadAvg() string {
 // arrive within its grace: the peer fell behind the load, which is a
 // measurement (a capacity step stops there), not a failure of the harness.
 var ErrIncomplete = errors.New("harness: storm incomplete")
+
+// serviceEnv returns the variables of this process's environment that the
+// services it starts read (TIMEOUTD_…, ORDERS_…: they inherit it), sorted,
+// each followed by a space, as they would prefix the command.
+func serviceEnv() string {
+	var vars []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "TIMEOUTD_") || strings.HasPrefix(kv, "ORDERS_") {
+			vars = append(vars, kv+" ")
+		}
+	}
+	slices.Sort(vars)
+	return strings.Join(vars, "")
+}
