@@ -133,8 +133,9 @@ type Message interface {
 // partition.
 type Source interface {
 	// Next returns the next batch, blocking until at least one message is
-	// available or ctx ends (then it returns ctx's error). A batch holds at
-	// most the source's batch size, of any partitions added.
+	// available or ctx ends (then it returns ctx's error and hands back for
+	// redelivery what it had taken). A batch holds at most the source's
+	// batch size, of any partitions added.
 	Next(ctx context.Context) ([]Message, error)
 	// Add starts delivering partition p's commands.
 	Add(ctx context.Context, p int) error

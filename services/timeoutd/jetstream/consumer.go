@@ -242,7 +242,8 @@ func (c *Consumer) Remove(p int) {
 // Next implements timeoutd.Source. A batch holds BatchSize commands at
 // most, counting a batch message's (events.HeaderBatch), unless its first
 // message alone holds more. Once what has arrived is taken, it waits up to
-// Linger for more; ctx ending cuts the wait short.
+// Linger for more; ctx ending during the wait hands the batch back to
+// JetStream (a negative ack: redelivered at once) and returns ctx's error.
 func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	var first jetstream.Msg
 	select {
@@ -275,10 +276,18 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 		case <-linger.C:
 			return batch, nil
 		case <-ctx.Done():
-			return batch, nil
+			nak(batch)
+			return nil, ctx.Err()
 		}
 	}
 	return batch, nil
+}
+
+// nak negatively acknowledges every message of batch, for redelivery now.
+func nak(batch []timeoutd.Message) {
+	for _, m := range batch {
+		_ = m.NakWithDelay(0)
+	}
 }
 
 // commands returns how many commands m holds (events.BatchCount).

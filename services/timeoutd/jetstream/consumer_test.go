@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -30,8 +31,8 @@ func keysOf(prefix string, p, n int) []string {
 
 // TestNextLinger checks how a batch is cut, on a real NATS server: Next
 // waits Linger (zero: LingerDefault) for more once the arrived commands are
-// taken, takes what arrives meanwhile, and never waits once the batch is
-// full.
+// taken, takes what arrives meanwhile, never waits once the batch is full,
+// and a stop during the wait hands the batch back for redelivery at once.
 func TestNextLinger(t *testing.T) {
 	t.Parallel()
 	nc, err := nats.Connect(testinfra.NATS(t).URL)
@@ -115,4 +116,39 @@ func TestNextLinger(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a stop during the wait hands the batch back", func(t *testing.T) {
+		t.Parallel()
+		p := 20
+		// AckWait a minute: only the negative ack can bring it back soon.
+		c, err := tjs.NewConsumer(js, tjs.ConsumerConfig{Linger: 100 * time.Millisecond, AckWait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if err := c.Add(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		key := keysOf(t.Name(), p, 1)[0]
+		if _, err := js.Publish(t.Context(), events.CommandSubject(key), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // in the buffer before Next
+		stop, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		if batch, err := c.Next(stop); !errors.Is(err, context.DeadlineExceeded) || batch != nil {
+			t.Fatalf("Next stopped during its wait = %d messages, %v; want none and the context's error", len(batch), err)
+		}
+		ctx, cancel2 := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel2()
+		batch, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("the handed-back command was not redelivered: %v", err)
+		}
+		if len(batch) != 1 || batch[0].Subject() != events.PartitionedCommandSubject(key) {
+			t.Fatalf("redelivered %d messages, want the one of %s", len(batch), key)
+		}
+		if err := batch[0].Ack(); err != nil {
+			t.Error(err)
+		}
+	})
 }
