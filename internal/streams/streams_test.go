@@ -27,15 +27,7 @@ func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(testinfra.NATS(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testinfra.NATS(t).JetStream(t)
 	for range 2 {
 		if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
 			t.Fatalf("Ensure: %v", err)
@@ -97,15 +89,7 @@ func TestEnsureRetiresTheLegacyCommandStreamOnlyWhenEmpty(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(testinfra.NATS(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testinfra.NATS(t).JetStream(t)
 	legacy, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.StreamCommandsLegacy, Subjects: []string{events.CommandSubjects},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
 	if err != nil {
@@ -174,15 +158,7 @@ func TestEnsureReopensTheLegacyCommandStreamWhenACommandRaces(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(testinfra.NATS(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testinfra.NATS(t).JetStream(t)
 	want := jetstream.StreamConfig{Name: events.StreamCommandsLegacy, Subjects: []string{events.CommandSubjects},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}
 	legacy, err := js.CreateStream(ctx, want)
@@ -223,15 +199,7 @@ func TestVerifyOnlyReadsAndNamesWhatIsMissing(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(testinfra.NATS(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testinfra.NATS(t).JetStream(t)
 	if err := streams.Verify(ctx, js, streams.Config{}, events.StreamExpiries); err == nil || !strings.Contains(err.Error(), events.StreamExpiries) {
 		t.Fatalf("Verify before the bootstrap: %v, want an error naming %s", err, events.StreamExpiries)
 	}
@@ -256,7 +224,7 @@ func TestVerifyOnlyReadsAndNamesWhatIsMissing(t *testing.T) {
 			t.Fatalf("stream %s after the mapping probe: %v, want it empty (the probe is never stored)", name, err)
 		}
 	}
-	err = streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: []string{"carts.expire."}}, events.StreamExpiries)
+	err := streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: []string{"carts.expire."}}, events.StreamExpiries)
 	if err == nil || !strings.Contains(err.Error(), "carts.expire.>") {
 		t.Fatalf("Verify with an undeclared fire prefix: %v, want an error naming carts.expire.>", err)
 	}

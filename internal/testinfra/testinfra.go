@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
@@ -187,6 +189,22 @@ func (s *NATSServer) url(t testing.TB) string {
 		t.Fatalf("nats port: %v", err)
 	}
 	return fmt.Sprintf("nats://%s:%s", host, port.Port())
+}
+
+// JetStream connects to the server and returns a JetStream client on the
+// connection, which is closed when t ends.
+func (s *NATSServer) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(s.URL)
+	if err != nil {
+		t.Fatalf("connect to nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return js
 }
 
 // Restart stops and starts the NATS container, keeping its JetStream data.

@@ -80,15 +80,7 @@ func (f *flakyExpirer) snapshot() (map[string]int, map[string][]int64) {
 // with the platform's streams.
 func newJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(testinfra.NATS(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testinfra.NATS(t).JetStream(t)
 	if err := streams.Ensure(context.Background(), js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -35,15 +32,7 @@ func keysOf(prefix string, p, n int) []string {
 // and a stop during the wait hands the batch back for redelivery at once.
 func TestNextLinger(t *testing.T) {
 	t.Parallel()
-	nc, err := nats.Connect(testinfra.NATS(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testinfra.NATS(t).JetStream(t)
 	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
