@@ -255,30 +255,28 @@ func (c *Consumer) Next(ctx context.Context) ([]timeoutd.Message, error) {
 	batch[0] = msg{first}
 	var linger *time.Timer
 	for n := commands(first); n < c.cfg.BatchSize; {
+		var m jetstream.Msg
 		select {
-		case m := <-c.msgs:
-			batch = append(batch, msg{m})
-			n += commands(m)
-			continue
-		default:
+		case m = <-c.msgs:
+		default: // what has arrived is taken: linger
+			if c.cfg.Linger < 0 {
+				return batch, nil
+			}
+			if linger == nil {
+				linger = time.NewTimer(c.cfg.Linger)
+				defer linger.Stop()
+			}
+			select {
+			case m = <-c.msgs:
+			case <-linger.C:
+				return batch, nil
+			case <-ctx.Done():
+				nak(batch)
+				return nil, ctx.Err()
+			}
 		}
-		if c.cfg.Linger < 0 {
-			return batch, nil
-		}
-		if linger == nil {
-			linger = time.NewTimer(c.cfg.Linger)
-			defer linger.Stop()
-		}
-		select {
-		case m := <-c.msgs:
-			batch = append(batch, msg{m})
-			n += commands(m)
-		case <-linger.C:
-			return batch, nil
-		case <-ctx.Done():
-			nak(batch)
-			return nil, ctx.Err()
-		}
+		batch = append(batch, msg{m})
+		n += commands(m)
 	}
 	return batch, nil
 }
