@@ -186,6 +186,22 @@ soak-short: images ## short soak: 60 s at 500 orders/s under faults (timeoutd SI
 soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faults, then the audit; HA=1 against the cluster (a random timeoutd killed each time)
 	mkdir -p $(dir $(abspath $(SOAK_REPORT))) && SOAK=long SOAK_HA=$(HA) SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -timeout 45m -v -run '^TestSoak$$' ./e2e
 
+# make chaos: the cluster under a seeded nemesis (e2e/chaos_test.go,
+# docs/RELIABILITY.md "The chaos run"). CHAOS_SEED replays a run (empty: a
+# seed from the clock, printed); CHAOS_RUNS runs that many seeds in a row
+# (CHAOS_SEED, +1, …), one report row each; CHAOS_KINDS replaces the mix of
+# faults (comma-separated kinds, e.g. clock-skew). A short run (40 s, 4
+# faults) is part of `make test`.
+CHAOS_SEED ?=
+CHAOS_RUNS ?= 1
+CHAOS_KINDS ?=
+CHAOS_REPORT ?= build/chaos-report.txt
+
+.PHONY: chaos
+chaos: images ## the cluster under a seeded nemesis: 80 s of load, 8 faults; CHAOS_SEED=N replays, CHAOS_RUNS=10 runs 10 seeds; rows in CHAOS_REPORT
+	mkdir -p $(dir $(abspath $(CHAOS_REPORT))) && CHAOS=long CHAOS_SEED=$(CHAOS_SEED) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_KINDS=$(CHAOS_KINDS) \
+		CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) $(GO) test -count=1 -timeout $$((6 * $(CHAOS_RUNS) + 10))m -v -run '^TestChaos$$' ./e2e
+
 .PHONY: fuzz
 fuzz: ## every Go fuzz target (scripts/fuzz.sh) for FUZZTIME each (default 10s)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh

@@ -252,6 +252,15 @@ func readEvents(ctx context.Context, natsURL string) (seenEvents, error) {
 type auditResult struct {
 	Lines      []string
 	Violations []string
+	// Lost, Early, PaidCancelled and Reconciled count the orders of each
+	// violation (a reconciled order is a lost deadline for any consumer
+	// but orders); FiredTwice counts cancel events stored twice for the
+	// same (key, version); CancelEvents the distinct ones seen.
+	Lost, Early, PaidCancelled, Reconciled, FiredTwice, CancelEvents int
+	// Samples are the orders cancelled by their cancel event: the deadline
+	// and how late the event was stored in JetStream (Late) and fired
+	// (Fired).
+	Samples []lateSample
 }
 
 // audit cross-checks the database, read once every deadline had passed and
@@ -364,6 +373,7 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 			}
 		}
 		published = append(published, first.Stored.Sub(o.PayBy))
+		r.Samples = append(r.Samples, lateSample{PayBy: o.PayBy, Late: first.Stored.Sub(o.PayBy), Fired: first.FiredAt.Sub(first.Deadline)})
 		fired = append(fired, first.FiredAt.Sub(first.Deadline))
 		applied = append(applied, o.UpdatedAt.Sub(o.PayBy))
 	}
@@ -378,6 +388,8 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 			unknown++
 		}
 	}
+	r.Lost, r.Early, r.PaidCancelled, r.Reconciled = len(lost), len(early), len(paidCancelled), len(reconciled)
+	r.FiredTwice, r.CancelEvents = dupExpiries, cancelEvents
 	r.Lines = append(r.Lines,
 		fmt.Sprintf("orders created: %d acknowledged (201), %d in the database (%d created despite an unknown outcome)", len(acked), len(db), len(db)-len(acked)+countMissing(acked, db)),
 		fmt.Sprintf("payments: %d acknowledged (200), %d refused (409, the deadline won), %d unknown outcome", payOKs, refused, unknown),

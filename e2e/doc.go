@@ -26,7 +26,10 @@
 // (soak_test.go, audit_test.go; about 2 minutes), SIGTERM of timeoutd under
 // load (soak_shutdown_test.go), hostile inputs through REST and NATS, the
 // security checks (shared stack) and the compose NATS permissions
-// (hostile_test.go).
+// (hostile_test.go). The cluster: its scenarios (cluster_test.go) and the
+// chaos run, a seeded nemesis with a toxiproxy between one timeoutd and
+// its dependencies (chaos_test.go, faultproxy_test.go; about 2 minutes in
+// make test, make chaos for the long runs).
 //
 // The READMEs' curl examples run on the shared stack, each status compared
 // with the one the README shows (readme_test.go).

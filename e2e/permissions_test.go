@@ -289,8 +289,9 @@ func TestNATSPermissionMatrix(t *testing.T) {
 				return errors.New("no spec of " + events.StreamExpiries)
 			})
 		}
-		// The services' consumers: only the owner reads and acks, nobody
-		// deletes or rewrites them.
+		// The services' consumers: only the owner reads and acks, and only
+		// timeoutd deletes its own (a takeover creates it again); nobody
+		// rewrites them.
 		for _, cons := range []struct {
 			owner, stream, name string
 			held, own           jetstream.Msg
@@ -299,7 +300,20 @@ func TestNATSPermissionMatrix(t *testing.T) {
 			{userTimeoutd, f.cmdStream, tjs.DurableName(f.partition), f.heldTimeoutd, f.ownTimeoutd},
 		} {
 			whose := cons.owner + "'s consumer " + cons.name
-			add(u, "delete "+whose, false, api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), request(api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), ""))
+			if u == userTimeoutd && u == cons.owner {
+				// A takeover deletes the partition's consumer and creates it
+				// again (shown on another partition's, not to disturb the
+				// fixtures of this one).
+				p := (f.partition + 1) % events.Partitions
+				add(u, "delete and create again its own consumer "+tjs.DurableName(p), true, "", func(ctx context.Context, c *permClient) error {
+					if _, err := c.js.CreateConsumer(ctx, events.CommandStream(p), tjs.ConsumerSettings(p, tjs.ConsumerConfig{})); err != nil {
+						return err
+					}
+					return c.js.DeleteConsumer(ctx, events.CommandStream(p), tjs.DurableName(p))
+				})
+			} else {
+				add(u, "delete "+whose, false, api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), request(api("CONSUMER.DELETE.%s.%s", cons.stream, cons.name), ""))
+			}
 			if u == cons.owner {
 				add(u, "ack a message of its own consumer "+cons.name, true, "", ack(cons.own))
 				add(u, "read info of its own consumer "+cons.name, true, "", request(api("CONSUMER.INFO.%s.%s", cons.stream, cons.name), ""))

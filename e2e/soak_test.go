@@ -213,7 +213,8 @@ const soakReconcileMargin = 2 * time.Minute
 func TestSoak(t *testing.T) {
 	cfg := soakConfigFromEnv(t)
 	s := startStack(t, cfg.stackOptions())
-	rep, _ := runSoak(t, s, cfg, cfg.schedule(s))
+	res := runSoak(t, s, cfg, cfg.schedule(s))
+	rep := res.Report
 	t.Log("\n" + strings.Join(rep, "\n"))
 	if out := os.Getenv("SOAK_REPORT"); out != "" {
 		if err := os.WriteFile(out, []byte(strings.Join(rep, "\n")+"\n"), 0o644); err != nil {
@@ -222,10 +223,23 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// soakResult is what runSoak measured: its report, the events it read
+// and the audit's figures.
+type soakResult struct {
+	Report []string
+	Events seenEvents
+	Audit  auditResult
+	// Start is when the load started; faults' At are relative to it.
+	Start time.Time
+	// Acked is how many creates the orders service acknowledged.
+	Acked int
+}
+
 // runSoak runs cfg's load against s while it runs faults at their times,
 // waits until the system caught up, audits it, failing t on every
-// violation, and returns the report and the events it read.
-func runSoak(t *testing.T, s *stack, cfg soakConfig, faults []fault) ([]string, seenEvents) {
+// violation (an empty load included: see loadFloor), and returns what it
+// measured.
+func runSoak(t *testing.T, s *stack, cfg soakConfig, faults []fault) soakResult {
 	t.Helper()
 	ctx := t.Context()
 	t.Logf("soak: %d orders/s for %s, deadlines %s-%s, %.0f%% paid, cluster %v", cfg.Rate, cfg.Duration, cfg.MinDeadline, cfg.MaxDeadline, cfg.PayShare*100, cfg.HA)
@@ -320,10 +334,26 @@ func runSoak(t *testing.T, s *stack, cfg soakConfig, faults []fault) ([]string, 
 	for _, r := range rejected {
 		t.Errorf("load generator got an unexpected answer: %s", r)
 	}
-	for _, v := range res.Violations {
+	for _, v := range append(res.Violations, loadFloor(cfg, len(acked), res.CancelEvents)...) {
 		t.Error(v)
 	}
-	return rep, ev
+	return soakResult{Report: rep, Events: ev, Audit: res, Start: start, Acked: len(acked)}
+}
+
+// loadFloor returns what shows that a soak's load did not run, so that an
+// empty run cannot pass its audit: fewer orders acknowledged than half of
+// those cfg asks for, or fewer distinct cancel events than a quarter of the
+// acknowledged orders the load left unpaid.
+func loadFloor(cfg soakConfig, acked, cancelEvents int) []string {
+	var out []string
+	want := cfg.Rate * int(cfg.Duration/time.Second)
+	if acked < want/2 {
+		out = append(out, fmt.Sprintf("load: %d orders acknowledged, fewer than half of the %d asked for (%d/s for %s)", acked, want, cfg.Rate, cfg.Duration))
+	}
+	if unpaid := float64(acked) * (1 - cfg.PayShare); float64(cancelEvents) < unpaid/4 || cancelEvents == 0 {
+		out = append(out, fmt.Sprintf("load: %d cancel events seen, fewer than a quarter of the ~%.0f orders left unpaid", cancelEvents, unpaid))
+	}
+	return out
 }
 
 // unpublishedSQL counts timeoutd's timeouts whose deadline passed and whose
@@ -382,5 +412,29 @@ func settle(ctx context.Context, cfg soakConfig, lastDeadline time.Time, ordersD
 		case <-ctx.Done():
 			return b, ctx.Err()
 		}
+	}
+}
+
+// TestLoadFloor: a soak whose load did not run fails its audit.
+func TestLoadFloor(t *testing.T) {
+	t.Parallel()
+	cfg := soakConfig{Rate: 100, Duration: 60 * time.Second, PayShare: 0.5}
+	tests := []struct {
+		name                string
+		acked, cancelEvents int
+		wantFailures        int
+	}{
+		{"empty load", 0, 0, 2},
+		{"orders but no cancel event", 6000, 0, 1},
+		{"few orders", 1000, 500, 1},
+		{"the load ran", 5800, 2700, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := loadFloor(cfg, tt.acked, tt.cancelEvents); len(got) != tt.wantFailures {
+				t.Errorf("loadFloor(%d acked, %d cancel events) = %q, want %d failures", tt.acked, tt.cancelEvents, got, tt.wantFailures)
+			}
+		})
 	}
 }

@@ -6,10 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +34,8 @@ import (
 var (
 	ordersImage   = cmp.Or(os.Getenv("ORDERTIMEOUT_ORDERS_IMAGE"), "ordertimeout/orders:dev")
 	timeoutdImage = cmp.Or(os.Getenv("ORDERTIMEOUT_TIMEOUTD_IMAGE"), "ordertimeout/timeoutd:dev")
+	// toxiproxyImage is the fault proxy of stackOptions.Proxied.
+	toxiproxyImage = cmp.Or(os.Getenv("ORDERTIMEOUT_TOXIPROXY_IMAGE"), "ordertimeout/toxiproxy:latest")
 )
 
 // Container names of the stack; also their host names on its network.
@@ -39,6 +44,7 @@ const (
 	svcNATS     = "nats"
 	svcOrders   = "orders"
 	svcTimeoutd = "timeoutd"
+	svcProxy    = "toxiproxy"
 )
 
 // apiToken is the orders API token the stack is started with.
@@ -62,6 +68,12 @@ type stackOptions struct {
 	// (timeoutd-1, timeoutd-2, …; orders-1, …), each timeoutd with its
 	// container name as its instance id.
 	Timeoutds, Orders int
+	// Proxied, when set, names the timeoutd instance whose connections to
+	// Postgres and NATS go through a toxiproxy container of the stack
+	// (faultProxy); the others connect directly. NATS then advertises no
+	// cluster URLs to clients, so the proxied instance cannot reconnect
+	// around the proxy.
+	Proxied string
 }
 
 // names returns the container names of n instances of svc: svc alone for
@@ -97,12 +109,16 @@ type stack struct {
 	// roots maps a service container's name to its HTTP root.
 	roots map[string]string
 	// timeoutdEnv is the environment of a timeoutd instance, without its
-	// instance id (addTimeoutd).
+	// instance id (addTimeoutd); instanceEnv adds to it for one instance
+	// (the proxied one, a skewed one).
 	timeoutdEnv map[string]string
-	network     *testcontainers.DockerNetwork
-	mu          sync.Mutex
-	ctrs        map[string]testcontainers.Container
-	order       []string // container names in start order
+	instanceEnv map[string]map[string]string
+	// proxy drives the toxiproxy of stackOptions.Proxied (nil without).
+	proxy   *faultProxy
+	network *testcontainers.DockerNetwork
+	mu      sync.Mutex
+	ctrs    map[string]testcontainers.Container
+	order   []string // container names in start order
 }
 
 // startStack starts a stack of t's own, removed when t ends; when t fails,
@@ -155,8 +171,13 @@ func TestMain(m *testing.M) {
 
 func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s := &stack{APIToken: apiToken, ctrs: map[string]testcontainers.Container{}, roots: map[string]string{},
-		NATSNodes: names(svcNATS, opts.NATSNodes), Timeoutds: names(svcTimeoutd, opts.Timeoutds), Orders: names(svcOrders, opts.Orders)}
-	if err := requireImages(ctx, testinfra.PostgresImage, testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
+		instanceEnv: map[string]map[string]string{},
+		NATSNodes:   names(svcNATS, opts.NATSNodes), Timeoutds: names(svcTimeoutd, opts.Timeoutds), Orders: names(svcOrders, opts.Orders)}
+	imgs := []string{testinfra.PostgresImage, testinfra.NATSImage, ordersImage, timeoutdImage}
+	if opts.Proxied != "" {
+		imgs = append(imgs, toxiproxyImage)
+	}
+	if err := requireImages(ctx, imgs...); err != nil {
 		return s, err
 	}
 	nw, err := tcnetwork.New(ctx)
@@ -196,6 +217,9 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 			}
 			args = append(args, "--server_name", name, "--cluster_name", "ordertimeout",
 				"--cluster", "nats://0.0.0.0:6222", "--routes", strings.Join(routes, ","))
+			if opts.Proxied != "" {
+				args = append(args, "--no_advertise")
+			}
 		}
 		wg.Go(func() {
 			errs[i] = s.run(ctx, name, testinfra.NATSImage, "4222/tcp",
@@ -247,6 +271,14 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		timeoutd[k] = v
 	}
 	s.timeoutdEnv = timeoutd
+	if opts.Proxied != "" {
+		p, err := s.startFaultProxy(ctx)
+		if err != nil {
+			return s, err
+		}
+		s.proxy = p
+		s.instanceEnv[opts.Proxied] = p.env(pg + "timeouts?sslmode=disable")
+	}
 	errs = make([]error, len(s.Orders)+len(s.Timeoutds))
 	for i, name := range s.Orders {
 		wg.Go(func() {
@@ -275,6 +307,11 @@ func (s *stack) startTimeoutd(ctx context.Context, name string) error {
 	for k, v := range s.timeoutdEnv {
 		env[k] = v
 	}
+	s.mu.Lock()
+	for k, v := range s.instanceEnv[name] {
+		env[k] = v
+	}
+	s.mu.Unlock()
 	if err := s.run(ctx, name, timeoutdImage, "8080/tcp", testcontainers.WithEnv(env), readyz("8080/tcp")); err != nil {
 		return err
 	}
@@ -516,6 +553,49 @@ func (s *stack) docker(t *testing.T, op func(context.Context, *client.Client, st
 	}
 }
 
+// Disconnect cuts the container name off the stack's network (docker
+// network disconnect): its connections hang, nothing reaches it, it reaches
+// nothing, and it keeps running.
+func (s *stack) Disconnect(t *testing.T, name string) {
+	t.Helper()
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		_, err := cli.NetworkDisconnect(ctx, s.network.ID, client.NetworkDisconnectOptions{Container: id, Force: true})
+		return err
+	}, "disconnect "+name, name)
+}
+
+// Reconnect connects the container name, cut off by Disconnect, to the
+// stack's network again under its name.
+func (s *stack) Reconnect(t *testing.T, name string) {
+	t.Helper()
+	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
+		_, err := cli.NetworkConnect(ctx, s.network.ID, client.NetworkConnectOptions{Container: id,
+			EndpointConfig: &network.EndpointSettings{Aliases: []string{name}}})
+		return err
+	}, "reconnect "+name, name)
+}
+
+// replaceTimeoutd removes the timeoutd instance name (SIGKILL) and starts
+// a new container of the same name with env added to its environment (for
+// this and every later start), waiting until it is ready.
+func (s *stack) replaceTimeoutd(ctx context.Context, name string, env map[string]string) error {
+	s.mu.Lock()
+	old := s.ctrs[name]
+	delete(s.ctrs, name)
+	s.order = slices.DeleteFunc(s.order, func(n string) bool { return n == name })
+	merged := maps.Clone(s.instanceEnv[name])
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, env)
+	s.instanceEnv[name] = merged
+	s.mu.Unlock()
+	if err := old.Terminate(ctx, testcontainers.StopTimeout(0)); err != nil {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return s.startTimeoutd(ctx, name)
+}
+
 // waitReady polls url (a /readyz) until it answers 2xx and returns when it
 // did; it fails t after timeout.
 func waitReady(t *testing.T, url string, timeout time.Duration) time.Time {
@@ -549,13 +629,40 @@ func (s *stack) terminate() {
 	}
 }
 
+// printLogsOnFailure prints the containers' logs when t fails, and with
+// E2E_LOGS_DIR set writes every container's whole log to <dir>/<test>/<name>.log
+// whatever the outcome (to read what the services did in a run that passed).
 func (s *stack) printLogsOnFailure(t *testing.T) {
 	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
 			s.printLogs(t)
 		}
+		if dir := os.Getenv("E2E_LOGS_DIR"); dir != "" {
+			s.saveLogs(t, filepath.Join(dir, t.Name()))
+		}
 	})
+}
+
+// saveLogs writes every container's whole log to dir/<name>.log.
+func (s *stack) saveLogs(t *testing.T, dir string) {
+	t.Helper()
+	if s == nil {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("save logs: %v", err)
+		return
+	}
+	s.mu.Lock()
+	names := append([]string(nil), s.order...)
+	s.mu.Unlock()
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(dir, name+".log"), []byte(testinfra.Logs(s.container(name))), 0o644); err != nil {
+			t.Logf("save logs of %s: %v", name, err)
+		}
+	}
+	t.Logf("container logs in %s", dir)
 }
 
 // printLogs logs the last logTailLines lines of every container of s.

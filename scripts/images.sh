@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Builds every image the platform and its tests need:
-#   ordertimeout/postgres:15   the official postgres:15 when a registry answers,
-#                              else Debian's postgresql-15 (debootstrap + docker import)
-#   ordertimeout/nats:latest   nats-server (the official image's binary when a
-#                              registry answers, else built from the module pinned
-#                              in go.mod) in scratch, with the project's config
+# Builds every image the platform and its tests need, offline: no registry is
+# contacted.
+#   ordertimeout/postgres:15   Debian's postgresql-15 (debootstrap + docker import)
+#   ordertimeout/nats:latest   nats-server built from the module pinned in
+#                              go.mod, in scratch, with the project's config
 #                              and /healthcheck probe
 #   ordertimeout/orders:dev, ordertimeout/timeoutd:dev   the services, FROM scratch
+#   ordertimeout/toxiproxy:latest   the TCP fault proxy of the chaos run, built
+#                              from the toxiproxy module pinned in go.mod, in scratch
 # Each image is labelled with a hash of its inputs and rebuilt only when they
-# change; an image already current is never rebuilt, whichever way it was made.
-# ORDERTIMEOUT_OFFLINE=1 skips the registry check (a 4-second curl).
-# ORDERTIMEOUT_IMAGE_TAG=T tags the NATS and service images :T instead (for a
-# second checkout whose tests must not use the first one's images; point the
-# tests at them with ORDERTIMEOUT_{NATS,ORDERS,TIMEOUTD}_IMAGE).
-# Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd]...  (default: all)
+# change; an image already current is never rebuilt.
+# ORDERTIMEOUT_IMAGE_TAG=T tags the NATS, toxiproxy and service images :T
+# instead (for a second checkout whose tests must not use the first one's
+# images; point the tests at them with
+# ORDERTIMEOUT_{NATS,ORDERS,TIMEOUTD,TOXIPROXY}_IMAGE).
+# Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd|toxiproxy]...  (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -38,20 +39,10 @@ gobuild() { # gobuild OUT PKG
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -tags timetzdata -ldflags='-s -w' -o "$1" "$2"
 }
 
-# official_postgres builds IMAGE from the official postgres:15 (which has the
-# same POSTGRES_* variables, /docker-entrypoint-initdb.d, pg_isready, pgbench).
-official_postgres() {
-  log "pulling the official postgres:15"
-  docker pull -q postgres:15 >/dev/null || return 1
-  printf 'FROM postgres:15\n' | dbuild --label ordertimeout.inputs=official -t "$1" -
-}
-
 build_postgres() {
   local img=ordertimeout/postgres:15 hash rootfs=$CACHE/pg-rootfs mirror
   hash=$(input_hash deploy/images/postgres/Dockerfile deploy/images/postgres/entrypoint.sh)
   current "$img" "$hash" && return 0
-  current "$img" official && return 0
-  if registry_answers && official_postgres "$img"; then return 0; fi
   if ! docker image inspect ordertimeout/postgres-rootfs:15 >/dev/null 2>&1; then
     if [ ! -x "$rootfs/usr/lib/postgresql/15/bin/postgres" ]; then
       command -v debootstrap >/dev/null || {
@@ -75,22 +66,29 @@ build_postgres() {
 }
 
 build_nats() {
-  local img=ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/nats hash version ctr
+  local img=ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/nats hash
   hash=$( (grep -E 'nats-server|nats.go' go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go deploy/streams/*.go internal/streams/*.go pkg/events/*.go) | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
   rm -rf "$ctx" && mkdir -p "$ctx/data"
-  version=$(awk '$1=="github.com/nats-io/nats-server/v2" {sub(/^v/, "", $2); print $2}' go.mod)
-  if registry_answers && docker pull -q "nats:$version" >/dev/null 2>&1; then
-    log "building $img from the official nats:$version"
-    ctr=$(docker create "nats:$version")
-    docker cp "$ctr:/nats-server" "$ctx/nats-server" && docker rm "$ctr" >/dev/null
-  else
-    log "building $img from the nats-server module"
-    gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
-  fi
+  log "building $img from the nats-server module"
+  gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
   gobuild "$ctx/healthcheck" ./deploy/healthcheck
   gobuild "$ctx/streams" ./deploy/streams
   cp deploy/images/nats/Dockerfile deploy/images/nats/nats.conf "$ctx/"
+  dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
+}
+
+# build_toxiproxy: toxiproxy's server from the module pinned in go.mod (a
+# `tool` there, like nats-server), in scratch; rebuilt when its version or
+# the Dockerfile change.
+build_toxiproxy() {
+  local img=ordertimeout/toxiproxy:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/toxiproxy hash
+  hash=$( (grep -E 'Shopify/toxiproxy' go.mod; cat deploy/images/toxiproxy/Dockerfile) | sha256sum | cut -c1-12)
+  current "$img" "$hash" && return 0
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  log "building $img from the toxiproxy module"
+  gobuild "$ctx/toxiproxy" github.com/Shopify/toxiproxy/v2/cmd/server
+  cp deploy/images/toxiproxy/Dockerfile "$ctx/"
   dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
 }
 
@@ -119,13 +117,14 @@ build_service() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(postgres nats services)
+[ ${#targets[@]} -gt 0 ] || targets=(postgres nats services toxiproxy)
 for t in "${targets[@]}"; do
   case "$t" in
     postgres) build_postgres ;;
     nats) build_nats ;;
     services) build_service orders; build_service timeoutd ;;
     orders|timeoutd) build_service "$t" ;;
+    toxiproxy) build_toxiproxy ;;
     *) die "unknown image $t" ;;
   esac
 done

@@ -43,14 +43,3 @@ compose() {
     die "no compose command: install the Docker compose plugin (docker-compose-plugin) or run scripts/ensure-docker.sh"
   fi
 }
-
-# registry_answers reports, within a few seconds, whether Docker Hub answers,
-# so the official images can be pulled. ORDERTIMEOUT_OFFLINE=1 skips the check.
-registry_answers() {
-  [ "${ORDERTIMEOUT_OFFLINE:-}" = 1 ] && return 1
-  command -v curl >/dev/null 2>&1 || return 1
-  # The registry answers 401 (token required) to an anonymous /v2/ request.
-  local code
-  code=$(curl -s -o /dev/null -m 4 -w '%{http_code}' https://registry-1.docker.io/v2/ 2>/dev/null) || return 1
-  [ "$code" = 401 ] || [ "$code" = 200 ]
-}

@@ -35,7 +35,7 @@ import (
 
 // Images the helpers start; scripts/images.sh builds them. The environment
 // variables ORDERTIMEOUT_POSTGRES_IMAGE and ORDERTIMEOUT_NATS_IMAGE override
-// them (say, with the official images where a registry answers).
+// them (say, with the images of a second checkout).
 var (
 	PostgresImage = envOr("ORDERTIMEOUT_POSTGRES_IMAGE", "ordertimeout/postgres:15")
 	NATSImage     = envOr("ORDERTIMEOUT_NATS_IMAGE", "ordertimeout/nats:latest")

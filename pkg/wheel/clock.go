@@ -36,6 +36,17 @@ func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 
+// OffsetClock returns the real clock moved by d: its readings keep Go's
+// monotonic clock, moved as well, as on a host whose clock is set d ahead
+// (fault injection: a wheel on it fires d early by the true clock).
+func OffsetClock(d time.Duration) Clock { return offsetClock(d) }
+
+type offsetClock time.Duration
+
+func (o offsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
+
+func (offsetClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
 type realTimer struct{ t *time.Timer }
 
 func (r realTimer) C() <-chan time.Time   { return r.t.C }

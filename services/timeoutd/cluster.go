@@ -18,6 +18,7 @@ import (
 // whether its fires may go (the backlog that waited for it is consumed).
 type ownership struct {
 	id      string
+	now     func() time.Time // the monotonic clock trusted() reads
 	epochs  [events.Partitions]atomic.Int64
 	opened  [events.Partitions]atomic.Bool
 	changed atomic.Uint64 // bumped by every gain and loss, for the stats
@@ -34,7 +35,7 @@ func (o *ownership) trustUntil(t time.Time) { o.until.Store(&t) }
 // clock (a process paused longer, or cut off from Postgres, is not).
 func (o *ownership) trusted() bool {
 	u := o.until.Load()
-	return u != nil && time.Now().Before(*u)
+	return u != nil && o.now().Before(*u)
 }
 
 // gain records lease l; its fires stay shut until open.
@@ -84,15 +85,23 @@ func (o *ownership) owned() []int {
 	return out
 }
 
-// membership keeps this instance's share of the partitions: every
+// membership keeps this instance's share of the partitions. Every
 // LeaseRenewInterval (sooner when another instance's lease expires before
-// then) it heartbeats, renews its leases, gives up those it holds beyond
-// its share (ceil(Partitions / live instances)) and acquires free or
-// expired ones up to its share. A partition it can no longer prove
-// it holds (the renewal failed and LeaseTTL minus one renew interval passed
-// since the last renewal was sent, or the renewal did not return it) stops
-// ingesting and firing here at once, before the lease can expire anywhere
-// else; the fence in Postgres refuses its writes whatever happens.
+// then, or when a probe finds partitions released or orphaned by a crash) it
+// heartbeats, renews its leases, gives up those it holds beyond its share
+// (ceil(Partitions / live instances)) and acquires free, expired or orphaned
+// ones up to its share. Its calls go to a pool of their own (Deps.Leases).
+//
+// A lease the renewal did not return is lost: its partition stops here at
+// once. A renewal that has not returned within the renew deadline is a
+// lapse, not a loss: the fires wait (the leases are not trusted, see
+// ownership.trusted) and the fence in Postgres refuses this instance's
+// writes, but the partitions stay loaded, and a renewal at the same epoch
+// (nobody took them meanwhile) resumes them without a reload.
+//
+// Every takeover is tied to the epochs it was started for: what it undoes
+// when a partition was lost while it loaded never touches a newer takeover
+// of the same partition.
 type membership struct {
 	startstop.Base
 	cfg    Config
@@ -101,20 +110,40 @@ type membership struct {
 	sched  *schedule.Schedule
 	rec    *recovery
 	own    *ownership
+	stats  *stats
 	info   func() InstanceInfo // what the heartbeat publishes of this instance
-	view   *clusterView        // refreshed every round
+	// brokerHealthy reports whether NATS answered lately (Deps.BrokerHealthy).
+	brokerHealthy func() bool
+	view          *clusterView // refreshed every round
 	// ready is called once the first round's partitions are loaded and
 	// consumed; caughtUp once their fires are open.
 	ready    func(loaded int)
 	caughtUp func()
+	// now is the clock the lease deadlines are measured on (monotonic).
+	now func() time.Time
 
-	mu   sync.Mutex // guards held: the loop, and releaseAll after it
+	mu   sync.Mutex // guards what follows: the loop, takeovers, releaseAll
 	held []Lease
 	// validUntil is when the leases stop being trusted here without a
 	// renewal: the last renewal's send time plus the renew deadline.
 	validUntil time.Time
+	lapsed     bool        // validUntil passed without a renewal (counted once)
+	leaving    atomic.Bool // shutting down: renewals only (see leave)
+	acquireAt  time.Time   // no acquisition before (after a failed takeover)
+	aheads     []time.Duration
 	releases   sync.WaitGroup // takeovers waiting to open their partitions
 	firstDone  bool
+	share      int // the share of the last round
+
+	signals membershipSignals
+}
+
+// membershipSignals are the membership's test signals; zero (nil
+// channels) in production, where signalling costs nothing.
+type membershipSignals struct {
+	// taken receives the leases of a takeover once it is over: opened,
+	// given up, or undone because they were lost while it loaded.
+	taken testSignal[[]Lease]
 }
 
 // Start keeps the membership until ctx ends or Stop; leases are kept (to
@@ -124,11 +153,66 @@ func (m *membership) Start(ctx context.Context) { m.Base.Start(ctx, m.run) }
 func (m *membership) run(ctx context.Context) {
 	defer m.releases.Wait()
 	for {
-		if !sleep(ctx, m.round(ctx)) {
+		if !m.wait(ctx, m.round(ctx)) {
 			return
 		}
 	}
 }
+
+// wait pauses for d, probing every LeaseProbeInterval for partitions
+// takeable at once (released, or orphaned by a crash) that this instance
+// has room for: then it returns at once, for a round that takes them over;
+// and so it does when the probe's connection fails, after stopping the
+// fires until that round renews the leases. It reports whether ctx is
+// still alive.
+func (m *membership) wait(ctx context.Context, d time.Duration) bool {
+	until := m.now().Add(d)
+	for {
+		left := until.Sub(m.now())
+		if left <= 0 {
+			return ctx.Err() == nil
+		}
+		if !sleep(ctx, min(left, m.cfg.LeaseProbeInterval)) {
+			return false
+		}
+		if !m.now().Before(until) {
+			return true
+		}
+		// A probe may take longer than the interval on a busy database; a
+		// slow answer is still an answer (the round it triggers is what
+		// takes the partitions).
+		pctx, cancel := context.WithTimeout(ctx, max(m.cfg.LeaseProbeInterval, m.cfg.LeaseRenewInterval/2))
+		live, takeable, err := m.leases.Probe(pctx, m.cfg.InstanceID, m.cfg.LeaseTTL)
+		slow := pctx.Err() != nil
+		cancel()
+		switch {
+		case err != nil && !slow && ctx.Err() == nil:
+			// The connection failed (reset, closed), not merely slow: this
+			// instance's sessions may all be gone, which the others read
+			// as a crash and take its partitions at once. The fires wait
+			// for a round to prove the leases.
+			m.own.trustUntil(time.Time{})
+			m.cfg.Logger.Warn("lease connection failed; fires wait for a renewal", "err", err)
+			return true
+		case err == nil && takeable > 0 && m.heldCount() < shareOf(live) && m.brokerHealthy() && !m.leaving.Load():
+			return true
+		}
+	}
+}
+
+func (m *membership) heldCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.held)
+}
+
+// shareOf is an instance's share of the partitions among live instances.
+func shareOf(live int) int { return (events.Partitions + max(live, 1) - 1) / max(live, 1) }
+
+// leave turns the membership, on a graceful shutdown, to renewals only:
+// it acquires and hands over nothing more, and keeps the leases valid
+// while the writes in flight finish, until releaseAll gives them up.
+func (m *membership) leave() { m.leaving.Store(true) }
 
 // expiryMargin is how long after another instance's lease expires, by the
 // heartbeat's reckoning, the next round runs: past the expiry despite the
@@ -136,35 +220,39 @@ func (m *membership) run(ctx context.Context) {
 // rather than up to a renew interval later.
 const expiryMargin = 20 * time.Millisecond
 
+// aheadSamples is how many heartbeats the clock's offset is taken over.
+const aheadSamples = 5
+
 // round is one heartbeat, renewal and rebalance; it returns the pause
 // until the next one: the renew interval, or less when another instance's
-// lease expires sooner.
+// lease expires sooner, or the probe interval after a failure (a database
+// back from an outage is answered within it, and the partitions resume). Each call is bounded by the lease TTL: a call
+// still blocked then (a connection cut without a reset) is abandoned and
+// retried at the next round, on a fresh connection.
 func (m *membership) round(ctx context.Context) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	sent := time.Now()
-	deadline := sent.Add(m.cfg.renewDeadline())
-	if len(m.held) > 0 && m.validUntil.Before(deadline) {
-		deadline = m.validUntil // a call still blocked then drops every partition
-	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
+	sent := m.now()
+	wallSent := m.cfg.Now()
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
 	defer cancel()
 	info, _ := json.Marshal(m.info()) // cannot fail: plain fields
-	live, nextExpiry, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info)
+	beat, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info)
 	if err != nil {
 		m.unproven(ctx, "heartbeat", err)
-		return m.cfg.LeaseRenewInterval
+		return m.cfg.LeaseProbeInterval // the database is back: renew at once
 	}
+	m.measureClock(wallSent, m.cfg.Now(), beat.DBTime)
 	var wake time.Time // when another instance's first lease has expired
-	if nextExpiry > 0 {
-		wake = time.Now().Add(nextExpiry + expiryMargin)
+	if beat.NextExpiry > 0 {
+		wake = m.now().Add(beat.NextExpiry + expiryMargin)
 	}
 	defer m.readView(rctx)
 	if len(m.held) > 0 {
 		renewed, err := m.leases.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.LeaseTTL)
 		if err != nil {
 			m.unproven(ctx, "renew leases", err)
-			return m.cfg.LeaseRenewInterval
+			return m.cfg.LeaseProbeInterval
 		}
 		var lost []Lease
 		for _, l := range m.held {
@@ -174,28 +262,43 @@ func (m *membership) round(ctx context.Context) time.Duration {
 		}
 		if len(lost) > 0 {
 			m.cfg.Logger.Warn("leases lost", "partitions", partitionsOf(lost))
+			m.stats.partitionsLost.Add(uint64(len(lost)))
 			m.drop(lost)
 		}
-		m.setValidUntil(sent.Add(m.cfg.renewDeadline()))
+		m.trust(sent)
 	}
-	share := (events.Partitions + live - 1) / live
+	if m.leaving.Load() {
+		return m.cfg.LeaseRenewInterval
+	}
+	m.share = shareOf(beat.Live)
+	if !m.brokerHealthy() && beat.Live > 1 {
+		// Cut off from NATS, this instance can neither ingest nor publish:
+		// its partitions go to the other instances, which may. (Alone, it
+		// keeps them: nobody else could fire them, and it would reload
+		// them all once NATS answers.)
+		if len(m.held) > 0 {
+			m.cfg.Logger.Warn("NATS does not answer; handing every partition over")
+		}
+		m.share = 0
+	}
 	switch {
-	case len(m.held) > share:
-		extra := slices.Clone(m.held[share:])
+	case len(m.held) > m.share:
+		extra := slices.Clone(m.held[m.share:])
 		m.drop(extra)
 		if err := m.leases.Release(rctx, m.cfg.InstanceID, extra); err != nil {
 			m.cfg.Logger.Warn("release leases", "err", err) // they expire instead
 		}
-		m.cfg.Logger.Info("partitions handed over", "partitions", partitionsOf(extra), "live", live, "share", share)
-	case len(m.held) < share:
-		got, err := m.leases.Acquire(rctx, m.cfg.InstanceID, share-len(m.held), partitionsOf(m.held), m.cfg.LeaseTTL)
+		m.stats.partitionsReleased.Add(uint64(len(extra)))
+		m.cfg.Logger.Info("partitions handed over", "partitions", partitionsOf(extra), "live", beat.Live, "share", m.share)
+	case len(m.held) < m.share && !m.now().Before(m.acquireAt):
+		got, err := m.leases.Acquire(rctx, m.cfg.InstanceID, m.share-len(m.held), partitionsOf(m.held), m.cfg.LeaseTTL)
 		if err != nil {
 			m.cfg.Logger.Warn("acquire leases", "err", err)
 			break
 		}
 		if len(got) > 0 {
 			if len(m.held) == 0 {
-				m.setValidUntil(sent.Add(m.cfg.renewDeadline()))
+				m.trust(sent)
 			}
 			m.take(ctx, got, !m.firstDone)
 			m.firstDone = true
@@ -207,16 +310,39 @@ func (m *membership) round(ctx context.Context) time.Duration {
 		m.caughtUp()
 	}
 	if !wake.IsZero() {
-		return max(min(m.cfg.LeaseRenewInterval, time.Until(wake)), expiryMargin)
+		return max(min(m.cfg.LeaseRenewInterval, wake.Sub(m.now())), expiryMargin)
 	}
 	return m.cfg.LeaseRenewInterval
 }
 
-// setValidUntil records when the leases stop being trusted here without a
-// renewal, for the membership and for the fire path.
-func (m *membership) setValidUntil(t time.Time) {
-	m.validUntil = t
-	m.own.trustUntil(t)
+// trust records a renewal sent at sent: the leases are trusted here until
+// the renew deadline after it, for the membership and for the fire path.
+func (m *membership) trust(sent time.Time) {
+	if m.lapsed {
+		m.cfg.Logger.Info("leases renewed after a lapse; partitions resume", "partitions", partitionsOf(m.held))
+	}
+	m.lapsed = false
+	m.validUntil = sent.Add(m.cfg.renewDeadline())
+	m.own.trustUntil(m.validUntil)
+}
+
+// measureClock takes one heartbeat's reading of the database's clock,
+// dbTime, between the wall clock's sent and received: received minus
+// dbTime bounds how far this clock is ahead of the database's. The fires
+// are held by the least such bound of the last aheadSamples heartbeats (the
+// one whose round trip was the shortest), so that an instance whose clock
+// runs ahead never fires before a deadline by the database's clock.
+func (m *membership) measureClock(sent, received, dbTime time.Time) {
+	if dbTime.IsZero() {
+		return
+	}
+	m.aheads = append(m.aheads, received.Sub(dbTime))
+	if len(m.aheads) > aheadSamples {
+		m.aheads = m.aheads[1:]
+	}
+	ahead := slices.Min(m.aheads)
+	m.sched.Hold(max(ahead, 0))
+	m.stats.clockAhead.Store(int64(received.Sub(sent)/2 + sent.Sub(dbTime)))
 }
 
 // readView refreshes the cluster view, after the round's changes; a
@@ -231,15 +357,18 @@ func (m *membership) readView(ctx context.Context) {
 }
 
 // unproven handles a failed heartbeat or renewal: the leases stay trusted
-// until validUntil, then every partition stops here.
+// until validUntil; past it, the partitions lapse (their fires wait, the
+// fence refuses their writes) but stay loaded until a renewal tells
+// whether they are still this instance's.
 func (m *membership) unproven(ctx context.Context, what string, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	if len(m.held) > 0 && time.Now().After(m.validUntil) {
-		m.cfg.Logger.Error("leases not renewed within the renew deadline; stopping every partition", "op", what, "err", err,
+	if len(m.held) > 0 && !m.lapsed && m.now().After(m.validUntil) {
+		m.lapsed = true
+		m.stats.leaseLapses.Add(1)
+		m.cfg.Logger.Error("leases not renewed within the renew deadline; fires wait for a renewal", "op", what, "err", err,
 			"partitions", partitionsOf(m.held))
-		m.drop(m.held)
 		return
 	}
 	m.cfg.Logger.Warn(what, "err", err)
@@ -248,28 +377,40 @@ func (m *membership) unproven(ctx context.Context, what string, err error) {
 // take takes the newly granted leases' partitions over in the background
 // (a large load must not hold up the renewals): it loads them, and opens
 // them once their backlog is consumed. first marks the first round's
-// takeover, which reports ready and caught up.
+// takeover, which reports ready and caught up. A takeover that fails (the
+// partitions do not fit in MaxPending) gives its leases up, for another
+// instance, and no lease is acquired here for a lease TTL.
 func (m *membership) take(ctx context.Context, got []Lease, first bool) {
 	for _, l := range got {
 		m.own.gain(l)
 	}
+	m.stats.partitionsGained.Add(uint64(len(got)))
 	m.held = append(m.held, got...)
 	slices.SortFunc(m.held, func(a, b Lease) int { return a.Partition - b.Partition })
 	m.releases.Go(func() {
+		defer m.signals.taken.signal(got)
 		parts := partitionsOf(got)
 		t, err := m.rec.load(ctx, got)
 		m.mu.Lock()
-		// A partition lost while it loaded: undo what the load did for it.
+		// Undo what the load did for a partition lost while it loaded,
+		// unless it is owned again, by a newer takeover whose consumer and
+		// timeouts are not this one's to touch.
 		var gone []int
 		for _, l := range got {
-			if m.own.epochs[l.Partition].Load() != l.Epoch {
+			if m.own.epochs[l.Partition].Load() == 0 {
 				gone = append(gone, l.Partition)
 			}
 		}
 		m.forget(gone)
 		if err != nil && ctx.Err() == nil {
-			m.cfg.Logger.Error("take partitions over; giving them up", "partitions", parts, "err", err)
-			m.drop(got)
+			mine := m.current(got)
+			m.cfg.Logger.Error("take partitions over; giving them up", "partitions", partitionsOf(mine), "err", err)
+			m.drop(mine)
+			if err := m.leases.Release(ctx, m.cfg.InstanceID, mine); err != nil {
+				m.cfg.Logger.Warn("release leases", "err", err) // they expire instead
+			}
+			m.stats.partitionsReleased.Add(uint64(len(mine)))
+			m.acquireAt = m.now().Add(m.cfg.LeaseTTL)
 		}
 		m.mu.Unlock()
 		if first {
@@ -286,6 +427,17 @@ func (m *membership) take(ctx context.Context, got []Lease, first bool) {
 			m.caughtUp()
 		}
 	})
+}
+
+// current returns the leases of leases still held at their epoch.
+func (m *membership) current(leases []Lease) []Lease {
+	var out []Lease
+	for _, l := range leases {
+		if m.own.epochs[l.Partition].Load() == l.Epoch {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // drop stops the partitions of leases here: no more commands are fetched
@@ -323,6 +475,7 @@ func (m *membership) releaseAll(ctx context.Context) {
 		if err := m.leases.Release(ctx, m.cfg.InstanceID, held); err != nil {
 			m.cfg.Logger.Warn("release leases on shutdown; they expire instead", "err", err)
 		}
+		m.stats.partitionsReleased.Add(uint64(len(held)))
 	}
 	if err := m.leases.Leave(ctx, m.cfg.InstanceID); err != nil {
 		m.cfg.Logger.Warn("leave the cluster", "err", err)

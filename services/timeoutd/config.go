@@ -61,6 +61,9 @@ const (
 	// LeaseRenewIntervalDefault is how often leases are renewed and the
 	// partitions rebalanced.
 	LeaseRenewIntervalDefault = time.Second
+	// LeaseProbeIntervalDefault is how often, between rounds, an instance
+	// looks for the partitions of a crashed instance to take over.
+	LeaseProbeIntervalDefault = 100 * time.Millisecond
 	// RecentDefault is the number of recent expiries kept for the API.
 	RecentDefault = 200
 )
@@ -145,8 +148,18 @@ type Config struct {
 	// renewal, rebalance); below the renew deadline. Default
 	// LeaseRenewIntervalDefault.
 	LeaseRenewInterval time.Duration `env:"LEASE_RENEW_INTERVAL"`
+	// LeaseProbeInterval is how often, between rounds, the instance looks
+	// for orphaned partitions (those of an instance whose database sessions
+	// are all gone: it crashed) to take over at once; at most
+	// LeaseRenewInterval. Default LeaseProbeIntervalDefault.
+	LeaseProbeInterval time.Duration `env:"LEASE_PROBE_INTERVAL"`
 	// Now is the wall clock; default time.Now.
 	Now func() time.Time
+	// ClockSkew (TIMEOUTD_CLOCK_SKEW) moves this instance's clock, the
+	// wall clock Now and the wheel's alike, as a host clock set wrong
+	// would: for fault injection only (a chaos run skews one instance to
+	// show that it never fires early by Postgres's clock). Default 0.
+	ClockSkew time.Duration `env:"CLOCK_SKEW"`
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -183,6 +196,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Recent = cmp.Or(c.Recent, RecentDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, LeaseRenewIntervalDefault)
+	c.LeaseProbeInterval = min(cmp.Or(c.LeaseProbeInterval, LeaseProbeIntervalDefault), c.LeaseRenewInterval)
 	if c.InstanceID == "" {
 		id, err := DefaultInstanceID()
 		if err != nil {
@@ -192,6 +206,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if skew := c.ClockSkew; skew != 0 {
+		now := c.Now
+		c.Now = func() time.Time { return now().Add(skew) }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -235,6 +253,8 @@ func (c Config) withDefaults() (Config, error) {
 	case c.LeaseRenewInterval <= 0 || c.LeaseRenewInterval >= c.renewDeadline():
 		return c, fmt.Errorf("timeoutd: LeaseRenewInterval must be positive and below two thirds of LeaseTTL (%v), got %v",
 			c.renewDeadline(), c.LeaseRenewInterval)
+	case c.LeaseProbeInterval < time.Millisecond:
+		return c, fmt.Errorf("timeoutd: LeaseProbeInterval must be at least 1ms, got %v", c.LeaseProbeInterval)
 	case len(c.InstanceID) > 200:
 		return c, fmt.Errorf("timeoutd: InstanceID must be at most 200 bytes, got %d", len(c.InstanceID))
 	case c.Recent < 1:

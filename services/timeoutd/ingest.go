@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -301,14 +302,21 @@ func (in *ingester) decode(data []byte, now time.Time) (events.Command, error) {
 }
 
 // producerSubject returns the subject a stored command was published on:
-// the server's mapping filed it under its partition
-// (timeouts.cmd.<p>.<key>). One published on a partition not its key's
-// keeps the subject it was stored under.
+// the server's mapping filed timeouts.cmd.<token> under its token's
+// partition, as timeouts.cmd.<p>.<token>, whatever the token (a valid key
+// or not), and producerSubject undoes it. A subject the mapping did not
+// make (another form, or a partition token that is not the token's)
+// is returned as it was stored.
 func producerSubject(stored string) string {
-	if key, ok := events.KeyOfStoredCommand(stored); ok {
-		return events.CommandSubject(key)
+	rest, ok := strings.CutPrefix(stored, events.CommandSubjectPrefix)
+	if !ok {
+		return stored
 	}
-	return stored
+	part, token, ok := strings.Cut(rest, ".")
+	if !ok || token == "" || strings.Contains(token, ".") || part != strconv.Itoa(events.PartitionOf(token)) {
+		return stored
+	}
+	return events.CommandSubjectPrefix + token
 }
 
 // deadLetter publishes d, the dead letter of m or of one of its commands,

@@ -255,3 +255,29 @@ func TestIngestBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLettersNameTheProducersSubject: a dead letter carries the subject
+// the producer published on, not the one the server's mapping stored it
+// under, whatever is wrong with the command.
+func TestDeadLettersNameTheProducersSubject(t *testing.T) {
+	t.Parallel()
+	mapped := func(token string) string {
+		return events.CommandSubjectPrefix + strconv.Itoa(events.PartitionOf(token)) + "." + token
+	}
+	tests := []struct{ name, stored, want string }{
+		{"valid key", mapped("ord-1"), "timeouts.cmd.ord-1"},
+		{"invalid key", mapped("bad~key"), "timeouts.cmd.bad~key"},
+		{"key of a batch's first line", mapped("k"), "timeouts.cmd.k"},
+		{"partition token not the key's", "timeouts.cmd.99.ord-1", "timeouts.cmd.99.ord-1"},
+		{"several tokens", "timeouts.cmd.3.a.b", "timeouts.cmd.3.a.b"},
+		{"not a command subject", "orders.cancel.x", "orders.cancel.x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := producerSubject(tt.stored); got != tt.want {
+				t.Errorf("producerSubject(%q) = %q, want %q", tt.stored, got, tt.want)
+			}
+		})
+	}
+}

@@ -16,8 +16,11 @@ type Store interface {
 	// the same transaction) are written, and the partitions refused are
 	// returned. A row changes only when the command's version is newer than
 	// the stored one (tombstones included). cmds holds at most one command
-	// per key. It returns the rows that changed, once committed. A clear
-	// writes a tombstone whose deadline is now.
+	// per key. It returns, once committed, the rows at their command's
+	// version and state: those it changed, and those an earlier call
+	// committed (a retry after a commit whose reply was lost), so that the
+	// caller schedules them either way. A clear writes a tombstone whose
+	// deadline is now.
 	Apply(ctx context.Context, fence Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error)
 	// DueRows returns the rows of due still pending at their version, with
 	// what their expiry events carry. It writes nothing:
@@ -35,11 +38,14 @@ type Store interface {
 	LoadPending(ctx context.Context, partition int, afterKey string, limit int) ([]Timeout, error)
 	// RetireTombstones turns up to limit tombstones older than before into
 	// version marks (StateRetired: the key's version and nothing else) and
-	// returns how many it retired.
-	RetireTombstones(ctx context.Context, before time.Time, limit int) (int, error)
+	// returns how many it retired: none unless fence holds its leases
+	// (checked in the same statement), so that one instance sweeps, and a
+	// former one writes nothing.
+	RetireTombstones(ctx context.Context, fence Fence, before time.Time, limit int) (int, error)
 	// ForgetMarks deletes up to limit version marks whose tombstone time
-	// is older than before and returns how many it deleted.
-	ForgetMarks(ctx context.Context, before time.Time, limit int) (int, error)
+	// is older than before and returns how many it deleted, fenced as
+	// RetireTombstones is.
+	ForgetMarks(ctx context.Context, fence Fence, before time.Time, limit int) (int, error)
 	Reader
 	// Ping checks the database answers.
 	Ping(ctx context.Context) error
@@ -62,22 +68,36 @@ type Fence struct {
 }
 
 // Leases is the partition lease table and the instance registry; package
-// postgres implements it. Every expiry is computed by the database's
-// clock, never an instance's. All methods are safe for concurrent use.
+// postgres implements it on a connection pool of its own, so that lease
+// calls never queue behind ingest and fire. Every expiry is computed by the
+// database's clock, never an instance's. An instance whose database
+// sessions are all gone (it crashed: the database saw its connections
+// close) is dead at once, and its partitions are orphaned: takeable at
+// once, without waiting for their leases to expire; an instance only cut
+// off or paused keeps its sessions, and its leases expire. After the
+// database restarts, every lease and instance counts as live for one TTL
+// more, so that the instances renew their own before any is taken. All
+// methods are safe for concurrent use.
 type Leases interface {
 	// Heartbeat records instance id as live until ttl from now, with info
-	// (what the cluster view shows of it), and returns the number of live
-	// instances, itself included, and how long until the first lease held
-	// by another instance expires (0 when none is held): the moment a dead
-	// instance's partitions can be taken.
-	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (live int, nextExpiry time.Duration, err error)
-	// Acquire grants id up to n partitions among those free, expired or
-	// recorded as id's own but not in held (a restart under the same id),
-	// skipping rows a write of their owner holds locked; each grant bumps
-	// the epoch and expires ttl from now.
+	// (what the cluster view shows of it), and returns what it learnt of
+	// the cluster.
+	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (Beat, error)
+	// Probe returns, writing nothing, the number of live instances and of
+	// partitions takeable at once, as Heartbeat would: a cheap look,
+	// between rounds, for partitions released or orphaned by a crash, to
+	// take over at once.
+	Probe(ctx context.Context, id string, ttl time.Duration) (live, takeable int, err error)
+	// Acquire grants id up to n partitions among those free, expired,
+	// orphaned, or recorded as id's own but not in held (a restart under
+	// the same id), skipping rows a write of their owner holds locked; each
+	// grant bumps the epoch and expires ttl from now.
 	Acquire(ctx context.Context, id string, n int, held []int, ttl time.Duration) ([]Lease, error)
-	// Renew extends, to ttl from now, the leases of held that id still holds
-	// at their epoch and that have not expired, and returns those.
+	// Renew extends, to ttl from now, the leases of held that id still
+	// holds at their epoch, and returns those. A lease that expired and was
+	// taken by nobody since (its epoch unchanged) is renewed too: nobody
+	// wrote for its partition meanwhile, and the fence refused this
+	// instance's own writes while it was expired.
 	Renew(ctx context.Context, id string, held []Lease, ttl time.Duration) ([]Lease, error)
 	// Release gives up leases at once (they expire now; the epoch stays, the
 	// next grant bumps it).
@@ -87,6 +107,21 @@ type Leases interface {
 	// Instances returns the live instances with their info and the
 	// partitions each holds, by id.
 	Instances(ctx context.Context) ([]Instance, error)
+}
+
+// Beat is what a heartbeat learns of the cluster.
+type Beat struct {
+	// Live is the number of live instances, itself included.
+	Live int
+	// NextExpiry is how long until the first lease held by another
+	// instance expires (0 when none): the moment a dead instance's
+	// partitions can be taken.
+	NextExpiry time.Duration
+	// Takeable is the number of partitions takeable at once: free
+	// (released), or orphaned by a dead instance.
+	Takeable int
+	// DBTime is the database's clock when it ran the heartbeat.
+	DBTime time.Time
 }
 
 // Instance is one live timeoutd instance as the cluster view shows it.
@@ -137,7 +172,8 @@ type Source interface {
 	// redelivery what it had taken). A batch holds at most the source's
 	// batch size, of any partitions added.
 	Next(ctx context.Context) ([]Message, error)
-	// Add starts delivering partition p's commands.
+	// Add starts delivering partition p's commands. Safe to call
+	// concurrently for different partitions.
 	Add(ctx context.Context, p int) error
 	// Remove stops fetching partition p's commands; those already fetched
 	// may still be returned by Next (the fence refuses them).
@@ -174,10 +210,12 @@ type Publisher interface {
 	// one arrived. On error some may have been stored: publishing them again
 	// is deduplicated by their ids.
 	Publish(ctx context.Context, events []Event) (ackedAt time.Time, err error)
-	// Stored reports whether the last event stored on subject has the
-	// Nats-Msg-Id msgID. The fire path asks before publishing a missed
-	// event for a row whose fired event may already be stored (published,
-	// then not marked: a failed mark, a crash).
+	// Stored reports whether an event with the Nats-Msg-Id msgID is stored
+	// on subject, among every event of the subject (a fire subject may be
+	// shared by several keys, and a deposed owner's late event may follow
+	// the one sought). The fire path asks before publishing a missed event
+	// for a row whose fired event may already be stored (published, then
+	// not marked: a failed mark, a crash).
 	Stored(ctx context.Context, subject, msgID string) (bool, error)
 }
 

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -67,20 +69,34 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 	if err := <-loadErr; err != nil {
 		return t, err
 	}
+	// Every partition's consumer is started and its mark read at once: on
+	// a cluster each takes round trips to its consumer's leader.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(takeoverConcurrency)
 	for i, p := range parts {
-		if r.own.epochs[p].Load() != leases[i].Epoch {
-			continue // handed over or lost while it loaded: not ours to consume
-		}
-		if err := r.src.Add(ctx, p); err != nil {
-			return t, fmt.Errorf("consume partition %d: %w", p, err)
-		}
-		m, err := r.src.Mark(ctx, p)
-		if err != nil {
-			// Without a mark the fires wait the whole RecoveryCatchupMax.
-			r.cfg.Logger.Warn("read the command backlog; fires wait RecoveryCatchupMax", "partition", p, "err", err)
-			m = math.MaxUint64
-		}
-		t.marks[i] = m
+		g.Go(func() error {
+			if r.own.epochs[p].Load() != leases[i].Epoch {
+				return nil // handed over or lost while it loaded: not ours to consume
+			}
+			if err := r.src.Add(gctx, p); err != nil {
+				return fmt.Errorf("consume partition %d: %w", p, err)
+			}
+			if r.own.epochs[p].Load() == 0 {
+				r.src.Remove(p) // lost while it started, and not owned again
+				return nil
+			}
+			m, err := r.src.Mark(gctx, p)
+			if err != nil {
+				// Without a mark the fires wait the whole RecoveryCatchupMax.
+				r.cfg.Logger.Warn("read the command backlog; fires wait RecoveryCatchupMax", "partition", p, "err", err)
+				m = math.MaxUint64
+			}
+			t.marks[i] = m
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return t, err
 	}
 	return t, nil
 }
@@ -129,16 +145,27 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 		waiting[i] = i
 	}
 	for len(waiting) > 0 {
-		left := waiting[:0]
-		for _, i := range waiting {
+		done := make([]bool, len(waiting))
+		var g errgroup.Group
+		g.SetLimit(takeoverConcurrency)
+		for j, i := range waiting {
 			if r.own.epochs[t.parts[i]].Load() != t.leases[i].Epoch {
-				continue // handed over or lost meanwhile: no longer ours to wait for
+				done[j] = true // handed over or lost meanwhile: no longer ours to wait for
+				continue
 			}
-			done, err := r.src.Consumed(ctx, t.parts[i], t.marks[i])
-			if err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("check the command backlog", "partition", t.parts[i], "err", err)
-			}
-			if !done {
+			g.Go(func() error {
+				ok, err := r.src.Consumed(ctx, t.parts[i], t.marks[i])
+				if err != nil && ctx.Err() == nil {
+					r.cfg.Logger.Warn("check the command backlog", "partition", t.parts[i], "err", err)
+				}
+				done[j] = ok
+				return nil
+			})
+		}
+		_ = g.Wait()
+		left := waiting[:0]
+		for j, i := range waiting {
+			if !done[j] {
 				left = append(left, i)
 			}
 		}
@@ -163,6 +190,10 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 		"released", released, "waited", time.Since(start))
 	return true
 }
+
+// takeoverConcurrency bounds the partitions of a takeover whose consumer
+// is started, or whose backlog is checked, at once.
+const takeoverConcurrency = 16
 
 // catchupPoll is how often release asks the source whether the backlog is
 // consumed, and how soon a timeout of a partition still catching up is

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/wheel"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -27,6 +28,11 @@ type Deps struct {
 	Publisher Publisher
 	// Leases is the partition lease table.
 	Leases Leases
+	// BrokerHealthy, when set, reports whether the broker (NATS) answered
+	// lately: while it does not, the instance can neither ingest nor
+	// publish, so it hands every partition over to the instances that can,
+	// and takes none. Nil: always healthy.
+	BrokerHealthy func() bool
 	// Metrics is optional; default NopMetrics.
 	Metrics Metrics
 }
@@ -92,28 +98,40 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Reads == nil {
 		d.Reads = d.Store
 	}
+	if d.BrokerHealthy == nil {
+		d.BrokerHealthy = func() bool { return true }
+	}
 	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, m: d.Metrics,
 		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
-	s.own = &ownership{id: cfg.InstanceID}
+	s.own = &ownership{id: cfg.InstanceID, now: time.Now}
 	s.view = &clusterView{}
 	s.caughtUp = make(chan struct{})
 	s.fire = &firer{cfg: cfg, store: d.Store, pub: d.Publisher, own: s.own, stats: s.stats, m: d.Metrics, hard: s.hard,
 		slots: make(chan struct{}, cfg.FireConcurrency)}
 	s.sched, err = schedule.New(schedule.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending, Partitions: events.Partitions,
-		Partition: events.PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger})
+		Partition: events.PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger, Clock: skewedClock(cfg.ClockSkew)})
 	if err != nil {
 		return nil, fmt.Errorf("timeoutd: %w", err)
 	}
 	s.fire.sched = s.sched
 	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, sched: s.sched, own: s.own, hard: s.hard}
 	s.membership = &membership{cfg: cfg, leases: d.Leases, src: d.Source, sched: s.sched, rec: s.recovery, own: s.own,
-		info: s.instanceInfo, view: s.view, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
+		stats: s.stats, now: time.Now, info: s.instanceInfo, brokerHealthy: d.BrokerHealthy, view: s.view, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
-	s.janitor = &janitor{cfg: cfg, store: d.Store}
+	s.janitor = &janitor{cfg: cfg, store: d.Store, own: s.own}
 	s.sampler = &sampler{cfg: cfg, stats: s.stats}
 	return s, nil
+}
+
+// skewedClock returns the wheel's clock moved by skew (nil, the real clock,
+// when skew is 0), as on a host whose clock is set wrong.
+func skewedClock(skew time.Duration) wheel.Clock {
+	if skew == 0 {
+		return nil
+	}
+	return wheel.OffsetClock(skew)
 }
 
 // Ready returns a channel closed when recovery has finished.
@@ -169,7 +187,13 @@ func (s *Service) Run(ctx context.Context) error {
 	s.startedAt.Store(&start)
 	// The membership takes this instance's share of the partitions over
 	// (load, consume, open) and reports ready; ingest consumes what it adds.
-	components := []startstop.Service{s.membership, s.ingest, s.janitor, s.sampler}
+	// It outlives ctx: during a graceful shutdown it keeps renewing the
+	// leases until the writes in flight are done and releaseAll hands them
+	// over, so that no lease expires before the handover (Kill ends it).
+	mctx, stopMembership := context.WithCancel(hard)
+	defer stopMembership()
+	s.membership.Start(mctx)
+	components := []startstop.Service{s.ingest, s.janitor, s.sampler}
 	for _, c := range components {
 		c.Start(ctx)
 	}
@@ -177,12 +201,15 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Graceful shutdown (ctx ended, or Kill).
 	s.live.Store(false)
+	s.membership.leave() // renewals only: nothing acquired or handed over now
 	for _, c := range components {
 		c.Stop() // ingest first: the batch in flight commits and is acked
 	}
 	s.fire.stopping.Store(true) // a batch the wheel cuts now stays pending
 	s.sched.Stop()
 	s.fire.drain()
+	stopMembership()
+	s.membership.Stop()
 	s.caughtOnce.Do(func() { close(s.caughtUp) })
 	if hard.Err() != nil {
 		return nil

@@ -28,6 +28,16 @@ type Stats struct {
 	// outbox; these are the rows it holds for this process.
 	OutboxRows   int64
 	OutboxOldest time.Duration
+	// The membership, since the process started: lease lapses (the leases
+	// not renewed within the renew deadline: fires waited), and partitions
+	// gained, lost (a renewal did not return them: taken by another
+	// instance) and released (handed over, or given up on shutdown).
+	LeaseLapses                                          uint64
+	PartitionsGained, PartitionsLost, PartitionsReleased uint64
+	// ClockOffset is how far this instance's wall clock is ahead of the
+	// database's (negative: behind), at the last heartbeat's midpoint;
+	// fires are held by the least bound on it of the last few heartbeats.
+	ClockOffset time.Duration
 }
 
 // counters are the totals behind Stats.
@@ -36,6 +46,9 @@ type counters struct{ scheduled, cleared, fired, missed, deadLettered uint64 }
 // stats holds the counters, rate samples and recent expiries.
 type stats struct {
 	scheduled, cleared, fired, missed, deadLettered atomic.Uint64
+	// The membership's counters and clock offset (ns); see Stats.
+	leaseLapses, partitionsGained, partitionsLost, partitionsReleased atomic.Uint64
+	clockAhead                                                        atomic.Int64
 
 	mu       sync.Mutex
 	samples  [rateWindow + 1]counters // ring of one-second samples
@@ -85,7 +98,9 @@ func (s *Service) Stats() Stats {
 	st := s.stats
 	t := st.totals()
 	out := Stats{Now: s.cfg.Now().UTC(), Ready: s.IsReady(), Pending: int64(s.Pending()),
-		Scheduled: t.scheduled, Cleared: t.cleared, Fired: t.fired, Missed: t.missed, DeadLettered: t.deadLettered}
+		Scheduled: t.scheduled, Cleared: t.cleared, Fired: t.fired, Missed: t.missed, DeadLettered: t.deadLettered,
+		LeaseLapses: st.leaseLapses.Load(), PartitionsGained: st.partitionsGained.Load(), PartitionsLost: st.partitionsLost.Load(),
+		PartitionsReleased: st.partitionsReleased.Load(), ClockOffset: time.Duration(st.clockAhead.Load())}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.nSamples >= 2 {

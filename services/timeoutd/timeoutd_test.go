@@ -39,20 +39,30 @@ type fakeStore struct {
 	markSizes []int
 	// pending is what LoadPending returns (one page).
 	pending []Timeout
+	// refuse is the partitions whose writes the fence refuses.
+	refuse map[int]bool
 }
 
 func (f *fakeStore) Apply(_ context.Context, fence Fence, cmds []events.Command, now time.Time) ([]Change, []int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = append(f.applied, cmds)
-	out := make([]Change, len(cmds))
-	for i, c := range cmds {
-		out[i] = Change{Key: c.Key, Version: c.Version, Deadline: c.Deadline}
-		if c.Kind == events.KindClear {
-			out[i].State, out[i].Deadline = StateCleared, now
+	var out []Change
+	var refused []int
+	for _, c := range cmds {
+		if p := events.PartitionOf(c.Key); f.refuse[p] {
+			if !slices.Contains(refused, p) {
+				refused = append(refused, p)
+			}
+			continue
 		}
+		ch := Change{Key: c.Key, Version: c.Version, Deadline: c.Deadline}
+		if c.Kind == events.KindClear {
+			ch.State, ch.Deadline = StateCleared, now
+		}
+		out = append(out, ch)
 	}
-	return out, nil, nil
+	return out, refused, nil
 }
 
 func (f *fakeStore) DueRows(_ context.Context, due []Due) ([]Timeout, error) {
@@ -129,9 +139,11 @@ func (f *fakeStore) LoadPending(_ context.Context, p int, after string, _ int) (
 	}
 	return out, nil
 }
-func (f *fakeStore) RetireTombstones(context.Context, time.Time, int) (int, error) { return 0, nil }
-func (f *fakeStore) ForgetMarks(context.Context, time.Time, int) (int, error)      { return 0, nil }
-func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)         { return nil, nil }
+func (f *fakeStore) RetireTombstones(context.Context, Fence, time.Time, int) (int, error) {
+	return 0, nil
+}
+func (f *fakeStore) ForgetMarks(context.Context, Fence, time.Time, int) (int, error) { return 0, nil }
+func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)           { return nil, nil }
 func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
 	return Timeout{}, ErrNotFound
 }
@@ -171,9 +183,10 @@ func (nopSource) Consumed(context.Context, int, uint64) (bool, error) { return t
 // of one.
 type soleLeases struct{}
 
-func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte) (int, time.Duration, error) {
-	return 1, 0, nil
+func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte) (Beat, error) {
+	return Beat{Live: 1}, nil
 }
+func (soleLeases) Probe(context.Context, string, time.Duration) (int, int, error) { return 1, 0, nil }
 func (soleLeases) Acquire(_ context.Context, _ string, n int, held []int, _ time.Duration) ([]Lease, error) {
 	var out []Lease
 	for p := 0; p < events.Partitions && len(out) < n; p++ {
@@ -300,6 +313,37 @@ func TestIngestDedupesValidatesAndAcks(t *testing.T) {
 	}
 	if s.Pending() != 1 || s.stats.scheduled.Load() != 1 || s.stats.cleared.Load() != 1 || s.stats.deadLettered.Load() != 2 {
 		t.Fatalf("pending %d, stats %+v", s.Pending(), s.stats.totals())
+	}
+}
+
+// TestIngestHandsBackTheCommandsOfARefusedPartition: the commands of a
+// partition the fence refused (its lease moved) are handed back to
+// JetStream for their owner, never acked, and nothing of them reaches the
+// schedule; the others of the batch are acked and scheduled.
+func TestIngestHandsBackTheCommandsOfARefusedPartition(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	s, st, _ := newTestService(t, newClock(now))
+	lost, kept := "r-lost", "r-kept"
+	for i := 0; events.PartitionOf(kept) == events.PartitionOf(lost); i++ {
+		kept = fmt.Sprintf("r-kept-%d", i)
+	}
+	st.refuse = map[int]bool{events.PartitionOf(lost): true}
+	set := func(key string) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindSet, Key: key, Version: 1, Deadline: now.Add(time.Hour), FireSubject: events.OrderCancelSubject(key)}
+	}
+	msgs := []*fakeMsg{cmdMsg(t, 1, set(lost)), cmdMsg(t, 2, set(kept))}
+	if err := s.ingest.ingest(context.Background(), []Message{msgs[0], msgs[1]}); err != nil {
+		t.Fatal(err)
+	}
+	if msgs[0].fate != "nak" || msgs[1].fate != "ack" {
+		t.Fatalf("fates: refused %q, granted %q; want nak and ack", msgs[0].fate, msgs[1].fate)
+	}
+	if _, ok := s.sched.Version(lost); ok {
+		t.Fatal("a refused command reached the schedule")
+	}
+	if _, ok := s.sched.Version(kept); !ok || s.Pending() != 1 {
+		t.Fatalf("the granted command was not scheduled (pending %d)", s.Pending())
 	}
 }
 

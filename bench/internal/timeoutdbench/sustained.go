@@ -195,6 +195,10 @@ func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
 	return s.record(ctx)
 }
 
+// leaseMetrics are the membership's counters each interval reports: a
+// lapse or a partition lost with no fault injected is a defect.
+var leaseMetrics = []string{"timeoutd_lease_lapses_total", "timeoutd_partitions_lost_total", "timeoutd_partitions_released_total"}
+
 // storms runs cfg's storms, the first Warmup after start, until the next
 // would start after the run's end. Beside each storm's lines it prints a
 // "measured=storm_env" line of what else ran during its deadlines (see
@@ -490,6 +494,10 @@ func (s *sampler) record(ctx context.Context) error {
 		return fmt.Errorf("sample: %w", err)
 	}
 	churn, failed := s.churn.Published()
+	var lease map[string]float64
+	if err := s.b.metrics(ctx, func(r io.Reader) (err error) { lease, err = parseValues(r, leaseMetrics...); return err }); err != nil {
+		return fmt.Errorf("sample: lease metrics: %w", err)
+	}
 	t := now.Sub(s.start).Seconds()
 	if !s.prev.at.IsZero() {
 		cur, old := st.Totals, s.prev.stats.Totals
@@ -497,7 +505,9 @@ func (s *sampler) record(ctx context.Context) error {
 		expiries := (cur.Fired - old.Fired) + (cur.Missed - old.Missed)
 		kv := []any{"peer", "timeoutd", "workload", "sustained", "measured", "interval", "t_s", t,
 			"seconds", now.Sub(s.prev.at).Seconds(), "churn_published", churn - s.prev.churn, "churn_failed_total", failed,
-			"commands", commands, "expiries", expiries, "pending", st.Pending}
+			"commands", commands, "expiries", expiries, "pending", st.Pending,
+			"lease_lapses_total", lease["timeoutd_lease_lapses_total"], "partitions_lost_total", lease["timeoutd_partitions_lost_total"],
+			"partitions_released_total", lease["timeoutd_partitions_released_total"]}
 		kv = append(kv, s.cpus.PerUnit("us_per_unit_", s.prev.cpu, cpu, int(commands+expiries))...)
 		s.b.rep.Line("result", kv...)
 	}

@@ -14,14 +14,59 @@ import (
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 )
 
-// startMember starts a cluster member named id with short leases.
+// The leases of the cluster tests: a TTL longer than the default, so that
+// a takeover that does not wait for the leases to expire (a crash, a
+// graceful handover) stands well apart from one that does, on a loaded
+// machine too.
+const (
+	leaseTTL      = 6 * time.Second
+	renewInterval = time.Second
+)
+
+// leaseLeft returns how long, by the database's clock, until the first of
+// id's leases of parts expires.
+func (e *env) leaseLeft(t *testing.T, id string, parts []int) time.Duration {
+	t.Helper()
+	p16 := make([]int16, len(parts))
+	for i, p := range parts {
+		p16[i] = int16(p)
+	}
+	var ms int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT (extract(epoch FROM min(expires_at) - now()) * 1000)::int8
+		FROM timeout_leases WHERE part = ANY($1) AND owner = $2`, p16, id).Scan(&ms); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// startMember starts a cluster member named id.
 func (e *env) startMember(t *testing.T, id string) *started {
 	t.Helper()
 	return e.start(t, func(c *daemon.Config) {
 		c.Service.InstanceID = id
-		c.Service.LeaseTTL = 1500 * time.Millisecond
-		c.Service.LeaseRenewInterval = 400 * time.Millisecond
+		c.Service.LeaseTTL = leaseTTL
+		c.Service.LeaseRenewInterval = renewInterval
 	})
+}
+
+// waitOwnedElsewhere polls the lease table until no partition of parts is
+// owned by id any more, every one by another instance, and returns how long
+// that took from since.
+func (e *env) waitOwnedElsewhere(t *testing.T, id string, parts []int, since time.Time) time.Duration {
+	t.Helper()
+	p16 := make([]int16, len(parts))
+	for i, p := range parts {
+		p16[i] = int16(p)
+	}
+	var took time.Duration
+	eventually(t, 30*time.Second, "the partitions of "+id+" owned by the others", func() bool {
+		var left int
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM timeout_leases
+			WHERE part = ANY($1) AND (owner IS NULL OR owner = $2 OR expires_at <= now())`, p16, id).Scan(&left)
+		took = time.Since(since)
+		return err == nil && left == 0
+	})
+	return took
 }
 
 // expiries reads every cancel event on the expiry stream.
@@ -55,9 +100,11 @@ func (e *env) expiries(t *testing.T) []events.Expiry {
 
 // TestClusterSharesFailsOverAndHandsOver runs three instances on one
 // Postgres and one NATS: the 64 partitions spread evenly; an instance
-// killed (as SIGKILL) has every deadline of its partitions fired by the
-// survivors, within 5 s of the kill; one stopped gracefully hands its
-// partitions over at once. Every deadline fires once, never early.
+// killed (as SIGKILL: its connections close) has its partitions taken over
+// before its leases could expire (its sessions are gone from the database),
+// and every deadline of its partitions fired by the survivors; one stopped
+// gracefully hands its partitions over at once, likewise before its leases
+// could expire. Every deadline fires once, never early.
 func TestClusterSharesFailsOverAndHandsOver(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -99,10 +146,17 @@ func TestClusterSharesFailsOverAndHandsOver(t *testing.T) {
 	}
 	victimParts := members[victim].Service().Owned()
 	time.Sleep(time.Until(start.Add(4 * time.Second)))
+	left := e.leaseLeft(t, victim, victimParts)
 	killedAt := time.Now()
 	members[victim].Kill()
+	takeover := e.waitOwnedElsewhere(t, victim, victimParts, killedAt)
 	<-members[victim].done
 	delete(members, victim)
+	t.Logf("the kill of %s: its %d partitions owned by the survivors %v after it; its leases had %v left",
+		victim, len(victimParts), takeover.Round(time.Millisecond), left)
+	if takeover >= left {
+		t.Errorf("the survivors took the killed instance's partitions %v after the kill, not before its leases expired (%v)", takeover, left)
+	}
 
 	var got []events.Expiry
 	eventually(t, 30*time.Second, "every deadline fired", func() bool {
@@ -161,11 +215,44 @@ func TestClusterSharesFailsOverAndHandsOver(t *testing.T) {
 			staying = id
 		}
 	}
+	leavingParts := members[leaving].Service().Owned()
+	left = e.leaseLeft(t, leaving, leavingParts)
 	stoppedAt := time.Now()
 	members[leaving].stop(t)
 	delete(members, leaving)
+	handover := e.waitOwnedElsewhere(t, leaving, leavingParts, stoppedAt)
+	t.Logf("graceful handover of %s to %s: %v; its leases had %v left", leaving, staying, handover.Round(time.Millisecond), left)
+	if handover >= left {
+		t.Errorf("graceful handover took %v, not before the leases expired (%v)", handover, left)
+	}
 	eventually(t, 10*time.Second, "the last instance owns every partition", func() bool {
 		return len(members[staying].Service().Owned()) == events.Partitions
 	})
-	t.Logf("graceful handover of %s to %s: %v", leaving, staying, time.Since(stoppedAt).Round(time.Millisecond))
+}
+
+// TestASkewedInstanceNeverFiresEarly: an instance whose wall clock runs
+// 2 s ahead of the database's (and NATS's) measures the lead at its
+// heartbeats and holds its fires by it: every event is stored at or after
+// its deadline by the true clock, and the lead is exported.
+func TestASkewedInstanceNeverFiresEarly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const skew = 2 * time.Second
+	d := e.start(t, func(c *daemon.Config) { c.Service.ClockSkew = skew })
+	eventually(t, 10*time.Second, "the clock's lead measured", func() bool {
+		return d.Service().Stats().ClockOffset > skew-500*time.Millisecond
+	})
+	deadline := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	for i := range 5 {
+		e.publish(t, setCmd(fmt.Sprintf("skew-%d", i), 1, deadline.Add(time.Duration(i)*100*time.Millisecond)))
+	}
+	for i := range 5 {
+		key := fmt.Sprintf("skew-%d", i)
+		// expiry checks the stored (publish) time, by NATS's clock, against
+		// the deadline.
+		e.expiry(t, events.OrderCancelSubject(key), events.OutcomeFired, key, 1, deadline.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	if off := d.Service().Stats().ClockOffset; off < skew-500*time.Millisecond || off > skew+500*time.Millisecond {
+		t.Errorf("clock offset %v, want about %v", off, skew)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,6 +49,9 @@ const (
 	DBMaxConnsDefault = 16
 	// ReadDBMaxConnsDefault is the size of the read API's own pool.
 	ReadDBMaxConnsDefault = 4
+	// NATSGraceDefault is how long NATS may fail to answer before the
+	// instance hands its partitions over.
+	NATSGraceDefault = 2 * time.Second
 	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
 	// sets: with about 95 B of live heap per pending timeout, 10M pending
 	// need about 1 GB, and the limit keeps the collector from letting the
@@ -98,6 +102,12 @@ type Config struct {
 	// ShutdownDelay is how long readiness is false before the shutdown
 	// proper begins; default ShutdownDelayDefault.
 	ShutdownDelay time.Duration `env:"TIMEOUTD_SHUTDOWN_DELAY"`
+	// NATSGrace (TIMEOUTD_NATS_GRACE) is how long NATS may fail to answer
+	// a ping before this instance, which can then neither ingest nor
+	// publish, hands its partitions over to the others and takes none
+	// until it answers again; above NATS's own reconnection (a node lost
+	// moves no partition). Default NATSGraceDefault.
+	NATSGrace time.Duration `env:"TIMEOUTD_NATS_GRACE"`
 	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
 	DBMaxConns int `env:"TIMEOUTD_DB_MAX_CONNS"`
 	// StatementTimeout is every database session's statement_timeout;
@@ -143,6 +153,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ShutdownDelay = cmp.Or(c.ShutdownDelay, ShutdownDelayDefault)
 	c.DBMaxConns = cmp.Or(c.DBMaxConns, DBMaxConnsDefault)
+	c.NATSGrace = cmp.Or(c.NATSGrace, NATSGraceDefault)
 	c.ReadDBMaxConns = cmp.Or(c.ReadDBMaxConns, ReadDBMaxConnsDefault)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, pgparams.StatementTimeoutDefault)
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
@@ -175,6 +186,8 @@ func (c Config) withDefaults() (_ Config, err error) {
 		return c, fmt.Errorf("daemon: TIMEOUTD_MAX_STREAMS (MaxStreams) must be positive, got %d", c.MaxStreams)
 	case c.ReadToken != "" && c.ReadToken == c.OperatorToken:
 		return c, errors.New("daemon: TIMEOUTD_READ_TOKEN (ReadToken) must differ from TIMEOUTD_OPERATOR_TOKEN: a reader must not be an operator")
+	case c.NATSGrace < 200*time.Millisecond:
+		return c, fmt.Errorf("daemon: TIMEOUTD_NATS_GRACE (NATSGrace) must be at least 200ms, got %s", c.NATSGrace)
 	case c.StatementTimeout < time.Millisecond:
 		return c, fmt.Errorf("daemon: TIMEOUTD_STATEMENT_TIMEOUT (StatementTimeout) must be at least 1ms, got %s", c.StatementTimeout)
 	case cmp.Or(c.Service.MaxPending, timeoutd.MaxPendingDefault) < cmp.Or(c.Consumer.BatchSize, tjs.BatchSizeDefault):
@@ -204,15 +217,18 @@ func httpURL(s string) bool {
 // HTTP server. End-to-end tests and benchmarks run it in-process the same
 // way: New, then Run in a goroutine, then wait for Ready.
 type Main struct {
-	cfg   Config
-	log   *slog.Logger
-	pool  *pgxpool.Pool
-	reads *pgxpool.Pool // the read API's own pool
-	nc    *nats.Conn
-	svc   *timeoutd.Service
-	srv   *http.Server
-	ln    net.Listener
-	once  sync.Once
+	cfg    Config
+	log    *slog.Logger
+	pool   *pgxpool.Pool
+	reads  *pgxpool.Pool // the read API's own pool
+	leases *pgxpool.Pool // the membership's own pool
+	nc     *nats.Conn
+	svc    *timeoutd.Service
+	srv    *http.Server
+	ln     net.Listener
+	once   sync.Once
+	// natsOK is when NATS last answered a ping (Unix ns).
+	natsOK atomic.Int64
 }
 
 // New connects to Postgres and NATS, applies the migrations, verifies the
@@ -234,6 +250,9 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 		return nil, err
 	}
 	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns); err != nil {
+		return nil, err
+	}
+	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, postgres.LeasePoolConfig); err != nil {
 		return nil, err
 	}
 	// Postgres, NATS and the streams may come up after timeoutd.
@@ -270,8 +289,9 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := thttp.NewMetrics(reg)
 	store := postgres.NewStore(m.pool)
-	svc, err := timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads), Source: src,
-		DeadLetters: tjs.NewDeadLetters(js), Publisher: tjs.NewPublisher(js, 0), Leases: store.Leases(), Metrics: metrics})
+	m.natsOK.Store(time.Now().UnixNano())
+	svc, err := timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads), Source: src, BrokerHealthy: m.natsHealthy,
+		DeadLetters: tjs.NewDeadLetters(js), Publisher: tjs.NewPublisher(js, 0), Leases: postgres.NewLeases(m.leases), Metrics: metrics})
 	if err != nil {
 		_ = src.Close()
 		return nil, err
@@ -302,8 +322,10 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 // connections whose sessions have StatementTimeout and
 // IdleInTransactionTimeout, unless DatabaseURL sets them itself, and whose
 // application_name is timeoutd/<instance id> (pg_stat_activity shows which
-// instance holds a connection; the cluster's e2e audit attributes writes).
-func openPool(ctx context.Context, cfg Config, size int) (*pgxpool.Pool, error) {
+// instance holds a connection: the other instances tell it crashed when
+// none is left; the cluster's e2e audit attributes writes). adapt, when
+// given, adapts the pool's configuration last.
+func openPool(ctx context.Context, cfg Config, size int, adapt ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
@@ -313,11 +335,38 @@ func openPool(ctx context.Context, cfg Config, size int) (*pgxpool.Pool, error) 
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = "timeoutd/" + cfg.Service.InstanceID
 	}
+	for _, f := range adapt {
+		f(pcfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect postgres: %w", err)
 	}
 	return pool, nil
+}
+
+// natsHealthy reports whether NATS answered a ping within NATSGrace.
+func (m *Main) natsHealthy() bool {
+	return time.Since(time.Unix(0, m.natsOK.Load())) < m.cfg.NATSGrace
+}
+
+// pingNATS pings NATS (a flush: a round trip to the server) every quarter
+// of NATSGrace until ctx ends, recording when it last answered. A
+// connection that carries nothing (cut without a reset) fails it, where
+// the client's own pings would take minutes to notice.
+func (m *Main) pingNATS(ctx context.Context) {
+	t := time.NewTicker(m.cfg.NATSGrace / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := m.nc.FlushTimeout(m.cfg.NATSGrace / 2); err == nil {
+			m.natsOK.Store(time.Now().UnixNano())
+		}
+	}
 }
 
 // Addr is the HTTP server's listen address (useful with port 0).
@@ -342,6 +391,10 @@ func (m *Main) Run(ctx context.Context) error {
 	defer stopSvc()
 	svcDone := make(chan struct{})
 	g, gctx := errgroup.WithContext(ctx)
+	// The pings go on until Run returns, however it ends (Kill included).
+	pctx, stopPings := context.WithCancel(gctx)
+	defer stopPings()
+	go m.pingNATS(pctx)
 	g.Go(func() error {
 		if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
@@ -410,6 +463,9 @@ func (m *Main) close() {
 		}
 		if m.reads != nil {
 			m.reads.Close()
+		}
+		if m.leases != nil {
+			m.leases.Close()
 		}
 	})
 }

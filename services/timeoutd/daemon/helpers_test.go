@@ -272,7 +272,7 @@ const testInstance = "daemon-test"
 // did, and returns its fence, for writes made as that process.
 func (e *env) previous(t testing.TB) timeoutd.Fence {
 	t.Helper()
-	leases, err := postgres.NewStore(e.pool).Leases().Acquire(context.Background(), testInstance, events.Partitions, nil, time.Minute)
+	leases, err := postgres.NewLeases(e.pool).Acquire(context.Background(), testInstance, events.Partitions, nil, time.Minute)
 	if err != nil || len(leases) != events.Partitions {
 		t.Fatalf("acquire the leases: %d, %v", len(leases), err)
 	}

@@ -61,6 +61,15 @@ func (m *Metrics) Watch(svc *timeoutd.Service) {
 			func() float64 { return float64(svc.Stats().OutboxRows) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_outbox_oldest_age_seconds", Help: "Time since the fire of the oldest of those events."},
 			func() float64 { return svc.Stats().OutboxOldest.Seconds() }),
+		counter("timeoutd_lease_lapses_total", "Times the leases went unrenewed past the renew deadline: fires waited for a renewal.",
+			func(s timeoutd.Stats) uint64 { return s.LeaseLapses }),
+		counter("timeoutd_partitions_gained_total", "Partitions acquired.", func(s timeoutd.Stats) uint64 { return s.PartitionsGained }),
+		counter("timeoutd_partitions_lost_total", "Partitions lost: a renewal found them taken by another instance.",
+			func(s timeoutd.Stats) uint64 { return s.PartitionsLost }),
+		counter("timeoutd_partitions_released_total", "Partitions given up: handed over to balance, given up on shutdown or after a failed takeover.",
+			func(s timeoutd.Stats) uint64 { return s.PartitionsReleased }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_clock_offset_seconds", Help: "How far this instance's wall clock is ahead of Postgres's (negative: behind), at the last heartbeat; fires are held by the lead."},
+			func() float64 { return svc.Stats().ClockOffset.Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_ready", Help: "1 when recovery is done and the service is not shutting down."},
 			func() float64 {
 				if svc.IsReady() {

@@ -167,28 +167,35 @@ func NewConsumer(js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) 
 	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, events.Partitions*cfg.Prefetch/2), parts: map[int]partition{}}, nil
 }
 
-// Add implements timeoutd.Source: it creates (or updates) partition p's
-// durable consumer and starts consuming it. Commands delivered to the
-// previous owner and not acknowledged (it crashed, or it was paused and
-// lost the lease) would wait for AckWait before JetStream redelivers them,
-// and the fires of p wait for them (Consumed): so the consumer is first
-// reset to deliver again from its ack floor. A command the previous owner
-// did commit is then applied twice, which the version check makes a no-op.
+// Add implements timeoutd.Source: it creates partition p's durable
+// consumer anew and starts consuming it. The consumer a previous owner
+// used is deleted first, with what it held: the commands delivered to that
+// owner and not acknowledged (it crashed, or it is paused or cut off and
+// lost the lease), which JetStream would redeliver only after AckWait, and
+// that owner's pull requests, which a reset would keep: a paused owner's
+// connection is alive, so the server went on delivering to it, and the new
+// owner's fires waited for those commands (Consumed) until the pause ended.
+// The stream is a work queue, so every command not acknowledged is still in
+// it, and the new consumer delivers it from the start. A command the
+// previous owner did commit is then applied twice, which the version check
+// makes a no-op.
 func (c *Consumer) Add(ctx context.Context, p int) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.parts[p]; ok {
+	_, ok := c.parts[p]
+	c.mu.Unlock()
+	if ok {
 		return nil
 	}
+	// The calls to the server run outside the lock, so that a takeover
+	// adds its partitions concurrently (a clustered consumer's create,
+	// reset and leader wait take round trips to its leader).
 	name := events.CommandStream(p)
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, name, ConsumerSettings(p, c.cfg))
+	if err := c.js.DeleteConsumer(ctx, name, DurableName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete consumer %s: %w", DurableName(p), err)
+	}
+	cons, err := c.js.CreateConsumer(ctx, name, ConsumerSettings(p, c.cfg))
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", DurableName(p), err)
-	}
-	if cons.CachedInfo().NumAckPending > 0 {
-		if _, err := c.js.ResetConsumer(ctx, name, DurableName(p)); err != nil {
-			return fmt.Errorf("reset consumer %s: %w", DurableName(p), err)
-		}
 	}
 	if err := waitLeader(ctx, cons); err != nil {
 		return fmt.Errorf("consumer %s: %w", DurableName(p), err)
@@ -198,6 +205,12 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(c.cfg.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", DurableName(p), err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.parts[p]; ok { // added meanwhile: one consumption is enough
+		cc.Stop()
+		return nil
 	}
 	c.parts[p] = partition{cons: cons, cc: cc}
 	return nil

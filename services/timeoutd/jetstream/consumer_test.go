@@ -141,3 +141,66 @@ func TestNextLinger(t *testing.T) {
 		}
 	})
 }
+
+// TestATakeoverIsNotHeldByAFrozenOwner: a previous owner that is paused (its
+// connection alive, its process frozen) left a pull request and commands it
+// fetched and never acked; the new owner's Add must get every command at
+// once, not after AckWait: neither the commands the frozen owner holds nor
+// the new ones may go to its pull request.
+func TestATakeoverIsNotHeldByAFrozenOwner(t *testing.T) {
+	t.Parallel()
+	nats := testinfra.NATS(t)
+	js := nats.JetStream(t)
+	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	const p = 30
+	cfg := tjs.ConsumerConfig{AckWait: time.Minute, Linger: -1}
+	old, err := tjs.NewConsumer(js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Add(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOf(t.Name(), p, 2)
+	if _, err := js.Publish(t.Context(), events.CommandSubject(keys[0]), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if batch, err := old.Next(ctx); err != nil || len(batch) != 1 {
+		t.Fatalf("the old owner fetched %d, %v", len(batch), err)
+	}
+	// The old owner freezes: it acks nothing, and its consumption (pull
+	// requests with a prefetch) stays registered on the server, as a paused
+	// process's would. The new owner takes over.
+	c, err := tjs.NewConsumer(js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Add(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), events.CommandSubject(keys[1]), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		nctx, ncancel := context.WithDeadline(t.Context(), deadline)
+		batch, err := c.Next(nctx)
+		ncancel()
+		if err != nil {
+			break
+		}
+		for _, m := range batch {
+			got[m.Subject()] = true
+			_ = m.Ack()
+		}
+	}
+	if !got[events.PartitionedCommandSubject(keys[0])] || !got[events.PartitionedCommandSubject(keys[1])] {
+		t.Fatalf("the new owner got %v within 5 s, want both commands (the frozen owner's unacked one and a new one)", got)
+	}
+}

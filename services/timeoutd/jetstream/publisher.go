@@ -62,9 +62,12 @@ func (p Publisher) Publish(ctx context.Context, events []timeoutd.Event) (time.T
 	return time.Now(), nil
 }
 
-// Stored implements timeoutd.Publisher with a get of the last message on
-// subject from the expiry stream ($JS.API.STREAM.MSG.GET, which timeoutd's
-// NATS user may call on that stream).
+// Stored implements timeoutd.Publisher with gets of the subject's
+// messages on the expiry stream, each the next on the subject after the
+// last ($JS.API.STREAM.MSG.GET with next_by_subj, which timeoutd's NATS
+// user may call on that stream; the server finds them by its subject
+// index), until one has the Nats-Msg-Id msgID or none is left: one get a
+// message of the subject, usually one or two (a key's own fire subject).
 func (p Publisher) Stored(ctx context.Context, subject, msgID string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
 	defer cancel()
@@ -72,12 +75,16 @@ func (p Publisher) Stored(ctx context.Context, subject, msgID string) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("expiry stream: %w", err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, subject)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("last event on %s: %w", subject, err)
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("events on %s: %w", subject, err)
+		case m.Header.Get(jetstream.MsgIDHeader) == msgID:
+			return true, nil
+		}
+		seq = m.Sequence + 1
 	}
-	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
@@ -15,40 +16,125 @@ import (
 // Postgres's now(), and every statement that takes several lease rows takes
 // them in partition order, as fenceSQL does, so that lease changes and
 // fenced writes never deadlock.
-type Leases struct{ store *Store }
+type Leases struct{ pool *pgxpool.Pool }
 
 var _ timeoutd.Leases = Leases{}
 
-// Leases returns the lease table on the store's pool.
-func (s *Store) Leases() Leases { return Leases{store: s} }
+// NewLeases returns the lease table on pool: a pool of its own (see
+// LeasePoolConfig), so that renewals never wait for a connection behind
+// ingest and fire, nor for their statements.
+func NewLeases(pool *pgxpool.Pool) Leases { return Leases{pool: pool} }
 
-const heartbeatSQL = `
-WITH beat AS (
-	INSERT INTO timeoutd_instances AS i (id, expires_at, info) VALUES ($1, now() + $2 * interval '1 millisecond', $3)
-	ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at, info = EXCLUDED.info,
-		started_at = CASE WHEN i.expires_at > now() THEN i.started_at ELSE now() END
-	RETURNING id)
-SELECT 1 + count(*),
-	coalesce((SELECT ceil(extract(epoch FROM min(expires_at) - now()) * 1000)::int8
-		FROM timeout_leases WHERE owner <> $1 AND expires_at > now()), 0)
-FROM timeoutd_instances WHERE expires_at > now() AND id <> $1`
+// LeasePoolConns is the size of the lease pool: the round's calls are
+// sequential, and a probe may overlap a slow one.
+const LeasePoolConns = 2
 
-// Heartbeat implements timeoutd.Leases.
-func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (int, time.Duration, error) {
-	var live int
-	var nextMs int64
-	if err := l.store.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info).Scan(&live, &nextMs); err != nil {
-		return 0, 0, fmt.Errorf("heartbeat: %w", err)
-	}
-	return live, time.Duration(nextMs) * time.Millisecond, nil
+// LeasePoolConfig adapts cfg, the configuration of a pool for NewLeases:
+// LeasePoolConns connections kept open for the life of the process, so
+// that the instance's sessions in pg_stat_activity, by which the others
+// tell it crashed, are never all closed while it lives.
+func LeasePoolConfig(cfg *pgxpool.Config) {
+	cfg.MaxConns, cfg.MinConns = LeasePoolConns, 1
+	cfg.MaxConnLifetime, cfg.MaxConnIdleTime = 0, 0
 }
 
-const acquireSQL = `
-WITH pick AS (
-	SELECT part FROM timeout_leases
-	WHERE (owner IS NULL OR expires_at <= now() OR owner = $1) AND part <> ALL($3::int2[])
-	ORDER BY part LIMIT $2
-	FOR UPDATE SKIP LOCKED)
+// The rules of liveness, shared by the statements below. An instance
+// whose last heartbeat came before the database (re)started lost its
+// sessions to the restart: it and its leases count as live for one TTL
+// after the start (graceExpiry), so that the instances renew their own
+// before any is taken. An instance whose last heartbeat came after the
+// start and whose sessions are all gone (sessionlessSQL) crashed, unless
+// a session comes back within CrashGrace (a connection reset: the instance
+// reconnects at once): past it, it is dead (goneSQL) and its partitions
+// orphaned. gone_at records when an instance was first seen without a
+// session; every heartbeat and probe keeps it (watchSQL).
+const sessionlessSQL = `beat_at > pg_postmaster_start_time() AND app <> ''
+	AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() AND a.application_name = app)`
+
+// CrashGrace is how long an instance's sessions must stay gone before it
+// is dead: longer than a live instance takes to reconnect after its
+// connections were reset (it probes every 100 ms), short beside the lease
+// TTL a paused or cut-off instance is judged by.
+const CrashGrace = 400 * time.Millisecond
+
+var goneSQL = fmt.Sprintf(`gone_at <= now() - interval '%d milliseconds' AND %s`, CrashGrace.Milliseconds(), sessionlessSQL)
+
+// watchSQL are the CTEs that record when another instance was first seen
+// without a session, and forget it once one is back.
+const watchSQL = `seen AS (UPDATE timeoutd_instances SET gone_at = now()
+	WHERE id <> $1 AND gone_at IS NULL AND ` + sessionlessSQL + ` RETURNING 1),
+back AS (UPDATE timeoutd_instances SET gone_at = NULL
+	WHERE id <> $1 AND gone_at IS NOT NULL AND NOT (` + sessionlessSQL + `) RETURNING 1)`
+
+// graceExpiry returns the expiry of a row whose expiry is the column
+// expires and whose owner's last heartbeat is the column beatAt, with the
+// restart's grace of ttl (a parameter, in milliseconds).
+func graceExpiry(expires, beatAt, ttl string) string {
+	return fmt.Sprintf(`CASE WHEN coalesce(%[2]s, 'infinity') < pg_postmaster_start_time()
+		THEN greatest(%[1]s, pg_postmaster_start_time() + %[3]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, ttl)
+}
+
+// clusterCTEs and clusterSelect return, for instance $1 and TTL $2, the
+// live instances besides $1, the milliseconds until the first lease of
+// another instance expires, and the partitions takeable at once: free, or
+// of dead instances.
+var (
+	clusterCTEs = fmt.Sprintf(`gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND %[1]s),
+other AS (SELECT %[2]s AS expiry, l.owner FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
+	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "$2"))
+	clusterSelect = fmt.Sprintf(`
+	1 + (SELECT count(*) FROM timeoutd_instances WHERE id <> $1 AND %[1]s > now() AND id NOT IN (SELECT id FROM gone)),
+	coalesce((SELECT ceil(extract(epoch FROM min(expiry) - now()) * 1000)::int8 FROM other WHERE expiry > now()), 0),
+	(SELECT count(*) FROM timeout_leases WHERE owner IS NULL OR owner IN (SELECT id FROM gone))`,
+		graceExpiry("expires_at", "beat_at", "$2"))
+)
+
+var (
+	heartbeatSQL = `
+WITH beat AS (
+	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at)
+	VALUES ($1, now() + $2 * interval '1 millisecond', $3, current_setting('application_name'), now())
+	ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at, info = EXCLUDED.info, app = EXCLUDED.app,
+		beat_at = EXCLUDED.beat_at, gone_at = NULL,
+		started_at = CASE WHEN i.expires_at > now() THEN i.started_at ELSE now() END
+	RETURNING id),
+` + watchSQL + `,
+` + clusterCTEs + `
+SELECT ` + clusterSelect + `, now()`
+	probeSQL = `WITH ` + watchSQL + `,
+` + clusterCTEs + `
+SELECT ` + clusterSelect
+)
+
+// Heartbeat implements timeoutd.Leases.
+func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (timeoutd.Beat, error) {
+	var b timeoutd.Beat
+	var nextMs int64
+	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime); err != nil {
+		return timeoutd.Beat{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	b.NextExpiry = time.Duration(nextMs) * time.Millisecond
+	return b, nil
+}
+
+// Probe implements timeoutd.Leases.
+func (l Leases) Probe(ctx context.Context, id string, ttl time.Duration) (live, takeable int, err error) {
+	var nextMs int64
+	if err := l.pool.QueryRow(ctx, probeSQL, id, ttl.Milliseconds()).Scan(&live, &nextMs, &takeable); err != nil {
+		return 0, 0, fmt.Errorf("probe the cluster: %w", err)
+	}
+	return live, takeable, nil
+}
+
+var acquireSQL = `
+WITH gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND ` + goneSQL + `),
+pick AS (
+	SELECT l.part FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
+	WHERE (l.owner IS NULL OR l.owner = $1 OR ` + graceExpiry("l.expires_at", "i.beat_at", "$4") + ` <= now()
+		OR l.owner IN (SELECT id FROM gone))
+		AND l.part <> ALL($3::int2[])
+	ORDER BY l.part LIMIT $2
+	FOR UPDATE OF l SKIP LOCKED)
 UPDATE timeout_leases l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + $4 * interval '1 millisecond'
 FROM pick WHERE l.part = pick.part
 RETURNING l.part, l.epoch`
@@ -66,7 +152,7 @@ const renewSQL = `
 WITH mine AS (
 	SELECT l.part FROM timeout_leases l
 	JOIN unnest($2::int2[], $3::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-	WHERE l.owner = $1 AND l.expires_at > now()
+	WHERE l.owner = $1
 	ORDER BY l.part
 	FOR NO KEY UPDATE OF l)
 UPDATE timeout_leases l SET expires_at = now() + $4 * interval '1 millisecond'
@@ -80,7 +166,7 @@ func (l Leases) Renew(ctx context.Context, id string, held []timeoutd.Lease, ttl
 }
 
 func (l Leases) leases(ctx context.Context, what, sql string, args ...any) ([]timeoutd.Lease, error) {
-	rows, err := l.store.pool.Query(ctx, sql, args...)
+	rows, err := l.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -106,10 +192,12 @@ WITH mine AS (
 UPDATE timeout_leases l SET owner = NULL, expires_at = '-infinity'
 FROM mine WHERE l.part = mine.part`
 
-// Release implements timeoutd.Leases.
+// Release implements timeoutd.Leases. Its row locks (FOR UPDATE) wait
+// for the fenced writes in flight (FOR KEY SHARE), so that a released
+// lease has no write of its former owner still running.
 func (l Leases) Release(ctx context.Context, id string, leases []timeoutd.Lease) error {
 	parts, epochs := fenceArrays(timeoutd.Fence{Leases: leases})
-	if _, err := l.store.pool.Exec(ctx, releaseSQL, id, parts, epochs); err != nil {
+	if _, err := l.pool.Exec(ctx, releaseSQL, id, parts, epochs); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
 	return nil
@@ -117,7 +205,7 @@ func (l Leases) Release(ctx context.Context, id string, leases []timeoutd.Lease)
 
 // Leave implements timeoutd.Leases.
 func (l Leases) Leave(ctx context.Context, id string) error {
-	if _, err := l.store.pool.Exec(ctx, `DELETE FROM timeoutd_instances WHERE id = $1`, id); err != nil {
+	if _, err := l.pool.Exec(ctx, `DELETE FROM timeoutd_instances WHERE id = $1`, id); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil
@@ -133,7 +221,7 @@ GROUP BY i.id ORDER BY i.id`
 
 // Instances implements timeoutd.Leases.
 func (l Leases) Instances(ctx context.Context) ([]timeoutd.Instance, error) {
-	rows, err := l.store.pool.Query(ctx, instancesSQL)
+	rows, err := l.pool.Query(ctx, instancesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}

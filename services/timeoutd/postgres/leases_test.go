@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
@@ -19,7 +23,7 @@ func TestFencingRefusesAFormerOwner(t *testing.T) {
 	t.Parallel()
 	s, pool := newStore(t)
 	ctx := context.Background()
-	leases := s.Leases()
+	leases := NewLeases(pool)
 	a, err := leases.Acquire(ctx, "a", events.Partitions, nil, time.Hour)
 	if err != nil || len(a) != events.Partitions {
 		t.Fatalf("a acquires every partition: %d, %v", len(a), err)
@@ -91,24 +95,13 @@ func TestFencingRefusesAFormerOwner(t *testing.T) {
 // past a write in flight nor sees the partition before it.
 func TestAcquireSkipsALeaseWithAWriteInFlight(t *testing.T) {
 	t.Parallel()
-	s, pool := newStore(t)
 	ctx := context.Background()
-	a, err := s.Leases().Acquire(ctx, "a", 1, nil, 100*time.Millisecond)
-	if err != nil || len(a) != 1 {
-		t.Fatalf("acquire: %v, %v", a, err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	pool, leases, a := acquiredByA(t, 1, 100*time.Millisecond)
 	// a's write in flight: the fence's key-share lock, taken while the
 	// lease was valid.
-	if _, err := tx.Exec(ctx, fenceSQL, []int16{int16(a[0].Partition)}, []int64{a[0].Epoch}, "a"); err != nil {
-		t.Fatal(err)
-	}
+	tx := writeInFlight(t, pool, a)
 	time.Sleep(150 * time.Millisecond) // the lease expires meanwhile
-	got, err := s.Leases().Acquire(ctx, "b", events.Partitions, nil, time.Hour)
+	got, err := leases.Acquire(ctx, "b", events.Partitions, nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +113,7 @@ func TestAcquireSkipsALeaseWithAWriteInFlight(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.Leases().Acquire(ctx, "b", 1, timeoutdParts(got), time.Hour)
+	got, err = leases.Acquire(ctx, "b", 1, timeoutdParts(got), time.Hour)
 	if err != nil || len(got) != 1 || got[0].Partition != a[0].Partition || got[0].Epoch != a[0].Epoch+1 {
 		t.Fatalf("after a's commit b acquires %v, %v; want partition %d at epoch %d", got, err, a[0].Partition, a[0].Epoch+1)
 	}
@@ -131,26 +124,13 @@ func TestAcquireSkipsALeaseWithAWriteInFlight(t *testing.T) {
 // do: with share locks, the renewal starved until the leases lapsed).
 func TestRenewDoesNotWaitForFencedWrites(t *testing.T) {
 	t.Parallel()
-	s, pool := newStore(t)
 	ctx := context.Background()
-	a, err := s.Leases().Acquire(ctx, "a", events.Partitions, nil, time.Hour)
-	if err != nil || len(a) != events.Partitions {
-		t.Fatalf("acquire: %v, %v", a, err)
-	}
-	fp, fe := fenceArrays(timeoutd.Fence{Leases: a})
-	for range 2 { // two writes in flight, as ingest and fire
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, fenceSQL, fp, fe, "a"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pool, leases, a := acquiredByA(t, events.Partitions, time.Hour)
+	writeInFlight(t, pool, a) // two writes in flight, as ingest and fire
+	writeInFlight(t, pool, a)
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	renewed, err := s.Leases().Renew(rctx, "a", a, time.Hour)
+	renewed, err := leases.Renew(rctx, "a", a, time.Hour)
 	if err != nil || len(renewed) != len(a) {
 		t.Fatalf("renew with fenced writes in flight: %d of %d leases, %v", len(renewed), len(a), err)
 	}
@@ -158,17 +138,20 @@ func TestRenewDoesNotWaitForFencedWrites(t *testing.T) {
 
 func TestMembership(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	_, pool := newStore(t)
 	ctx := context.Background()
-	l := s.Leases()
+	l := NewLeases(pool)
 	for _, id := range []string{"a", "b"} {
-		if _, _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`)); err != nil {
+		if _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	live, next, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`))
-	if err != nil || live != 3 || next != 0 {
-		t.Fatalf("live = %d, next expiry %v, %v; want 3 and none", live, next, err)
+	beat, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`))
+	if err != nil || beat.Live != 3 || beat.NextExpiry != 0 || beat.Takeable != events.Partitions {
+		t.Fatalf("heartbeat = %+v, %v; want 3 live, no next expiry, every partition free", beat, err)
+	}
+	if d := time.Since(beat.DBTime); d < -time.Minute || d > time.Minute {
+		t.Fatalf("the database's time %v is not now", beat.DBTime)
 	}
 	got, err := l.Acquire(ctx, "a", 5, nil, time.Hour)
 	if err != nil || len(got) != 5 {
@@ -179,11 +162,11 @@ func TestMembership(t *testing.T) {
 	}
 	// The first lease of another instance to expire is b's, in about 2 s;
 	// a's own leases (an hour) do not count.
-	if _, next, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{"pending":1}`)); err != nil || next <= time.Second || next > 2*time.Second {
-		t.Fatalf("a's next expiry = %v, %v; want b's lease, within (1s, 2s]", next, err)
+	if b, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{"pending":1}`)); err != nil || b.NextExpiry <= time.Second || b.NextExpiry > 2*time.Second {
+		t.Fatalf("a's next expiry = %v, %v; want b's lease, within (1s, 2s]", b.NextExpiry, err)
 	}
-	if _, next, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`)); err != nil || next < 59*time.Minute {
-		t.Fatalf("b's next expiry = %v, %v; want a's, about an hour", next, err)
+	if b, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`)); err != nil || b.NextExpiry < 59*time.Minute {
+		t.Fatalf("b's next expiry = %v, %v; want a's, about an hour", b.NextExpiry, err)
 	}
 	if err := l.Release(ctx, "a", got[3:]); err != nil {
 		t.Fatal(err)
@@ -196,9 +179,40 @@ func TestMembership(t *testing.T) {
 	if err != nil || len(in) != 1 || in[0].ID != "a" || len(in[0].Partitions) != 3 || string(in[0].Info) != `{"pending": 1}` {
 		t.Fatalf("instances = %+v, %v; want a with 3 partitions", in, err)
 	}
-	if live, _, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil || live != 1 {
-		t.Fatalf("live = %d, %v; want 1", live, err)
+	if b, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil || b.Live != 1 {
+		t.Fatalf("live = %d, %v; want 1", b.Live, err)
 	}
+}
+
+// acquiredByA returns a fresh database's pool, its lease table, and n
+// leases instance "a" acquired there for ttl.
+func acquiredByA(t *testing.T, n int, ttl time.Duration) (*pgxpool.Pool, Leases, []timeoutd.Lease) {
+	t.Helper()
+	_, pool := newStore(t)
+	leases := NewLeases(pool)
+	a, err := leases.Acquire(context.Background(), "a", n, nil, ttl)
+	if err != nil || len(a) != n {
+		t.Fatalf("a acquires %d of %d: %v", len(a), n, err)
+	}
+	return pool, leases, a
+}
+
+// writeInFlight begins a transaction that holds the fence of "a"'s leases
+// as a fenced write in flight does (key-share locks), until the test
+// commits or rolls it back.
+func writeInFlight(t *testing.T, pool *pgxpool.Pool, leases []timeoutd.Lease) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	fp, fe := fenceArrays(timeoutd.Fence{Leases: leases})
+	if _, err := tx.Exec(ctx, fenceSQL, fp, fe, "a"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 func timeoutdParts(leases []timeoutd.Lease) []int {
@@ -218,4 +232,174 @@ func stateOf(t *testing.T, s *Store, key string) (timeoutd.State, int64) {
 		t.Fatal(err)
 	}
 	return timeoutd.State(st), v
+}
+
+// appPool returns a pool on url whose sessions are named app, as an
+// instance's (timeoutd/<id>).
+func appPool(t *testing.T, url, app string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	LeasePoolConfig(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestACrashedInstancesPartitionsAreOrphanedAtOnce: once every session of
+// an instance is gone (the database saw its connections close: it
+// crashed), its partitions are orphaned and taken at once, long before its
+// leases expire; while any of its sessions lives (paused, cut off: its
+// connections stay open), they wait for the leases to expire.
+func TestACrashedInstancesPartitionsAreOrphanedAtOnce(t *testing.T) {
+	t.Parallel()
+	url := testinfra.Postgres(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, appPool(t, url, "migrate")); err != nil {
+		t.Fatal(err)
+	}
+	deadPool, bPool := appPool(t, url, "timeoutd/dead"), appPool(t, url, "timeoutd/b")
+	dead, b := NewLeases(deadPool), NewLeases(bPool)
+	if _, err := dead.Heartbeat(ctx, "dead", time.Hour, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	held, err := dead.Acquire(ctx, "dead", 10, nil, time.Hour)
+	if err != nil || len(held) != 10 {
+		t.Fatalf("acquire: %v, %v", held, err)
+	}
+	beat, err := b.Heartbeat(ctx, "b", time.Hour, []byte(`{}`))
+	if err != nil || beat.Live != 2 || beat.Takeable != events.Partitions-10 {
+		t.Fatalf("while dead lives: %+v, %v; want 2 live, only the free partitions takeable", beat, err)
+	}
+	got, err := b.Acquire(ctx, "b", events.Partitions, nil, time.Hour)
+	if err != nil || len(got) != events.Partitions-10 {
+		t.Fatalf("b acquires %d, %v; want the %d free ones only", len(got), err, events.Partitions-10)
+	}
+	deadPool.Close() // the crash: every session closes
+	waitOrphaned := time.Now().Add(10 * time.Second)
+	for {
+		live, takeable, err := b.Probe(ctx, "b", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live == 1 && takeable == 10 {
+			break
+		}
+		if time.Now().After(waitOrphaned) {
+			t.Fatalf("after the crash: %d live, %d takeable; want 1 and 10", live, takeable)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	taken, err := b.Acquire(ctx, "b", events.Partitions, timeoutdParts(got), time.Hour)
+	if err != nil || len(taken) != 10 {
+		t.Fatalf("b takes %d orphaned partitions, %v; want 10", len(taken), err)
+	}
+	for i, l := range taken {
+		if l.Partition != held[i].Partition || l.Epoch != held[i].Epoch+1 {
+			t.Fatalf("took %v, want %v at the next epoch", l, held[i])
+		}
+	}
+}
+
+// TestAnInstanceGoneBeforeARestartIsNotOrphaned: sessions lost to a restart
+// of the database (the last heartbeat came before it) are not a crash, and
+// within a TTL of the database's start an expired lease is not taken: the
+// instances renew their own first.
+func TestAnInstanceGoneBeforeARestartIsNotOrphaned(t *testing.T) {
+	t.Parallel()
+	url := testinfra.Postgres(t)
+	ctx := context.Background()
+	pool := appPool(t, url, "migrate")
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	a := NewLeases(appPool(t, url, "timeoutd/b"))
+	// gone's row: no session, its last heartbeat before the database's
+	// start, its leases expired.
+	if _, err := pool.Exec(ctx, `INSERT INTO timeoutd_instances (id, expires_at, app, beat_at)
+		VALUES ('gone', now() - interval '1 second', 'timeoutd/gone', pg_postmaster_start_time() - interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE timeout_leases SET owner = 'gone', epoch = 7, expires_at = now() - interval '1 second' WHERE part < 4`); err != nil {
+		t.Fatal(err)
+	}
+	// A TTL reaching from the database's start to beyond now: the grace.
+	var sinceStart time.Duration
+	if err := pool.QueryRow(ctx, `SELECT (extract(epoch FROM now() - pg_postmaster_start_time()) * 1000)::int8`).Scan(&sinceStart); err != nil {
+		t.Fatal(err)
+	}
+	grace := sinceStart*time.Millisecond + time.Hour
+	live, takeable, err := a.Probe(ctx, "b", grace)
+	if err != nil || live != 2 || takeable != events.Partitions-4 {
+		t.Fatalf("within the grace: %d live, %d takeable, %v; want gone live, only the free partitions takeable", live, takeable, err)
+	}
+	got, err := a.Acquire(ctx, "b", events.Partitions, nil, grace)
+	if err != nil || len(got) != events.Partitions-4 || got[0].Partition != 4 {
+		t.Fatalf("within the grace b acquires %d from %v, %v; want all but gone's 4", len(got), got, err)
+	}
+	// Past the grace (a short TTL), gone's expired leases are taken.
+	got, err = a.Acquire(ctx, "b", events.Partitions, timeoutdParts(got), time.Millisecond)
+	if err != nil || len(got) != 4 || got[0].Epoch != 8 {
+		t.Fatalf("past the grace b acquires %v, %v; want gone's 4 at epoch 8", got, err)
+	}
+}
+
+// TestRenewAnExpiredLeaseNobodyTook: a lease that expired (the owner was
+// cut off from the database, or the database was down) is renewed at its
+// epoch while nobody took it, and refused once somebody did.
+func TestRenewAnExpiredLeaseNobodyTook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, l, a := acquiredByA(t, 2, time.Hour)
+	if _, err := pool.Exec(ctx, `UPDATE timeout_leases SET expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Acquire(ctx, "b", 1, nil, time.Hour)
+	if err != nil || len(b) != 1 || b[0].Partition != a[0].Partition {
+		t.Fatalf("b takes %v, %v; want partition %d", b, err, a[0].Partition)
+	}
+	renewed, err := l.Renew(ctx, "a", a, time.Hour)
+	if err != nil || len(renewed) != 1 || renewed[0] != a[1] {
+		t.Fatalf("a renews %v, %v; want only %v, which nobody took", renewed, err, a[1])
+	}
+}
+
+// TestAResetIsNotACrash: an instance whose sessions all vanish and come
+// back within CrashGrace (its connections were reset, and it reconnected)
+// is not dead: its partitions stay its own.
+func TestAResetIsNotACrash(t *testing.T) {
+	t.Parallel()
+	url := testinfra.Postgres(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, appPool(t, url, "migrate")); err != nil {
+		t.Fatal(err)
+	}
+	a, b := NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
+	if _, err := a.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Acquire(ctx, "a", events.Partitions, nil, time.Hour); err != nil || len(got) != events.Partitions {
+		t.Fatalf("a acquires %d, %v", len(got), err)
+	}
+	a.pool.Close() // the reset
+	if _, takeable, err := b.Probe(ctx, "b", time.Hour); err != nil || takeable != 0 {
+		t.Fatalf("right after the reset: %d takeable, %v; want none within the grace", takeable, err)
+	}
+	a = NewLeases(appPool(t, url, "timeoutd/a")) // it reconnects
+	if err := a.pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * CrashGrace)
+	if _, takeable, err := b.Probe(ctx, "b", time.Hour); err != nil || takeable != 0 {
+		t.Fatalf("after it reconnected: %d takeable, %v; want none", takeable, err)
+	}
+	if got, err := b.Acquire(ctx, "b", events.Partitions, nil, time.Hour); err != nil || len(got) != 0 {
+		t.Fatalf("b acquires %v, %v; want nothing of a's", got, err)
+	}
 }

@@ -58,6 +58,12 @@ FOR KEY SHARE OF l`
 
 // applySQL upserts the commands of the partitions whose lease rows fenceSQL
 // locked earlier in the same transaction (the same condition, on $9..$11).
+// A command whose version and state the row already has (an earlier
+// attempt committed it, and its reply was lost) rewrites the row as it is,
+// whatever the command says (a producer that reused a version changes
+// nothing), so that it is returned: the retry schedules what the lost reply
+// would have. One of the same version and another state (a set whose timeout
+// fired, or was retired to a mark) changes nothing.
 const applySQL = `
 INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload)
 SELECT v, d, NULLIF(l, 0), p, s, k, f, pl
@@ -66,9 +72,13 @@ WHERE p IN (SELECT l.part FROM timeout_leases l
 	JOIN unnest($9::int2[], $10::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
 	WHERE l.owner = $11 AND l.expires_at > now())
 ON CONFLICT (key) DO UPDATE SET
-	version = EXCLUDED.version, deadline_ns = EXCLUDED.deadline_ns, max_lateness_ms = EXCLUDED.max_lateness_ms,
-	state = EXCLUDED.state, fire_subject = EXCLUDED.fire_subject, payload = EXCLUDED.payload
-WHERE t.version < EXCLUDED.version
+	version = EXCLUDED.version,
+	deadline_ns = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.deadline_ns ELSE t.deadline_ns END,
+	max_lateness_ms = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.max_lateness_ms ELSE t.max_lateness_ms END,
+	state = EXCLUDED.state,
+	fire_subject = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.fire_subject ELSE t.fire_subject END,
+	payload = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.payload ELSE t.payload END
+WHERE t.version < EXCLUDED.version OR (t.version = EXCLUDED.version AND t.state = EXCLUDED.state)
 RETURNING key, version, state, deadline_ns`
 
 // Apply implements timeoutd.Store: in one transaction, pipelined in one
@@ -303,16 +313,25 @@ func (s *Store) LoadPending(ctx context.Context, partition int, afterKey string,
 	return out, nil
 }
 
+// leaseHeldSQL is true while $4 holds the leases of $3/$5 (partitions and
+// epochs), none expired, by Postgres's clock: the fence of the janitor's
+// statements. Uncorrelated, it is evaluated once, before the statement
+// reads a row.
+const leaseHeldSQL = `cardinality($3::int2[]) > 0 AND cardinality($3::int2[]) = (SELECT count(*) FROM timeout_leases l
+	JOIN unnest($3::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+	WHERE l.owner = $4 AND l.expires_at > now())`
+
 // retireTombstonesSQL turns up to $2 tombstones older than $1 into version
-// marks. The outer condition re-checks the state, so a row a command
-// changed between the two scans is left alone.
+// marks, fenced (leaseHeldSQL). The outer condition re-checks the state, so
+// a row a command changed between the two scans is left alone.
 const retireTombstonesSQL = `UPDATE timeouts SET state = 3, payload = NULL, fire_subject = NULL, max_lateness_ms = NULL
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state IN (1, 2) AND deadline_ns < $1 LIMIT $2))
-	AND state IN (1, 2)`
+	AND state IN (1, 2) AND ` + leaseHeldSQL
 
 // RetireTombstones implements timeoutd.Store.
-func (s *Store) RetireTombstones(ctx context.Context, before time.Time, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, retireTombstonesSQL, before.UnixNano(), limit)
+func (s *Store) RetireTombstones(ctx context.Context, fence timeoutd.Fence, before time.Time, limit int) (int, error) {
+	fp, fe := fenceArrays(fence)
+	tag, err := s.pool.Exec(ctx, retireTombstonesSQL, before.UnixNano(), limit, fp, fence.Owner, fe)
 	if err != nil {
 		return 0, fmt.Errorf("retire tombstones: %w", err)
 	}
@@ -320,14 +339,15 @@ func (s *Store) RetireTombstones(ctx context.Context, before time.Time, limit in
 }
 
 // forgetMarksSQL deletes up to $2 version marks whose tombstone time is
-// before $1, found by the marks' index.
+// before $1, found by the marks' index, fenced (leaseHeldSQL).
 const forgetMarksSQL = `DELETE FROM timeouts
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state = 3 AND deadline_ns < $1 LIMIT $2))
-	AND state = 3`
+	AND state = 3 AND ` + leaseHeldSQL
 
 // ForgetMarks implements timeoutd.Store.
-func (s *Store) ForgetMarks(ctx context.Context, before time.Time, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, forgetMarksSQL, before.UnixNano(), limit)
+func (s *Store) ForgetMarks(ctx context.Context, fence timeoutd.Fence, before time.Time, limit int) (int, error) {
+	fp, fe := fenceArrays(fence)
+	tag, err := s.pool.Exec(ctx, forgetMarksSQL, before.UnixNano(), limit, fp, fence.Owner, fe)
 	if err != nil {
 		return 0, fmt.Errorf("forget version marks: %w", err)
 	}

@@ -306,8 +306,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"ListPending UUID key prefix", listPendingSQL(true, true), ranges("0190"), "timeouts_pkey", "", false},
 		{"LoadPending", loadPendingSQL, []any{int16(3), encodeKey("order-0125000"), 5000}, "timeouts_pending_part", "timeouts_pending_part", false},
 		{"GetPending", getPendingSQL, []any{encodeKey("order-0125001")}, "timeouts_pkey", "timeouts_pkey", false},
-		{"RetireTombstones", retireTombstonesSQL, []any{mid, 1000}, "timeouts_tombstones", "timeouts_tombstones", false},
-		{"ForgetMarks", forgetMarksSQL, []any{mid, 1000}, "timeouts_marks", "timeouts_marks", false},
+		{"RetireTombstones", retireTombstonesSQL, []any{mid, 1000, []int16{0}, "test", []int64{1}}, "timeouts_tombstones", "timeouts_tombstones", false},
+		{"ForgetMarks", forgetMarksSQL, []any{mid, 1000, []int16{0}, "test", []int64{1}}, "timeouts_marks", "timeouts_marks", false},
 		{"MarkFired", markFiredSQL, []any{[][]byte{encodeKey("order-0125001")}, []int64{1}, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey", false},
 		{"DueRows 1,000 keys", dueSQL, []any{keys, versions}, "timeouts_pkey", "timeouts_pkey", true},
 		{"MarkFired 1,000 keys", markFiredSQL, []any{keys, versions, now, []int16{1}, []int64{1}, "test"}, "timeouts_pkey", "timeouts_pkey", true},
@@ -640,7 +640,7 @@ func TestStaleSetAfterJanitorDoesNotResurrect(t *testing.T) {
 			}
 			tt.end(t, s, v1)
 			// The janitor runs past the tombstone TTL.
-			n, err := s.RetireTombstones(ctx, now.Add(2*timeoutd.TombstoneTTLDefault), 1000)
+			n, err := s.RetireTombstones(ctx, fenceAll(t, s), now.Add(2*timeoutd.TombstoneTTLDefault), 1000)
 			if err != nil || n != 1 {
 				t.Fatalf("janitor: %d tombstones, %v; want 1", n, err)
 			}
@@ -698,7 +698,7 @@ func fenceAll(t testing.TB, s *Store) timeoutd.Fence {
 	if f, ok := fences.Load(s); ok {
 		return f.(timeoutd.Fence)
 	}
-	leases, err := s.Leases().Acquire(context.Background(), "test", events.Partitions, nil, time.Hour)
+	leases, err := NewLeases(s.pool).Acquire(context.Background(), "test", events.Partitions, nil, time.Hour)
 	if err != nil || len(leases) != events.Partitions {
 		t.Fatalf("acquire every lease: %d, %v", len(leases), err)
 	}
@@ -731,12 +731,12 @@ func TestForgetMarksDeletesOnlyOldMarks(t *testing.T) {
 		setCmd("pending", 1, t0.Add(time.Hour), 0))
 	apply(t0, clearOf("old"))
 	apply(t0.Add(10*time.Hour), clearOf("newer"))
-	if n, err := s.RetireTombstones(ctx, t0.Add(11*time.Hour), 100); err != nil || n != 2 {
+	if n, err := s.RetireTombstones(ctx, fenceAll(t, s), t0.Add(11*time.Hour), 100); err != nil || n != 2 {
 		t.Fatalf("retired %d, %v; want old and newer", n, err)
 	}
 	apply(t0.Add(12*time.Hour), clearOf("live")) // a tombstone, not yet a mark
 	for _, want := range []int{1, 0} {
-		if n, err := s.ForgetMarks(ctx, t0.Add(5*time.Hour), 100); err != nil || n != want {
+		if n, err := s.ForgetMarks(ctx, fenceAll(t, s), t0.Add(5*time.Hour), 100); err != nil || n != want {
 			t.Fatalf("forgot %d marks, %v; want %d", n, err, want)
 		}
 	}
@@ -750,5 +750,96 @@ func TestForgetMarksDeletesOnlyOldMarks(t *testing.T) {
 	}
 	if got, err := s.GetPending(ctx, "pending"); err != nil || got.Version != 1 {
 		t.Fatalf("pending row: %+v, %v", got, err)
+	}
+}
+
+// TestApplyRetriedAfterAnAmbiguousCommit: the retry of an Apply whose
+// commit went through but whose reply was lost (a reset after COMMIT, a
+// Postgres failover) returns the rows the lost reply carried, so that they
+// are scheduled; the retry of a set whose timeout has fired since changes
+// nothing and returns nothing.
+func TestApplyRetriedAfterAnAmbiguousCommit(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	d := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	cmds := []events.Command{setCmd("amb-set", 1, d, 0), {Schema: events.SchemaVersion, Kind: events.KindClear, Key: "amb-clear", Version: 3},
+		setCmd("amb-fired", 1, d, 0)}
+	if changes, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()); err != nil || len(changes) != 3 {
+		t.Fatalf("first apply: %+v, %v", changes, err)
+	}
+	if _, err := s.MarkFired(ctx, fenceAll(t, s), []timeoutd.Due{{Key: "amb-fired", Version: 1, Deadline: d}}, d); err != nil {
+		t.Fatal(err)
+	}
+	changes, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()) // the retry
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]timeoutd.Change{}
+	for _, c := range changes {
+		got[c.Key] = c
+	}
+	if len(got) != 2 || got["amb-set"].Version != 1 || got["amb-set"].State != timeoutd.StatePending || !got["amb-set"].Deadline.Equal(d) ||
+		got["amb-clear"].Version != 3 || got["amb-clear"].State != timeoutd.StateCleared {
+		t.Fatalf("retry returned %+v; want amb-set pending at 1 and amb-clear cleared at 3, not amb-fired", changes)
+	}
+	if st, v := stateOf(t, s, "amb-fired"); st != timeoutd.StateFired || v != 1 {
+		t.Fatalf("amb-fired after the retry: state %d version %d, want fired at 1", st, v)
+	}
+}
+
+// TestTheJanitorIsFenced: the janitor's statements write nothing unless
+// their fence holds its lease: a former owner of the janitor's partition,
+// or an instance that never held it, retires and forgets nothing.
+func TestTheJanitorIsFenced(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-48 * time.Hour).UTC()
+	for _, c := range []events.Command{setCmd("jf", 1, t0.Add(time.Hour), 0), {Schema: events.SchemaVersion, Kind: events.KindClear, Key: "jf", Version: 2}} {
+		if _, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{c}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owner := fenceAll(t, s)
+	zero := timeoutd.Fence{Owner: owner.Owner, Leases: owner.Leases[:1]}
+	stale := timeoutd.Fence{Owner: owner.Owner, Leases: []timeoutd.Lease{{Partition: 0, Epoch: owner.Leases[0].Epoch - 1}}}
+	for name, f := range map[string]timeoutd.Fence{"no lease": {Owner: "other"}, "another owner": {Owner: "other", Leases: zero.Leases}, "a former epoch": stale} {
+		if n, err := s.RetireTombstones(ctx, f, time.Now(), 100); err != nil || n != 0 {
+			t.Fatalf("%s: retired %d, %v; want none", name, n, err)
+		}
+	}
+	if n, err := s.RetireTombstones(ctx, zero, time.Now(), 100); err != nil || n != 1 {
+		t.Fatalf("the owner of partition 0 retired %d, %v; want 1", n, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE timeout_leases SET expires_at = now() - interval '1 second' WHERE part = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.ForgetMarks(ctx, zero, time.Now(), 100); err != nil || n != 0 {
+		t.Fatalf("an expired lease forgot %d marks, %v; want none", n, err)
+	}
+}
+
+// TestASameVersionNeverChangesARow: a set at the stored version with other
+// content (a producer that reused a version) leaves the row as it was; the
+// row is returned as stored.
+func TestASameVersionNeverChangesARow(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	d := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	first := setCmd("same", 5, d, 0)
+	first.Payload = []byte(`{"a":1}`)
+	if _, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{first}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	other := setCmd("same", 5, d.Add(-30*time.Minute), 100)
+	changes, _, err := s.Apply(ctx, fenceAll(t, s), []events.Command{other}, time.Now())
+	if err != nil || len(changes) != 1 || !changes[0].Deadline.Equal(d) {
+		t.Fatalf("the same version again returned %+v, %v; want the stored row, deadline %v", changes, err, d)
+	}
+	got, err := s.GetPending(ctx, "same")
+	if err != nil || !got.Deadline.Equal(d) || string(got.Payload) != `{"a":1}` || got.MaxLateness != 0 {
+		t.Fatalf("row after the same version: %+v, %v; want it unchanged", got, err)
 	}
 }

@@ -16,7 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -48,6 +50,10 @@ type Change struct {
 	Clear bool
 }
 
+// ErrFull is returned when a timeout of a key not held would take the
+// schedule beyond Config.MaxPending.
+var ErrFull = errors.New("schedule: full")
+
 // Config configures a Schedule.
 type Config struct {
 	// Tick is the wheel's resolution; default wheel.TickDefault.
@@ -73,6 +79,8 @@ type Config struct {
 	// Logger receives the timeouts that could not be re-armed; default
 	// slog.Default().
 	Logger *slog.Logger
+	// Clock is the wheel's clock; nil means the real monotonic clock.
+	Clock wheel.Clock
 }
 
 // Schedule holds the pending timeouts in memory and hands them to
@@ -93,7 +101,17 @@ type Schedule struct {
 	// reserved counts the slots reserved by Admit for sets being
 	// committed, so that concurrent ingest lanes never overfill memory.
 	reserved int
+	// hold is how long after its deadline, by the wall clock Now, a timeout
+	// is handed out (see Hold), in nanoseconds.
+	hold atomic.Int64
 }
+
+// Hold makes every timeout wait d past its deadline by the wall clock
+// before it is handed out, from now on: d is how far the wall clock may run
+// ahead of the clock the deadlines are kept by. A timer expiring earlier is
+// re-armed for the rest. Safe to call at any time; 0 (the default) holds
+// nothing.
+func (s *Schedule) Hold(d time.Duration) { s.hold.Store(int64(max(d, 0))) }
 
 // New returns a Schedule; its wheel's goroutines run until Stop.
 func New(cfg Config) (*Schedule, error) {
@@ -113,7 +131,12 @@ func New(cfg Config) (*Schedule, error) {
 		return nil, errors.New("schedule: Partition is nil")
 	}
 	s := &Schedule{cfg: cfg, x: newIndex(), deadlines: newDeadlineCounts()}
-	w, err := wheel.New(wheel.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending}, s.expire)
+	// The index bounds the timeouts held; the wheel is left unbounded. It
+	// holds one live timer per armed timeout plus the timers it cut and has
+	// not delivered yet (delivery waits for the fire path, by design): were
+	// those counted against MaxPending, a set the index had admitted, or a
+	// failed fire's re-arm, could find the wheel full and be lost.
+	w, err := wheel.New(wheel.Config{Tick: cfg.Tick, Clock: cfg.Clock}, s.expire)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: new wheel: %w", err)
 	}
@@ -126,6 +149,17 @@ func (s *Schedule) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.x.len()
+}
+
+// Version returns the version of key's timeout held, armed, held or in
+// flight, and whether one is.
+func (s *Schedule) Version(key string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, i, ok := s.x.find(key); ok {
+		return s.x.slots.at(i).version, true
+	}
+	return 0, false
 }
 
 // Admit reserves room for the sets of cmds whose key is not held, the only
@@ -171,9 +205,9 @@ func (s *Schedule) Unreserve(n int) {
 // Apply brings the schedule in line with committed changes: a set arms
 // (or moves) the key's timer at its deadline, a clear removes the key; a
 // change whose version is not newer than the one held is ignored. It
-// returns how many sets and clears it saw. A set that cannot be held
-// (the wheel or the index is full) is logged and skipped: it stays
-// pending in Postgres, and the next load takes it.
+// returns how many sets and clears it saw. A set of a key not held that
+// Admit did not reserve room for may find the schedule full: it is logged
+// and skipped, pending in Postgres for the next load.
 func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,7 +217,7 @@ func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 			cleared++
 			continue
 		}
-		if err := s.setLocked(c.Entry, c.Deadline); err != nil {
+		if err := s.setLocked(c.Entry, c.Deadline, s.cfg.MaxPending); err != nil {
 			s.cfg.Logger.Error("timeout committed but not scheduled in memory", "key", c.Key, "err", err)
 			continue
 		}
@@ -195,43 +229,56 @@ func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 // Load puts pending rows read from the store into the schedule: those due by
 // now are held (in memory, without a timer) and their Refs returned for
 // Release; the others are armed. A row replaces what the schedule holds for
-// its key. It fails when the schedule is full.
+// its key at an older version only: a command committed while the rows were
+// read stays. It fails when the schedule is full, the room Admit reserved
+// for sets being committed counted as taken.
 func (s *Schedule) Load(rows []Entry, now time.Time) (held []Ref, err error) {
 	nowNs := now.UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	limit := s.cfg.MaxPending - s.reserved // the room Admit granted stays theirs
 	for _, r := range rows {
 		if r.Deadline.UnixNano() > nowNs {
-			if err := s.setLocked(r, r.Deadline); err != nil {
+			if err := s.setLocked(r, r.Deadline, limit); err != nil {
 				return held, err
 			}
 			continue
 		}
-		h, err := s.holdLocked(r)
+		h, ok, err := s.holdLocked(r, limit)
 		if err != nil {
 			return held, err
 		}
-		held = append(held, h)
+		if ok {
+			held = append(held, h)
+		}
 	}
 	return held, nil
 }
 
 // Release arms the held timeouts of refs spread at rate per second from
-// now, and returns how many it armed: a Ref made stale by a newer command
-// meanwhile is skipped.
+// now, oldest deadline first (a load reads them in key order), and returns
+// how many it armed: a Ref made stale by a newer command meanwhile is
+// skipped. It costs O(n log n) for n refs.
 func (s *Schedule) Release(refs []Ref, now time.Time, rate int) int {
-	released := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	type heldSlot struct {
+		i  uint32
+		sl *slot
+	}
+	live := make([]heldSlot, 0, len(refs))
 	for _, r := range refs {
-		i, sl := s.x.valid(uint64(r))
-		if sl == nil || sl.h != 0 {
-			continue
+		if i, sl := s.x.valid(uint64(r)); sl != nil && sl.h == 0 {
+			live = append(live, heldSlot{i, sl})
 		}
+	}
+	slices.SortStableFunc(live, func(a, b heldSlot) int { return cmp.Compare(a.sl.deadline, b.sl.deadline) })
+	released := 0
+	for _, h := range live {
 		at := now.Add(time.Duration(released) * time.Second / time.Duration(rate))
-		if err := s.arm(i, sl, at); err != nil {
-			// Still pending in Postgres; the next load takes it.
-			s.removeLocked(s.x.pos(i), i)
+		if err := s.arm(h.i, h.sl, at); err != nil {
+			// Only after Stop: still pending in Postgres; the next load takes it.
+			s.removeLocked(s.x.pos(h.i), h.i)
 			continue
 		}
 		released++
@@ -309,7 +356,7 @@ func (s *Schedule) Stop() { s.w.Stop() }
 // wall clock, re-arms the ones not yet due, marks the due ones in flight and
 // hands them to OnDue.
 func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
-	nowNs := s.cfg.Now().UnixNano()
+	nowNs := s.cfg.Now().UnixNano() - s.hold.Load()
 	due := make([]Due, 0, len(batch))
 	s.mu.Lock()
 	for _, e := range batch {
@@ -318,7 +365,7 @@ func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
 			continue // replaced or cleared after the wheel cut it
 		}
 		if sl.deadline > nowNs {
-			if err := s.arm(i, sl, time.Unix(0, sl.deadline)); err != nil {
+			if err := s.arm(i, sl, time.Unix(0, sl.deadline+s.hold.Load())); err != nil {
 				s.cfg.Logger.Error("reschedule early timer", "key", s.x.key(i), "err", err)
 				s.removeLocked(s.x.pos(i), i)
 			}
@@ -338,8 +385,9 @@ func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
 }
 
 // setLocked schedules e, to be handed to the wheel at at (normally the
-// deadline). A version not newer than the one held is ignored.
-func (s *Schedule) setLocked(e Entry, at time.Time) error {
+// deadline). A version not newer than the one held is ignored. A key not
+// held is added while fewer than limit are.
+func (s *Schedule) setLocked(e Entry, at time.Time, limit int) error {
 	pos, i, ok := s.x.find(e.Key)
 	if ok {
 		sl := s.x.slots.at(i)
@@ -361,7 +409,7 @@ func (s *Schedule) setLocked(e Entry, at time.Time) error {
 		}
 		return nil
 	}
-	i, err := s.x.add(e.Key)
+	i, err := s.addLocked(e.Key, limit)
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", e.Key, err)
 	}
@@ -375,6 +423,15 @@ func (s *Schedule) setLocked(e Entry, at time.Time) error {
 	return nil
 }
 
+// addLocked adds key, not held, to the index while fewer than limit are
+// held.
+func (s *Schedule) addLocked(key string, limit int) (uint32, error) {
+	if s.x.len() >= limit {
+		return 0, ErrFull
+	}
+	return s.x.add(key)
+}
+
 // arm gives slot i a wheel timer expiring at at.
 func (s *Schedule) arm(i uint32, sl *slot, at time.Time) error {
 	h, err := s.w.Schedule(at, Ref(ref(i, sl)))
@@ -386,21 +443,27 @@ func (s *Schedule) arm(i uint32, sl *slot, at time.Time) error {
 }
 
 // holdLocked puts e in the index without a wheel timer (held: h is 0, which
-// the wheel treats as stale), replacing what the key held, and returns its
-// Ref for Release.
-func (s *Schedule) holdLocked(e Entry) (Ref, error) {
-	if pos, i, ok := s.x.find(e.Key); ok {
-		s.w.Cancel(wheel.Handle(s.x.slots.at(i).h))
+// the wheel treats as stale), replacing what the key held at an older
+// version, and returns its Ref for Release; ok is false when the key is
+// held at e's version or a newer one (a commit that landed while a takeover
+// loaded), which stays as it is.
+func (s *Schedule) holdLocked(e Entry, limit int) (_ Ref, ok bool, _ error) {
+	if pos, i, found := s.x.find(e.Key); found {
+		sl := s.x.slots.at(i)
+		if sl.version >= e.Version {
+			return 0, false, nil
+		}
+		s.w.Cancel(wheel.Handle(sl.h))
 		s.removeLocked(pos, i)
 	}
-	i, err := s.x.add(e.Key)
+	i, err := s.addLocked(e.Key, limit)
 	if err != nil {
-		return 0, fmt.Errorf("hold %s: %w", e.Key, err)
+		return 0, false, fmt.Errorf("hold %s: %w", e.Key, err)
 	}
 	sl := s.x.slots.at(i)
 	sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
 	s.count(sl.deadline, 1)
-	return Ref(ref(i, sl)), nil
+	return Ref(ref(i, sl)), true, nil
 }
 
 // inFlight returns the slot of an in-flight Ref, or nil when a newer command

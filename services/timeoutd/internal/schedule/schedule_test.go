@@ -284,3 +284,111 @@ func TestDropTakesWholePartitions(t *testing.T) {
 		t.Fatalf("len = %d, want %d", s.Len(), 201-dropped+1)
 	}
 }
+
+// TestLoadNeverReplacesANewerVersion: an overdue row that a load reads
+// after a newer command was applied (a commit landing mid-load) does not
+// replace the newer version, armed or held.
+func TestLoadNeverReplacesANewerVersion(t *testing.T) {
+	t.Parallel()
+	s, r := newTest(t, 10, time.Now)
+	now := time.Now()
+	s.Apply([]Change{set("k", 5, now.Add(50*time.Millisecond))})
+	held, err := s.Load([]Entry{
+		{Key: "k", Version: 3, Deadline: now.Add(-time.Minute)}, // overdue, older
+		{Key: "j", Version: 2, Deadline: now.Add(-time.Second)}, // overdue, new key
+		{Key: "j", Version: 1, Deadline: now.Add(-time.Hour)},   // overdue, older than j's
+		{Key: "k", Version: 4, Deadline: now.Add(time.Hour)},    // armed, older
+	}, now)
+	if err != nil || len(held) != 1 || s.Len() != 2 {
+		t.Fatalf("held %d, len %d, err %v; want 1 held (j), 2 in all", len(held), s.Len(), err)
+	}
+	s.Release(held, now, 1000)
+	due := r.waitDue(t, 2)
+	got := map[string]int64{}
+	for _, d := range due {
+		got[d.Key] = d.Version
+	}
+	if got["k"] != 5 || got["j"] != 2 {
+		t.Fatalf("due versions %v, want k 5 and j 2", got)
+	}
+}
+
+// TestCutTimersNeverFillTheWheel: timers the wheel cut but could not yet
+// deliver (the fire path is busy, by design) never make the wheel refuse a
+// set the index has room for, nor a re-arm.
+func TestCutTimersNeverFillTheWheel(t *testing.T) {
+	t.Parallel()
+	proceed := make(chan struct{})
+	var s *Schedule
+	r := &recorder{}
+	first := true
+	rearmAt := time.Now().Add(time.Hour)
+	var err error
+	s, err = New(Config{Tick: time.Millisecond, MaxPending: 3, OnDue: func(d []Due) {
+		if first { // the fire path, busy with a's batch, then its fire fails
+			first = false
+			<-proceed
+			s.Rearm([]Ref{d[0].Ref}, rearmAt)
+			return
+		}
+		r.onDue(d)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	now := time.Now()
+	s.Apply([]Change{set("a", 1, now)})
+	waitCut := func(n uint64) {
+		t.Helper()
+		for limit := time.Now().Add(5 * time.Second); s.w.Stats().Expired < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(limit) {
+				t.Fatalf("the wheel cut %d timers within 5s, want %d", s.w.Stats().Expired, n)
+			}
+		}
+	}
+	waitCut(1)
+	// b and c fall due while a's batch is being fired: cut, waiting.
+	s.Apply([]Change{set("b", 1, now), set("c", 1, now)})
+	waitCut(3)
+	// Moved before delivery: each gets a new timer beside its cut one.
+	rearmAt = time.Now().Add(30 * time.Millisecond)
+	later := time.Now().Add(30 * time.Millisecond)
+	if n, _ := s.Apply([]Change{set("b", 2, later), set("c", 2, later)}); n != 2 {
+		t.Fatalf("scheduled %d of 2 sets the index had room for", n)
+	}
+	close(proceed)
+	due := r.waitDue(t, 3)
+	got := map[string]int64{}
+	for _, d := range due {
+		got[d.Key] = d.Version
+	}
+	if got["a"] != 1 || got["b"] != 2 || got["c"] != 2 {
+		t.Fatalf("due %v, want a re-armed (1), b and c at 2", got)
+	}
+}
+
+// TestReleaseInDeadlineOrder: the overdue timeouts of a takeover are
+// released oldest deadline first, whatever order the load read them in
+// (key order), so a large backlog publishes the longest overdue first.
+func TestReleaseInDeadlineOrder(t *testing.T) {
+	t.Parallel()
+	s, r := newTest(t, 10, time.Now)
+	now := time.Now()
+	held, err := s.Load([]Entry{
+		{Key: "a", Version: 1, Deadline: now.Add(-time.Second)},
+		{Key: "b", Version: 1, Deadline: now.Add(-3 * time.Second)},
+		{Key: "c", Version: 1, Deadline: now.Add(-2 * time.Second)},
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(held, time.Now(), 100) // 10 ms apart
+	var order []string
+	for _, d := range r.waitDue(t, 3) {
+		order = append(order, d.Key)
+	}
+	if strings.Join(order, "") != "bca" {
+		t.Fatalf("released in order %v, want b c a (oldest deadline first)", order)
+	}
+}

@@ -1,0 +1,599 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordertimeout/ordertimeout/internal/machine"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+// The chaos run (issue 26): the cluster (3 NATS nodes, streams R3, 3
+// timeoutd, 2 orders, one Postgres) under the soak's load while a nemesis
+// runs a schedule of faults drawn from a seed, then an audit from outside
+// the services: the soak's auditor (orders' final states, the events stored
+// in JetStream read by a consumer of its own), the write audit trigger on
+// the timeouts table, and the lease rows. docs/RELIABILITY.md describes it.
+
+// chaosConfig is a chaos run: the load, how many faults, and the kinds of
+// fault they are drawn from.
+type chaosConfig struct {
+	Load   soakConfig
+	Faults int
+	Kinds  []chaosKind
+	// Must names kinds every schedule has at least once: when the draw
+	// left one out, it replaces a fault drawn at random (by the seed).
+	Must []string
+}
+
+// chaosShort runs inside `make test` (brief, bounds for a loaded 2-core
+// machine); chaosLong is `make chaos` (CHAOS=long).
+var (
+	// The short run always cuts an instance off the network, so that
+	// `make test` checks a partitioned former owner's partitions move and
+	// it writes nothing for them.
+	chaosShort = chaosConfig{Load: chaosLoad(50, 40*time.Second), Faults: 4, Kinds: chaosMix, Must: []string{"netcut-timeoutd"}}
+	chaosLong  = chaosConfig{Load: chaosLoad(70, 80*time.Second), Faults: 8, Kinds: chaosMix}
+)
+
+// chaosLoad is the soak's load generator at rate orders/s for d, spread
+// over both orders instances, deadlines 2–20 s, half of the orders paid at
+// a random moment between their creation and a little after their
+// deadline.
+func chaosLoad(rate int, d time.Duration) soakConfig {
+	return soakConfig{Rate: rate, Duration: d, MinDeadline: 2 * time.Second, MaxDeadline: 20 * time.Second,
+		PayShare: 0.5, Workers: 48, HA: true, Settle: 2 * time.Minute, Stall: time.Minute}
+}
+
+// chaosKind is a kind of fault: its name, its weight in the draw, and how
+// to plan one instance of it on a stack with the random source of the
+// schedule (every random choice is made when planning, so a seed gives one
+// schedule).
+type chaosKind struct {
+	Name   string
+	Weight int
+	Plan   func(c *chaos, r *rand.Rand) func(*testing.T) string
+}
+
+// chaosMix is the default mix of faults.
+var chaosMix = []chaosKind{
+	{"kill-timeoutd", 3, (*chaos).planKillTimeoutd},
+	{"pause-timeoutd", 1, (*chaos).planPause},
+	{"netcut-timeoutd", 1, (*chaos).planNetcut},
+	{"kill-nats", 1, (*chaos).planKillNATS},
+	{"restart-postgres", 1, (*chaos).planRestartPostgres},
+	{"kill-orders", 1, (*chaos).planKillOrders},
+	{"proxy-latency", 1, (*chaos).planLatency},
+	{"proxy-reset", 1, (*chaos).planReset},
+	{"proxy-timeout", 1, (*chaos).planTimeout},
+	{"proxy-commit-cut", 1, (*chaos).planCommitCut},
+	{"clock-skew", 1, (*chaos).planSkew},
+}
+
+// chaosKinds is every kind CHAOS_KINDS can name.
+var chaosKinds = chaosMix
+
+// chaosWindowMargin extends each fault's window past its end: the system's
+// catch-up after a fault is part of the fault.
+const chaosWindowMargin = 5 * time.Second
+
+// netcutBound is the most the partitions of a timeoutd cut off the
+// network may take to move to the others: the lease TTL (the instances'
+// default, TIMEOUTD_LEASE_TTL) plus a margin for a loaded machine.
+const netcutBound = timeoutd.LeaseTTLDefault + 5*time.Second
+
+// chaosLateBound is the chaos run's bound on any cancel event's lateness: a
+// hang's bound; the lateness itself is reported, not asserted.
+const chaosLateBound = time.Minute
+
+// chaos is one run's nemesis: the stack, the schedule's record of what it
+// did, and what it measured on the way.
+type chaos struct {
+	s  *stack
+	db *pgxpool.Pool // the timeouts database, from the host
+	// proxied is the timeoutd instance behind the fault proxy.
+	proxied string
+
+	mu      sync.Mutex
+	windows []faultWindow
+	kills   []chaosKill
+	// problems are violations found while the faults ran.
+	problems []string
+}
+
+// faultWindow is when a fault ran, from its start to its end.
+type faultWindow struct {
+	Kind       string
+	From, Till time.Time
+}
+
+// chaosKill is a SIGKILLed timeoutd and the partitions it owned then, for
+// the failover.
+type chaosKill struct {
+	Name  string
+	At    time.Time
+	Parts []int
+}
+
+// chaosSeeds returns the seeds of the runs: CHAOS_SEED (or one from the
+// clock), then the next ones, CHAOS_RUNS in all (default 1).
+func chaosSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED %q: want an unsigned integer", v)
+		}
+		seed = n
+	}
+	runs := 1
+	if v := os.Getenv("CHAOS_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("CHAOS_RUNS %q: want a positive integer", v)
+		}
+		runs = n
+	}
+	out := make([]uint64, runs)
+	for i := range out {
+		out[i] = seed + uint64(i)
+	}
+	return out
+}
+
+// chaosConfigFromEnv returns the short run, or the long one with
+// CHAOS=long; CHAOS_KINDS (comma-separated names of chaosKinds) replaces
+// the mix.
+func chaosConfigFromEnv(t *testing.T) chaosConfig {
+	t.Helper()
+	cfg := chaosShort
+	if os.Getenv("CHAOS") == "long" {
+		cfg = chaosLong
+	}
+	if v := os.Getenv("CHAOS_KINDS"); v != "" {
+		cfg.Kinds = nil
+		for _, name := range strings.Split(v, ",") {
+			i := slices.IndexFunc(chaosKinds, func(k chaosKind) bool { return k.Name == strings.TrimSpace(name) })
+			if i < 0 {
+				t.Fatalf("CHAOS_KINDS: unknown kind %q", name)
+			}
+			cfg.Kinds = append(cfg.Kinds, chaosKinds[i])
+		}
+	}
+	return cfg
+}
+
+// chaosRand is the schedule's random source for seed: PCG, so a seed gives
+// the same schedule on every machine and Go release.
+func chaosRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x6f72646572740a))
+}
+
+// chaosPlan is a drawn schedule: which timeoutd goes through the fault
+// proxy and which faults run when.
+type chaosPlan struct {
+	Proxied string
+	Faults  []plannedFault
+}
+
+// plannedFault is a fault of the schedule before the stack exists: its
+// time, kind, and the random source positioned for its own choices.
+type plannedFault struct {
+	At   time.Duration
+	Kind chaosKind
+	r    *rand.Rand
+}
+
+// drawPlan draws cfg.Faults faults from cfg.Kinds by weight, one in each of
+// equal slots of the load's duration (from 5 s to 5 s before its end) at a
+// random offset in the slot's first third, and the proxied instance. Each
+// fault gets its own random source drawn from the schedule's, so its
+// choices (target, length) depend on the seed alone.
+func drawPlan(cfg chaosConfig, seed uint64) chaosPlan {
+	r := chaosRand(seed)
+	p := chaosPlan{Proxied: names(svcTimeoutd, 3)[r.IntN(3)]}
+	total := 0
+	for _, k := range cfg.Kinds {
+		total += k.Weight
+	}
+	slot := (cfg.Load.Duration - 10*time.Second) / time.Duration(cfg.Faults)
+	for i := range cfg.Faults {
+		n := r.IntN(total)
+		var kind chaosKind
+		for _, k := range cfg.Kinds {
+			if n -= k.Weight; n < 0 {
+				kind = k
+				break
+			}
+		}
+		at := 5*time.Second + time.Duration(i)*slot + time.Duration(r.Int64N(int64(slot/3)))
+		p.Faults = append(p.Faults, plannedFault{At: at, Kind: kind, r: chaosRand(r.Uint64())})
+	}
+	for _, must := range cfg.Must {
+		i := slices.IndexFunc(chaosKinds, func(k chaosKind) bool { return k.Name == must })
+		if !slices.ContainsFunc(p.Faults, func(f plannedFault) bool { return f.Kind.Name == must }) {
+			p.Faults[r.IntN(len(p.Faults))].Kind = chaosKinds[i]
+		}
+	}
+	return p
+}
+
+func (p chaosPlan) String() string {
+	var out []string
+	for _, f := range p.Faults {
+		out = append(out, fmt.Sprintf("%s %s", f.At.Round(100*time.Millisecond), f.Kind.Name))
+	}
+	return "proxied " + p.Proxied + "; " + strings.Join(out, ", ")
+}
+
+// kinds returns the names of the plan's faults, in order.
+func (p chaosPlan) kinds() string {
+	var out []string
+	for _, f := range p.Faults {
+		out = append(out, f.Kind.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+// TestChaos runs the cluster under a seeded nemesis (see chaosKind for the
+// faults) while the soak's load runs, and audits it: the test fails on any
+// lost deadline (a reconciled order counts as lost), early cancellation,
+// paid order cancelled, cancel event stored twice, write by an instance
+// without the live lease, cancel event more than chaosLateBound late, or a cut
+// off instance whose partitions did not move within netcutBound. The
+// lateness and the failover are reported, one line per run, to stdout and
+// to CHAOS_REPORT (default build/chaos-report.txt when run by make chaos).
+// `make test` runs one short run (40 s, 4 faults); `make chaos` runs
+// CHAOS=long (80 s, 8 faults), CHAOS_RUNS runs in a row from CHAOS_SEED.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
+	}
+	cfg := chaosConfigFromEnv(t)
+	var rows []string
+	for _, seed := range chaosSeeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			row := runChaos(t, cfg, seed)
+			rows = append(rows, row)
+			fmt.Println("CHAOS " + row)
+		})
+	}
+	report := append([]string{chaosHeader}, rows...)
+	t.Log("\n" + strings.Join(report, "\n"))
+	if out := os.Getenv("CHAOS_REPORT"); out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, []byte(strings.Join(report, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("write CHAOS_REPORT: %v", err)
+		}
+	}
+}
+
+// chaosHeader names the columns of a run's row (chaosRow).
+const chaosHeader = "seed | faults | lost/early/paid-cancelled/fired-twice/unfenced/reconciled | lateness p50/p99/max | p99 outside fault windows | worst failover | load | CPU"
+
+// runChaos runs one seeded run and returns its row.
+func runChaos(t *testing.T, cfg chaosConfig, seed uint64) string {
+	plan := drawPlan(cfg, seed)
+	t.Logf("chaos seed %d (replay: CHAOS_SEED=%d): %s", seed, seed, plan)
+	fmt.Printf("CHAOS seed %d: %s\n", seed, plan)
+	opts := cfg.Load.stackOptions()
+	opts.Proxied = plan.Proxied
+	s := startStack(t, opts)
+	db, err := pgxpool.New(t.Context(), s.pgURL("timeouts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(t.Context(), writeAuditSQL); err != nil {
+		t.Fatalf("install the write audit: %v", err)
+	}
+	c := &chaos{s: s, db: db, proxied: plan.Proxied}
+	var faults []fault
+	for _, f := range plan.Faults {
+		faults = append(faults, fault{At: f.At, What: f.Kind.Name, Do: c.recorded(f.Kind.Name, f.Kind.Plan(c, f.r))})
+	}
+	res := runSoak(t, s, cfg.Load, faults)
+	for _, l := range res.Report {
+		t.Log(l)
+	}
+
+	wa, err := readWriteAudit(t.Context(), db)
+	if err != nil {
+		t.Fatalf("write audit: %v", err)
+	}
+	for _, u := range wa.Unfenced {
+		t.Errorf("unfenced write: %s", u)
+	}
+	if wa.Fires == 0 {
+		t.Error("the write audit saw no fire: is the trigger installed?")
+	}
+	a := res.Audit
+	if a.FiredTwice > 0 {
+		t.Errorf("%d cancel events stored twice for the same (key, version)", a.FiredTwice)
+	}
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+
+	all, _ := summarise(a.Samples, nil)
+	outside, _ := summarise(a.Samples, func(ls lateSample) bool { return !c.inWindow(ls.PayBy) })
+	if all.Max > chaosLateBound {
+		t.Errorf("a cancel event was stored %s after its deadline, more than %s", all.Max, chaosLateBound)
+	}
+	worst := "none"
+	var worstD, worstLate time.Duration
+	for _, k := range c.kills {
+		f, err := failoverOf(t.Context(), db, k.Name, k.At, k.Parts, res.Events)
+		if err != nil {
+			t.Errorf("failover of %s: %v", k.Name, err)
+			continue
+		}
+		t.Logf("kill at %s: %s (partitions with no fire after the kill: %v)", k.At.Format("15:04:05.000"), f.Line, f.Unfired)
+		if f.Worst > 0 && f.Worst >= worstD {
+			worstD = f.Worst
+		}
+		worstLate = max(worstLate, f.LateP99)
+		worst = fmt.Sprintf("%s (due meanwhile: late p99 %s)", worstD.Round(time.Millisecond), worstLate.Round(time.Millisecond))
+	}
+	for _, w := range c.windows {
+		t.Logf("fault window %-16s %s – %s (+%s)", w.Kind, w.From.Format("15:04:05.000"), w.Till.Format("15:04:05.000"), chaosWindowMargin)
+	}
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	return fmt.Sprintf("%d | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
+		seed, plan.kinds(), a.Lost+a.Reconciled, a.Early, a.PaidCancelled, a.FiredTwice, len(wa.Unfenced), a.Reconciled,
+		ms(all.P50), ms(all.P99), ms(all.Max), ms(outside.P99), outside.N, all.N, worst,
+		res.Acked, a.CancelEvents, machine.CPUModel())
+}
+
+// recorded wraps a fault's action so that its window is recorded.
+func (c *chaos) recorded(kind string, do func(*testing.T) string) func(*testing.T) string {
+	return func(t *testing.T) string {
+		from := time.Now()
+		out := do(t)
+		c.mu.Lock()
+		c.windows = append(c.windows, faultWindow{kind, from, time.Now()})
+		c.mu.Unlock()
+		return out
+	}
+}
+
+// inWindow reports whether a deadline fell inside a fault's window (its
+// run plus chaosWindowMargin).
+func (c *chaos) inWindow(at time.Time) bool {
+	for _, w := range c.windows {
+		if !at.Before(w.From) && !at.After(w.Till.Add(chaosWindowMargin)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *chaos) problem(format string, args ...any) {
+	c.mu.Lock()
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+	c.mu.Unlock()
+}
+
+// owned returns the partitions name holds a live lease on (none when the
+// leases cannot be read, as during a Postgres restart).
+func (c *chaos) owned(ctx context.Context, name string) []int {
+	ls, err := readLeases(ctx, c.db)
+	if err != nil {
+		return nil
+	}
+	return byOwner(ls)[name]
+}
+
+// movedFrom waits, up to limit, until every partition of parts is held
+// live by an instance other than name, and returns how long it took from
+// since, and whether they all moved.
+func (c *chaos) movedFrom(ctx context.Context, name string, parts []int, since time.Time, limit time.Duration) (time.Duration, bool) {
+	for time.Since(since) < limit {
+		if ls, err := readLeases(ctx, c.db); err == nil && !slices.ContainsFunc(parts, func(p int) bool {
+			return !ls[p].Live || ls[p].Owner == name
+		}) {
+			return time.Since(since), true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(since), false
+}
+
+// planKillTimeoutd: SIGKILL a timeoutd, start it again 3 s later; its
+// partitions and the kill time are kept for the failover.
+func (c *chaos) planKillTimeoutd(r *rand.Rand) func(*testing.T) string {
+	name := c.s.Timeoutds[r.IntN(len(c.s.Timeoutds))]
+	return func(t *testing.T) string {
+		parts := c.owned(t.Context(), name)
+		at := time.Now()
+		c.s.Kill(t, name)
+		c.mu.Lock()
+		c.kills = append(c.kills, chaosKill{name, at, parts})
+		c.mu.Unlock()
+		time.Sleep(3 * time.Second)
+		started := c.s.Start(t, name)
+		ready := waitReady(t, c.s.readyURL(name), 2*time.Minute)
+		return fmt.Sprintf("%s (%d partitions) SIGKILLed, started 3 s later, ready %s after its start",
+			name, len(parts), ready.Sub(started).Round(time.Millisecond))
+	}
+}
+
+// planPause: docker pause a timeoutd for 6–12 s.
+func (c *chaos) planPause(r *rand.Rand) func(*testing.T) string {
+	name := c.s.Timeoutds[r.IntN(len(c.s.Timeoutds))]
+	hold := 6*time.Second + time.Duration(r.Int64N(int64(6*time.Second)))
+	return func(t *testing.T) string {
+		parts := c.owned(t.Context(), name)
+		at := time.Now()
+		c.s.Pause(t, name)
+		moved, ok := c.movedFrom(t.Context(), name, parts, at, hold)
+		time.Sleep(time.Until(at.Add(hold)))
+		c.s.Unpause(t, name)
+		return fmt.Sprintf("%s (%d partitions) frozen %s; partitions moved: %v, after %s", name, len(parts),
+			hold.Round(time.Millisecond), ok, moved.Round(10*time.Millisecond))
+	}
+}
+
+// planNetcut: docker network disconnect a timeoutd for 6 s (longer if its
+// partitions have not moved yet, up to netcutBound), then reconnect it and
+// wait until it is ready. Its partitions must move within netcutBound; the
+// write audit shows whether it wrote anything for them meanwhile.
+func (c *chaos) planNetcut(r *rand.Rand) func(*testing.T) string {
+	name := c.s.Timeoutds[r.IntN(len(c.s.Timeoutds))]
+	const hold = 6 * time.Second
+	return func(t *testing.T) string {
+		parts := c.owned(t.Context(), name)
+		at := time.Now()
+		c.s.Disconnect(t, name)
+		moved, ok := c.movedFrom(t.Context(), name, parts, at, netcutBound)
+		if !ok {
+			c.problem("netcut of %s: its %d partitions not all held by others %s after the cut", name, len(parts), netcutBound)
+		}
+		time.Sleep(time.Until(at.Add(hold)))
+		c.s.Reconnect(t, name)
+		back := time.Now()
+		ready := waitReady(t, c.s.readyURL(name), 2*time.Minute)
+		return fmt.Sprintf("%s (%d partitions) cut off %s: partitions moved after %s; reconnected, ready %s later", name, len(parts),
+			back.Sub(at).Round(time.Millisecond), moved.Round(10*time.Millisecond), ready.Sub(back).Round(time.Millisecond))
+	}
+}
+
+// planKillNATS: SIGKILL a NATS node, start it again 3 s later, wait until
+// every service is ready.
+func (c *chaos) planKillNATS(r *rand.Rand) func(*testing.T) string {
+	name := c.s.NATSNodes[r.IntN(len(c.s.NATSNodes))]
+	return func(t *testing.T) string {
+		at := time.Now()
+		c.s.Kill(t, name)
+		time.Sleep(3 * time.Second)
+		c.s.Start(t, name)
+		back := time.Now()
+		ready := c.s.waitServices(t)
+		return fmt.Sprintf("%s SIGKILLed, started again %s later; every service ready %s after", name,
+			back.Sub(at).Round(time.Millisecond), max(0, ready.Sub(back)).Round(time.Millisecond))
+	}
+}
+
+// planRestartPostgres: the soak's restart of Postgres.
+func (c *chaos) planRestartPostgres(*rand.Rand) func(*testing.T) string {
+	return func(t *testing.T) string { return c.s.restartDependency(t, svcPostgres) }
+}
+
+// planKillOrders: the soak's SIGKILL of an orders instance, started again
+// at once.
+func (c *chaos) planKillOrders(r *rand.Rand) func(*testing.T) string {
+	name := c.s.Orders[r.IntN(len(c.s.Orders))]
+	return func(t *testing.T) string { return name + ": " + c.s.killAndStart(t, name) }
+}
+
+// proxyFault returns a fault that adds x to the proxied instance's
+// connections to target for hold.
+func (c *chaos) proxyFault(target proxyTarget, x toxic, hold time.Duration) func(*testing.T) string {
+	return func(t *testing.T) string {
+		if err := c.s.proxy.withToxic(t.Context(), target, x, hold); err != nil {
+			t.Error(err)
+		}
+		return fmt.Sprintf("%s's connections to %s: %s %s %v for %s", c.proxied, target, x.Type, x.Stream, x.Attrs, hold)
+	}
+}
+
+// drawTarget draws Postgres or NATS.
+func drawTarget(r *rand.Rand) proxyTarget {
+	if r.IntN(2) == 0 {
+		return toPostgres
+	}
+	return toNATS
+}
+
+// planLatency: 100–500 ms added to every reply (downstream) from Postgres
+// or NATS to the proxied instance, ±50 ms, for 8 s.
+func (c *chaos) planLatency(r *rand.Rand) func(*testing.T) string {
+	target := drawTarget(r)
+	ms := 100 + r.IntN(401)
+	return c.proxyFault(target, toxic{"latency", "downstream", toxiproxy.Attributes{"latency": ms, "jitter": 50}}, 8*time.Second)
+}
+
+// planReset: for 2 s, every connection of the proxied instance to Postgres
+// or NATS is reset (TCP RST) as soon as the instance sends on it
+// (reset_peer, upstream, timeout 0); it reconnects afterwards.
+func (c *chaos) planReset(r *rand.Rand) func(*testing.T) string {
+	return c.proxyFault(drawTarget(r), toxic{"reset_peer", "upstream", toxiproxy.Attributes{"timeout": 0}}, 2*time.Second)
+}
+
+// planTimeout: for 6 s, nothing the proxied instance sends to Postgres or
+// NATS gets through, and each connection is closed 2–4 s after the toxic
+// came (timeout, upstream): a black hole, then a close.
+func (c *chaos) planTimeout(r *rand.Rand) func(*testing.T) string {
+	target := drawTarget(r)
+	ms := 2000 + r.IntN(2001)
+	return c.proxyFault(target, toxic{"timeout", "upstream", toxiproxy.Attributes{"timeout": ms}}, 6*time.Second)
+}
+
+// planCommitCut approximates a connection cut right after COMMIT is sent:
+// for 1.5 s every reply from Postgres to the proxied instance is swallowed
+// and the connection reset (reset_peer on the downstream direction), while
+// what the instance sends still reaches Postgres. A statement in flight
+// then, a COMMIT among them, is executed by Postgres but its outcome never
+// reaches the instance: an ambiguous commit.
+func (c *chaos) planCommitCut(*rand.Rand) func(*testing.T) string {
+	return c.proxyFault(toPostgres, toxic{"reset_peer", "downstream", toxiproxy.Attributes{"timeout": 0}}, 1500*time.Millisecond)
+}
+
+// planSkew: start a timeoutd again with its wall clock 1 or 2 s ahead of
+// the others' and Postgres's (TIMEOUTD_CLOCK_SKEW, for fault injection);
+// it stays skewed for the rest of the run. Ahead is the direction that
+// could fire early; a clock behind only fires late.
+func (c *chaos) planSkew(r *rand.Rand) func(*testing.T) string {
+	name := c.s.Timeoutds[r.IntN(len(c.s.Timeoutds))]
+	skew := time.Duration(1+r.IntN(2)) * time.Second
+	return func(t *testing.T) string {
+		began := time.Now()
+		if err := c.s.replaceTimeoutd(context.Background(), name, map[string]string{"TIMEOUTD_CLOCK_SKEW": skew.String()}); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s started again with TIMEOUTD_CLOCK_SKEW=%s, ready %s after the stop", name, skew, time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// TestChaosPlanIsSeeded: a seed gives one schedule (kinds, times, the
+// proxied instance and each fault's own draws); another seed another one.
+func TestChaosPlanIsSeeded(t *testing.T) {
+	t.Parallel()
+	draw := func(seed uint64) string {
+		p := drawPlan(chaosLong, seed)
+		out := p.String()
+		for _, f := range p.Faults {
+			out += fmt.Sprintf(" %d", f.r.Uint64())
+		}
+		return out
+	}
+	if a, b := draw(42), draw(42); a != b {
+		t.Errorf("seed 42 drew two schedules:\n%s\n%s", a, b)
+	}
+	if a, b := draw(42), draw(43); a == b {
+		t.Errorf("seeds 42 and 43 drew the same schedule: %s", a)
+	}
+	if p := drawPlan(chaosLong, 7); len(p.Faults) != chaosLong.Faults || p.Faults[len(p.Faults)-1].At >= chaosLong.Load.Duration {
+		t.Errorf("seed 7: %s; want %d faults within %s", p, chaosLong.Faults, chaosLong.Load.Duration)
+	}
+	for seed := range uint64(50) {
+		if p := drawPlan(chaosShort, seed); !strings.Contains(p.kinds(), "netcut-timeoutd") {
+			t.Errorf("seed %d: the short run's schedule %s has no netcut-timeoutd", seed, p)
+		}
+	}
+}
