@@ -18,10 +18,10 @@ import (
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
-// TestHandlerAppliesEachCancellationOnce publishes cancelled events, a
+// TestConsumerAppliesEachCancellationOnce publishes cancelled events, a
 // duplicate beyond JetStream's dedupe (another Nats-Msg-Id) and a malformed
 // one, and checks each order is handled once and the bad one dead-lettered.
-func TestHandlerAppliesEachCancellationOnce(t *testing.T) {
+func TestConsumerAppliesEachCancellationOnce(t *testing.T) {
 	t.Parallel()
 	ns := testinfra.NATS(t)
 	nc, err := nats.Connect(ns.URL)
@@ -40,15 +40,18 @@ func TestHandlerAppliesEachCancellationOnce(t *testing.T) {
 	}
 	var mu sync.Mutex
 	applied := map[string]int{}
-	h := &Handler{Name: "inventory", JS: js, Log: slog.New(slog.DiscardHandler),
-		Apply: func(_ context.Context, e events.OrderEvent) error {
-			mu.Lock()
-			defer mu.Unlock()
-			applied[e.OrderID]++
-			return nil
-		}}
+	once := &applyOnce{apply: func(_ context.Context, e events.OrderEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		applied[e.OrderID]++
+		return nil
+	}}
+	c, err := newConsumer(ctx, js, "inventory", once, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
+	go func() { done <- c.Run(ctx) }()
 
 	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	publish := func(subject string, data []byte, msgID string) {

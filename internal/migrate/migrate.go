@@ -1,7 +1,7 @@
 // Package migrate applies embedded goose migrations to a Postgres database,
 // holding a Postgres advisory lock so that instances starting together
 // create each version table and apply each migration once. Every component
-// that owns tables ships its migrations as a [Set] (internal/outbox ships the
+// that owns tables ships its migrations as a [Set] (pkg/outbox ships the
 // outbox's, each service its own) and each service applies the sets it uses
 // with [Up] at start.
 package migrate

@@ -3,19 +3,18 @@ package jetstream
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
 
@@ -337,18 +336,8 @@ func (c *Consumer) settle(m jetstream.Msg, result string, log *slog.Logger) {
 // PubAck and terminates it; if the publish fails the message is naked so it
 // is neither lost nor applied.
 func (c *Consumer) deadLetter(ctx context.Context, m jetstream.Msg, reason error, log *slog.Logger) {
-	var seq uint64
-	if md, err := m.Metadata(); err == nil {
-		seq = md.Sequence.Stream
-	}
-	dl := events.NewDeadLetter(m.Subject(), m.Data(), seq, reason, c.cfg.Now())
+	dl, err := timeouts.PublishDeadLetter(ctx, c.js, ServiceName, m, reason, c.cfg.Now())
 	log = log.With("reason", dl.Reason, "field", dl.Field, "detail", dl.Detail)
-	data, err := json.Marshal(dl)
-	if err == nil {
-		msg := &nats.Msg{Subject: events.DeadLetterSubject(ServiceName, dl.Reason), Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, dl.MsgID())
-		_, err = c.js.PublishMsg(ctx, msg)
-	}
 	if err != nil {
 		log.Error("dead-letter a rejected cancel event; will retry", "err", err)
 		c.results.WithLabelValues(ResultRetried).Inc()

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
 
@@ -381,15 +382,16 @@ func (s *Store) CountByStatus(ctx context.Context) (map[orders.Status]int64, err
 	return counts, nil
 }
 
-// messages encodes a change's command and event as outbox rows.
+// messages encodes a change's command (as pkg/timeouts writes it) and
+// event as outbox rows.
 func messages(ch orders.Change) ([]outbox.Message, error) {
 	msgs := make([]outbox.Message, 0, 2)
 	if c := ch.Command; c != nil {
-		data, err := json.Marshal(c)
+		m, err := timeouts.Message(*c)
 		if err != nil {
-			return nil, fmt.Errorf("encode command: %w", err)
+			return nil, err
 		}
-		msgs = append(msgs, outbox.Message{Subject: c.Subject(), MsgID: c.MsgID(), Data: data})
+		msgs = append(msgs, m)
 	}
 	if e := ch.Event; e != nil {
 		data, err := json.Marshal(e)

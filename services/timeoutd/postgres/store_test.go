@@ -20,9 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ordertimeout/ordertimeout/internal/migrate"
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
 

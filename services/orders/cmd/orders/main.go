@@ -28,11 +28,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 	ordershttp "github.com/ordertimeout/ordertimeout/services/orders/http"
 	ojs "github.com/ordertimeout/ordertimeout/services/orders/jetstream"
@@ -65,8 +66,8 @@ func run(ctx context.Context, environ map[string]string) error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
-	timeouts := pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}
-	pool, err := openPool(ctx, cfg.DatabaseURL, timeouts)
+	sessionLimits := pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}
+	pool, err := openPool(ctx, cfg.DatabaseURL, sessionLimits)
 	if err != nil {
 		return err
 	}
@@ -100,12 +101,12 @@ func run(ctx context.Context, environ map[string]string) error {
 		return err
 	}
 
-	relayPool, err := openRelayPool(ctx, cfg.DatabaseURL, timeouts)
+	relayPool, err := openRelayPool(ctx, cfg.DatabaseURL, sessionLimits)
 	if err != nil {
 		return err
 	}
 	defer relayPool.Close()
-	pack := ojs.PackCommands
+	pack := timeouts.Pack
 	if cfg.SingleCommands {
 		pack = nil // one message per row
 	}
@@ -210,7 +211,7 @@ func run(ctx context.Context, environ map[string]string) error {
 
 // openRelayPool opens the outbox relay's own small pool, so that the relay
 // keeps publishing when the API's requests hold every connection of the main
-// pool. (The relay sets its own transaction options: see internal/outbox.)
+// pool. (The relay sets its own transaction options: see pkg/outbox.)
 func openRelayPool(ctx context.Context, url string, t pgparams.Timeouts) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -1,22 +1,24 @@
-package jetstream
+package timeouts
 
 import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 )
 
-// PackCommands is the outbox relay's Pack (outbox.Config.Pack) for orders:
-// the timeout commands among rows are packed into batches of one
+// Pack is the outbox relay's Pack (outbox.Config.Pack) for a producer of
+// deadlines: the timeout commands among rows are packed into batches of one
 // partition's commands (events.Batch), each published on its first key's
 // command subject with events.HeaderBatch and the batch's Nats-Msg-Id, so
 // the broker stores, delivers and acknowledges a batch once instead of
-// once per command. A key's commands keep their order. Other rows (order
-// events) and lone commands go one message each, as they were.
-func PackCommands(rows []outbox.Message) []*nats.Msg {
+// once per command. A key's commands keep their order. Other rows (say,
+// domain events written to the same outbox) and lone commands go one
+// message each, as they were. It costs one pass over rows and a copy of the
+// commands' data.
+func Pack(rows []outbox.Message) []*nats.Msg {
 	in := make([]events.CommandMessage, len(rows))
 	for i, r := range rows {
 		in[i] = events.CommandMessage{Subject: r.Subject, MsgID: r.MsgID, Data: r.Data, Count: 1}

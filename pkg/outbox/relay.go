@@ -96,7 +96,7 @@ func (c *Config) setDefaults() error {
 // Start and end it with Stop; after committing new rows, call Kick so they
 // go out at once.
 type Relay struct {
-	startstop.Base
+	base     startstop.Base
 	cfg      Config
 	pool     *pgxpool.Pool
 	js       jetstream.JetStream
@@ -161,7 +161,12 @@ func (r *Relay) Kick() {
 // it does not start new batches; a batch in flight is rolled back and left
 // for the next run (use Flush first to drain on shutdown). Stop returns once
 // every publishing goroutine has returned.
-func (r *Relay) Start(ctx context.Context) { r.Base.Start(ctx, r.run) }
+func (r *Relay) Start(ctx context.Context) { r.base.Start(ctx, r.run) }
+
+// Stop ends the relay started by Start and waits for its batches to
+// return; a batch in flight is rolled back. Stop on a relay not running
+// does nothing.
+func (r *Relay) Stop() { r.base.Stop() }
 
 func (r *Relay) run(ctx context.Context) {
 	timer := time.NewTimer(0)

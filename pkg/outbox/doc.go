@@ -1,12 +1,13 @@
-// Package outbox is the transactional outbox of the orders service (timeoutd's
-// timeout rows are their own outbox: its fire path publishes first and marks
-// the row after the PubAck): a writer inserts messages with [Insert] in the same Postgres
-// transaction as the state change they announce, and a [Relay] publishes them
-// to JetStream with their Nats-Msg-Id, waits for every PubAck, and only then
-// deletes them.
+// Package outbox is a transactional outbox for pgx and NATS JetStream, the
+// one the orders service and any producer of deadlines use (pkg/timeouts
+// writes its commands through it; timeoutd's timeout rows are their own
+// outbox): a writer inserts messages with [Insert] in the same Postgres
+// transaction as the state change they announce, and a [Relay] publishes
+// them to JetStream with their Nats-Msg-Id, waits for every PubAck, and only
+// then deletes them. Its API is stable: it only grows.
 //
-// The table is created by the package's own migrations, [Migrations],
-// which the service applies with internal/migrate before its own:
+// The table is created by the package's own migrations: [Migrate] applies
+// them (the services of this module apply [Migrations] with their own sets):
 //
 //	CREATE TABLE outbox (
 //	    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

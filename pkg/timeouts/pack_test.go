@@ -1,4 +1,4 @@
-package jetstream_test
+package timeouts_test
 
 import (
 	"encoding/json"
@@ -9,15 +9,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ordertimeout/ordertimeout/internal/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	ojs "github.com/ordertimeout/ordertimeout/services/orders/jetstream"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 )
 
-// TestPackCommands: the relay's rows come out as one batch per partition
+// TestPack: the relay's rows come out as one batch per partition
 // with its header and id, order events as they were, and every command
 // once, each key's in order.
-func TestPackCommands(t *testing.T) {
+func TestPack(t *testing.T) {
 	t.Parallel()
 	row := func(c events.Command) outbox.Message {
 		data, err := json.Marshal(c)
@@ -34,7 +34,7 @@ func TestPackCommands(t *testing.T) {
 		}
 		rows = append(rows, event)
 	}
-	msgs := ojs.PackCommands(rows)
+	msgs := timeouts.Pack(rows)
 	if len(msgs) >= len(rows)/4 {
 		t.Fatalf("%d rows packed into %d messages, want far fewer", len(rows), len(msgs))
 	}

@@ -1,0 +1,231 @@
+package timeouts_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
+	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
+)
+
+func TestMain(m *testing.M) { testinfra.Main(m) }
+
+// TestWriterSetsOnlyWithTheCommit: on a real Postgres and NATS, a deadline
+// written in a transaction that rolls back is never published; one that
+// commits reaches its partition's command stream through the relay,
+// packed, with its dedupe id; a refused one fails the call and writes
+// nothing.
+func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	js := testinfra.NATS(t).JetStream(t)
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, js, outbox.Config{Pack: timeouts.Pack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	w := timeouts.Writer{FireSubjectPrefixes: []string{"reservations.expire."}, Now: func() time.Time { return now }}
+	set := func(key string, commit bool) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		err = w.Set(ctx, tx, timeouts.Deadline{Key: key, Version: 1, At: now.Add(time.Minute), FireSubject: "reservations.expire." + key})
+		if err != nil || !commit {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := set("res-rolled-back", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := set("res-committed", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := set("res/bad", true); !errors.Is(err, timeouts.ErrRefused) {
+		t.Fatalf("Set of key res/bad = %v, want refused", err)
+	}
+	n, err := relay.Flush(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Flush = %d, %v; want the one committed command", n, err)
+	}
+	key := "res-committed"
+	s, err := js.Stream(ctx, events.CommandStream(events.PartitionOf(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, events.PartitionedCommandSubject(key))
+	if err != nil {
+		t.Fatalf("command of %s not in its partition's stream: %v", key, err)
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != "set:res-committed:1" {
+		t.Fatalf("Nats-Msg-Id %q", id)
+	}
+	c, err := events.DecodeCommand(m.Data)
+	if err != nil || c.FireSubject != "reservations.expire.res-committed" || !c.IssuedAt.Equal(now) {
+		t.Fatalf("stored command %+v, %v", c, err)
+	}
+	for _, k := range []string{"res-rolled-back"} {
+		s, err := js.Stream(ctx, events.CommandStream(events.PartitionOf(k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetLastMsgForSubject(ctx, events.PartitionedCommandSubject(k)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Fatalf("command of the rolled back %s: %v, want none", k, err)
+		}
+	}
+}
+
+// TestConsumerHandlesDurablyAndDeadLetters: on a real NATS, valid expiry
+// events reach Handle, a failed Handle is redelivered until it succeeds,
+// an event that does not decode and a missed one are dead-lettered with
+// their reasons, and everything ends acked or terminated. A redelivered
+// duplicate reaches Handle again: the handler's conditional apply absorbs
+// it.
+func TestConsumerHandlesDurablyAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	js := testinfra.NATS(t).JetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := streams.Ensure(ctx, js, streams.Config{FireSubjectPrefixes: []string{"reservations.expire."}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := map[string]int{} // msg id → Handle calls
+	applied := map[string]int64{}
+	failOnce := true
+	c, err := timeouts.NewConsumer(ctx, js, timeouts.ConsumerConfig[events.Expiry]{
+		Durable:       "reservations",
+		FilterSubject: "reservations.expire.>",
+		Decode:        timeouts.DecodeExpiry,
+		RetryDelay:    50 * time.Millisecond,
+		Logger:        slog.New(slog.DiscardHandler),
+		Handle: func(_ context.Context, e events.Expiry) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[e.MsgID()]++
+			if e.Key == "res-2" && failOnce {
+				failOnce = false
+				return errors.New("database unavailable")
+			}
+			if e.Version > applied[e.Key] { // the conditional apply
+				applied[e.Key] = e.Version
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	at := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	publish := func(subject string, data []byte, id string) {
+		t.Helper()
+		m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expiry := func(key string, outcome events.Outcome) (events.Expiry, []byte) {
+		e := events.Expiry{Schema: 1, Outcome: outcome, Key: key, Version: 1, Deadline: at, FiredAt: at.Add(time.Millisecond), LatenessNs: 1e6}
+		data, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e, data
+	}
+	for _, key := range []string{"res-1", "res-2"} {
+		e, data := expiry(key, events.OutcomeFired)
+		publish("reservations.expire."+key, data, e.MsgID())
+	}
+	e, data := expiry("res-1", events.OutcomeFired)
+	publish("reservations.expire.res-1", data, "republished-"+e.MsgID()) // beyond the dedupe window
+	publish("reservations.expire.res-3", []byte(`{"schema":1,"outcome":"fired"`), "broken")
+	e, data = expiry("res-4", events.OutcomeMissed)
+	publish("reservations.expire.res-4", data, e.MsgID())
+
+	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		cons, err := js.Consumer(ctx, events.StreamExpiries, "reservations")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, malformed := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("reservations", events.ReasonMalformed))
+		_, missed := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("reservations", events.ReasonUnknownKind))
+		if info.AckFloor.Stream == 5 && info.NumAckPending == 0 && malformed == nil && missed == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not drained: ack floor %d, pending %d, dead letters %v / %v", info.AckFloor.Stream, info.NumAckPending, malformed, missed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	if calls["fired:res-1:1"] != 2 || calls["fired:res-2:1"] != 2 || len(calls) != 2 {
+		t.Errorf("Handle calls %v, want res-1 twice (republished), res-2 twice (failed once), nothing else", calls)
+	}
+	if applied["res-1"] != 1 || applied["res-2"] != 1 {
+		t.Errorf("applied %v", applied)
+	}
+	mu.Unlock()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+// TestNewConsumerValidates: a configuration without its required fields
+// is refused, naming them.
+func TestNewConsumerValidates(t *testing.T) {
+	t.Parallel()
+	_, err := timeouts.NewConsumer(context.Background(), nil, timeouts.ConsumerConfig[events.Expiry]{Durable: "r", FilterSubject: "x.>"})
+	if err == nil || err.Error() != "timeouts: Decode and Handle are required" {
+		t.Fatalf("NewConsumer without Decode = %v", err)
+	}
+	_, err = timeouts.NewConsumer(context.Background(), nil, timeouts.ConsumerConfig[events.Expiry]{Durable: "a.b"})
+	if err == nil {
+		t.Fatal("NewConsumer with durable a.b succeeded")
+	}
+}
+
+var _ outbox.Execer = pgx.Tx(nil) // a Writer writes in the caller's pgx transaction

@@ -1,0 +1,77 @@
+package timeouts
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
+)
+
+// Writer writes deadline commands into an outbox table within the
+// caller's transaction, so that a deadline is set if and only if the
+// caller's own change commits. An outbox.Relay (with Pack) publishes them;
+// call its Kick after the commit. The zero Writer is ready to use. A
+// Writer only reads its fields, so one may be shared by goroutines.
+type Writer struct {
+	// Table is the outbox table; default outbox.TableDefault.
+	Table string
+	// FireSubjectPrefixes, when set, are the fire subject prefixes the
+	// platform accepts (timeoutd's TIMEOUTD_FIRE_SUBJECT_PREFIXES): a set
+	// whose fire subject is under none is refused here, with reason
+	// events.ReasonSubjectNotAllowed, rather than dead-lettered by timeoutd.
+	FireSubjectPrefixes []string
+	// Now is the clock that dates the commands (their IssuedAt); default
+	// time.Now.
+	Now func() time.Time
+}
+
+// Set writes the command that creates, moves or extends d.Key's deadline.
+// It returns a *RefusedError, writing nothing, for a command the platform
+// would refuse.
+func (w Writer) Set(ctx context.Context, tx outbox.Execer, d Deadline) error {
+	c, err := SetCommand(d, w.now())
+	if err != nil {
+		return err
+	}
+	return w.Write(ctx, tx, c)
+}
+
+// Clear writes the command that removes key's deadline at version. It
+// returns a *RefusedError, writing nothing, for an invalid key or version.
+func (w Writer) Clear(ctx context.Context, tx outbox.Execer, key string, version int64) error {
+	c, err := ClearCommand(key, version, w.now())
+	if err != nil {
+		return err
+	}
+	return w.Write(ctx, tx, c)
+}
+
+// Write writes cmds, in order, in one statement. It returns a
+// *RefusedError, writing none of them, when one would be refused.
+func (w Writer) Write(ctx context.Context, tx outbox.Execer, cmds ...events.Command) error {
+	msgs := make([]outbox.Message, len(cmds))
+	for i, c := range cmds {
+		if err := allowed(c, w.FireSubjectPrefixes); err != nil {
+			return err
+		}
+		m, err := Message(c)
+		if err != nil {
+			return err
+		}
+		msgs[i] = m
+	}
+	if err := outbox.Insert(ctx, tx, cmp.Or(w.Table, outbox.TableDefault), msgs); err != nil {
+		return fmt.Errorf("timeouts: %w", err)
+	}
+	return nil
+}
+
+func (w Writer) now() time.Time {
+	if w.Now == nil {
+		return time.Now()
+	}
+	return w.Now()
+}
