@@ -83,6 +83,7 @@ func startPermFixture(t *testing.T) *permFixture {
 		testcontainers.WithEnv(map[string]string{
 			"NATS_BOOTSTRAP_PASSWORD": passwords[userBootstrap], "NATS_ORDERS_PASSWORD": passwords[userOrders],
 			"NATS_TIMEOUTD_PASSWORD": passwords[userTimeoutd], "NATS_OBSERVER_PASSWORD": passwords[userObserver],
+			"NATS_RESERVATIONS_PASSWORD": "r-pw-4",
 		}),
 		testcontainers.WithFiles(testcontainers.ContainerFile{Reader: bytes.NewReader(conf), ContainerFilePath: "/etc/nats/compose.conf", FileMode: 0o644}),
 		testcontainers.WithCmdArgs("-c", "/etc/nats/compose.conf"),
@@ -98,7 +99,7 @@ func startPermFixture(t *testing.T) *permFixture {
 		t.Fatal(err)
 	}
 	// The bootstrap step, as compose runs it.
-	if err := runStreamsBootstrap(ctx, nw, fmt.Sprintf("nats://%s:%s@%s:4222", userBootstrap, passwords[userBootstrap], svcNATS), 1); err != nil {
+	if err := runStreamsBootstrap(ctx, nw, fmt.Sprintf("nats://%s:%s@%s:4222", userBootstrap, passwords[userBootstrap], svcNATS), 1, ""); err != nil {
 		t.Fatal(err)
 	}
 

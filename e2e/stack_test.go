@@ -74,6 +74,10 @@ type stackOptions struct {
 	// cluster URLs to clients, so the proxied instance cannot reconnect
 	// around the proxy.
 	Proxied string
+	// FireSubjectPrefixes, when set, replace the fire subject prefixes
+	// timeoutd accepts and the expiry stream captures (default
+	// orders.cancel.).
+	FireSubjectPrefixes []string
 }
 
 // names returns the container names of n instances of svc: svc alone for
@@ -241,7 +245,8 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	natsURL := strings.Join(inside, ",")
 	// The services no longer create streams: the bootstrap step does, as in
 	// compose.
-	if err := runStreamsBootstrap(ctx, s.network, natsURL, len(s.NATSNodes)); err != nil {
+	prefixes := strings.Join(opts.FireSubjectPrefixes, ",")
+	if err := runStreamsBootstrap(ctx, s.network, natsURL, len(s.NATSNodes), prefixes); err != nil {
 		return s, err
 	}
 
@@ -266,6 +271,9 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	}
 	for k, v := range opts.OrdersEnv {
 		orders[k] = v
+	}
+	if prefixes != "" {
+		timeoutd["TIMEOUTD_FIRE_SUBJECT_PREFIXES"] = prefixes
 	}
 	for k, v := range opts.TimeoutdEnv {
 		timeoutd[k] = v
@@ -323,13 +331,18 @@ func (s *stack) startTimeoutd(ctx context.Context, name string) error {
 
 // runStreamsBootstrap runs the streams bootstrap of the NATS image
 // (/streams, deploy/streams) on nw against natsURL, with every stream at
-// replicas, as compose's "streams" service does before the services start,
-// and returns an error with its log unless it exited 0.
-func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string, replicas int) error {
+// replicas and the fire subject prefixes given (comma-separated; "" for
+// the default), as compose's "streams" service does before the services
+// start, and returns an error with its log unless it exited 0.
+func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string, replicas int, prefixes string) error {
+	env := map[string]string{"NATS_URL": natsURL, "STREAMS_TIMEOUT": "45s", "STREAMS_REPLICAS": fmt.Sprint(replicas)}
+	if prefixes != "" {
+		env["STREAMS_FIRE_SUBJECT_PREFIXES"] = prefixes
+	}
 	ctr, err := testcontainers.Run(ctx, testinfra.NATSImage,
 		tcnetwork.WithNetwork([]string{"streams"}, nw),
 		testcontainers.WithEntrypoint("/streams"),
-		testcontainers.WithEnv(map[string]string{"NATS_URL": natsURL, "STREAMS_TIMEOUT": "45s", "STREAMS_REPLICAS": fmt.Sprint(replicas)}),
+		testcontainers.WithEnv(env),
 		testcontainers.WithWaitStrategy(wait.ForExit().WithPollInterval(100*time.Millisecond).WithExitTimeout(60*time.Second)),
 	)
 	if ctr != nil {

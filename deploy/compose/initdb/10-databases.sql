@@ -3,3 +3,5 @@
 -- creates its own tables with its embedded migrations.
 CREATE DATABASE orders;
 CREATE DATABASE timeouts;
+-- The example service examples/reservations.
+CREATE DATABASE reservations;
