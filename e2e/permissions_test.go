@@ -29,6 +29,8 @@ const (
 	userOrders    = "orders"
 	userTimeoutd  = "timeoutd"
 	userObserver  = "observer"
+	// userReservations is the example producer's (examples/reservations).
+	userReservations = "reservations"
 )
 
 // inboxOf is each user's inbox prefix: the only subjects it may subscribe to.
@@ -37,6 +39,8 @@ var inboxOf = map[string]string{
 	userOrders:    streams.InboxOrders,
 	userTimeoutd:  streams.InboxTimeoutd,
 	userObserver:  streams.InboxObserver,
+	// userReservations: the inbox examples/reservations/cmd connects with.
+	userReservations: "_INBOX_reservations",
 }
 
 // permClient is one connection of a user, with the JetStream API on it.
@@ -71,7 +75,7 @@ func startPermFixture(t *testing.T) *permFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	passwords := map[string]string{userBootstrap: "b-pw-0", userOrders: "o-pw-1", userTimeoutd: "t-pw-2", userObserver: "ob-pw-3"}
+	passwords := map[string]string{userBootstrap: "b-pw-0", userOrders: "o-pw-1", userTimeoutd: "t-pw-2", userObserver: "ob-pw-3", userReservations: "r-pw-4"}
 	nw, err := tcnetwork.New(ctx)
 	if err != nil {
 		t.Fatalf("create network: %v", err)
@@ -83,7 +87,7 @@ func startPermFixture(t *testing.T) *permFixture {
 		testcontainers.WithEnv(map[string]string{
 			"NATS_BOOTSTRAP_PASSWORD": passwords[userBootstrap], "NATS_ORDERS_PASSWORD": passwords[userOrders],
 			"NATS_TIMEOUTD_PASSWORD": passwords[userTimeoutd], "NATS_OBSERVER_PASSWORD": passwords[userObserver],
-			"NATS_RESERVATIONS_PASSWORD": "r-pw-4",
+			"NATS_RESERVATIONS_PASSWORD": passwords[userReservations],
 		}),
 		testcontainers.WithFiles(testcontainers.ContainerFile{Reader: bytes.NewReader(conf), ContainerFilePath: "/etc/nats/compose.conf", FileMode: 0o644}),
 		testcontainers.WithCmdArgs("-c", "/etc/nats/compose.conf"),
@@ -98,8 +102,10 @@ func startPermFixture(t *testing.T) *permFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The bootstrap step, as compose runs it.
-	if err := runStreamsBootstrap(ctx, nw, fmt.Sprintf("nats://%s:%s@%s:4222", userBootstrap, passwords[userBootstrap], svcNATS), 1, ""); err != nil {
+	// The bootstrap step, as compose runs it, with compose's default fire
+	// subject prefixes.
+	if err := runStreamsBootstrap(ctx, nw, fmt.Sprintf("nats://%s:%s@%s:4222", userBootstrap, passwords[userBootstrap], svcNATS), 1,
+		"orders.cancel.,reservations.expire."); err != nil {
 		t.Fatal(err)
 	}
 
@@ -219,7 +225,7 @@ func TestNATSPermissionMatrix(t *testing.T) {
 	}
 	f := startPermFixture(t)
 	run := time.Now().UnixNano()
-	users := []string{userBootstrap, userOrders, userTimeoutd, userObserver}
+	users := []string{userBootstrap, userOrders, userTimeoutd, userObserver, userReservations}
 
 	request := func(subject, body string) func(context.Context, *permClient) error {
 		return func(ctx context.Context, c *permClient) error {
@@ -376,6 +382,14 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userObserver, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-13", run)), false},
 		{userObserver, events.DeadLetterSubject("inventory", events.ReasonMalformed), true},
 		{userObserver, events.DeadLetterSubject("orders", events.ReasonInvalidVersion), false},
+		{userReservations, events.CommandSubject(fmt.Sprintf("perm-%d-16", run)), true},
+		{userReservations, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-16b", run)), true},
+		{userReservations, events.DeadLetterSubject("reservations", events.ReasonMalformed), true},
+		{userReservations, "reservations.expire." + fmt.Sprintf("perm-%d-17", run), false},
+		{userReservations, events.OrderCancelSubject(fmt.Sprintf("perm-%d-18", run)), false},
+		{userReservations, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-19", run)), false},
+		{userReservations, events.DeadLetterSubject("orders", events.ReasonMalformed), false},
+		{userTimeoutd, "reservations.expire." + fmt.Sprintf("perm-%d-20", run), true},
 		{userBootstrap, events.CommandSubject(fmt.Sprintf("perm-%d-14", run)), false},
 		{userBootstrap, events.OrderCancelSubject(fmt.Sprintf("perm-%d-15", run)), false},
 	}
