@@ -134,6 +134,25 @@ COMMAND_BATCH ?= 1000
 bench-timeoutd: images ## timeoutd beside River on one Postgres: ingest, clear, bytes, recovery, RSS, expiry storm
 	cd bench && $(GO) run ./cmd/loadgen timeoutd -n $(BENCH_N) -command-batch $(COMMAND_BATCH) -out results/timeoutd.txt
 
+# make bench-storms: the expiry storm (STORM_N deadlines due over 10 s)
+# STORM_RUNS times, timeoutd with single commands beside River and NATS
+# JetStream's own message schedules on the same servers, then timeoutd with
+# commands packed by COMMAND_BATCH; one results file per run under
+# STORM_DIR, and the table of medians and ranges (bench/cmd/stormfigures).
+STORM_RUNS ?= 5
+STORM_N ?= 100000
+STORM_DIR ?= results/$(shell date -u +%F)-storms
+
+.PHONY: bench-storms
+bench-storms: images ## the expiry storm STORM_RUNS (5) times: timeoutd beside River and NATS message schedules, then packed; the medians
+	cd bench && mkdir -p $(STORM_DIR) && for i in $$(seq 1 $(STORM_RUNS)); do \
+		$(GO) run ./cmd/loadgen timeoutd -steps storm -n 1000 -storm-n $(STORM_N) -peers timeoutd,river,natsched \
+			-river-storms available:10ms/50ms -out $(STORM_DIR)/run-$$i-single.txt || exit 1; \
+		$(GO) run ./cmd/loadgen timeoutd -steps storm -n 1000 -storm-n $(STORM_N) -peers timeoutd \
+			-command-batch $(COMMAND_BATCH) -out $(STORM_DIR)/run-$$i-packed.txt || exit 1; \
+	done
+	cd bench && $(GO) run ./cmd/stormfigures $(STORM_DIR)/*.txt
+
 # make bench-sustained (issue 15, "No decay"): timeoutd under a steady churn
 # of SUSTAINED_RATE commands/s on live orders for SUSTAINED_DURATION, with a
 # 10k/s storm (100,000 deadlines over 10 s) every SUSTAINED_STORM_EVERY; the
