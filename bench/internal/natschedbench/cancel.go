@@ -60,7 +60,7 @@ func (b *Bench) Cancel(ctx context.Context, keys []string, deadlines []time.Time
 	g.SetLimit(concurrency)
 	for _, k := range cancelled {
 		g.Go(func() error {
-			if err := b.stream.Purge(gctx, jetstream.WithPurgeSubject(SchedulePrefx+k)); err != nil {
+			if err := b.stream.Purge(gctx, jetstream.WithPurgeSubject(SchedulePrefix+k)); err != nil {
 				return fmt.Errorf("purge the schedule of %s: %w", k, err)
 			}
 			return nil

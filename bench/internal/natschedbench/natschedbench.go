@@ -28,7 +28,7 @@ import (
 // The stream and its subjects.
 const (
 	Stream        = "SCHEDULES"
-	SchedulePrefx = "sched."
+	SchedulePrefix = "sched."
 	FiredPrefix   = "fired."
 )
 
@@ -75,7 +75,7 @@ func New(ctx context.Context, cfg Config, rep *harness.Report) (*Bench, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b.stream, err = b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: Stream, Subjects: []string{SchedulePrefx + ">", FiredPrefix + ">"},
+		Name: Stream, Subjects: []string{SchedulePrefix + ">", FiredPrefix + ">"},
 		Storage: jetstream.FileStorage, Replicas: 1, AllowMsgSchedules: true,
 	})
 	if err != nil {
@@ -106,7 +106,7 @@ func (b *Bench) schedule(ctx context.Context, keys []string, deadlines []time.Ti
 		if err != nil {
 			return fmt.Errorf("encode schedule: %w", err)
 		}
-		msg := &nats.Msg{Subject: SchedulePrefx + k, Data: data, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: SchedulePrefix + k, Data: data, Header: nats.Header{}}
 		msg.Header.Set(jetstream.ScheduleHeader, "@at "+deadlines[i].UTC().Format(time.RFC3339Nano))
 		msg.Header.Set(jetstream.ScheduleTargetHeader, FiredPrefix+k)
 		if _, err := b.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
