@@ -27,9 +27,9 @@ import (
 
 // The stream and its subjects.
 const (
-	Stream        = "SCHEDULES"
+	Stream         = "SCHEDULES"
 	SchedulePrefix = "sched."
-	FiredPrefix   = "fired."
+	FiredPrefix    = "fired."
 )
 
 // Config is the NATS server the peer runs on.
