@@ -1,4 +1,4 @@
-package timeoutdbench
+package harness
 
 import (
 	"slices"

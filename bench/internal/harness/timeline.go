@@ -1,9 +1,13 @@
-package timeoutdbench
+package harness
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
-// timelineSlot is the width of a storm timeline's slot.
-const timelineSlot = 500 * time.Millisecond
+// TimelineSlot is the width of a storm timeline's slot.
+const TimelineSlot = 500 * time.Millisecond
 
 // timeline keeps, for each slot of a storm's deadlines, the worst lateness
 // of the events due in it: a stall shows as a few slots far later than
@@ -15,14 +19,14 @@ type timeline struct {
 
 // newTimeline returns the timeline of deadlines from first to last.
 func newTimeline(first, last time.Time) *timeline {
-	return &timeline{first: first, worst: make([]time.Duration, int(last.Sub(first)/timelineSlot)+1)}
+	return &timeline{first: first, worst: make([]time.Duration, int(last.Sub(first)/TimelineSlot)+1)}
 }
 
 // add records an event due at deadline that was late by late; a deadline
 // outside the timeline is ignored.
 func (t *timeline) add(deadline time.Time, late time.Duration) {
-	if d := deadline.Sub(t.first); d >= 0 && int(d/timelineSlot) < len(t.worst) {
-		t.worst[d/timelineSlot] = max(t.worst[d/timelineSlot], late)
+	if d := deadline.Sub(t.first); d >= 0 && int(d/TimelineSlot) < len(t.worst) {
+		t.worst[d/TimelineSlot] = max(t.worst[d/TimelineSlot], late)
 	}
 }
 
@@ -37,5 +41,14 @@ func (t *timeline) kv(bound time.Duration) []any {
 			over++
 		}
 	}
-	return []any{"slot_ms", timelineSlot.Milliseconds(), "worst_ms", joinFloats(ms, 1), "slots_over_p99", over}
+	return []any{"slot_ms", TimelineSlot.Milliseconds(), "worst_ms", JoinFloats(ms, 1), "slots_over_p99", over}
+}
+
+// JoinFloats formats vs with prec decimals, comma-separated.
+func JoinFloats(vs []float64, prec int) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = strconv.FormatFloat(v, 'f', prec, 64)
+	}
+	return strings.Join(s, ",")
 }
