@@ -65,8 +65,19 @@ test-wasm: ## the dashboard's syscall/js layer under GOOS=js GOARCH=wasm, run by
 chromium: ## make sure Chromium is installed for the browser tests (apt-get on Debian)
 	@scripts/ensure-chromium.sh
 
+.PHONY: promtool
+promtool: ## make sure promtool is installed for the alert rules' tests (apt-get on Debian)
+	@scripts/ensure-promtool.sh
+
+PROMTOOL ?= promtool
+
+.PHONY: test-alerts
+test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) and run their unit tests
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
+
 .PHONY: test
-test: images chromium wasm test-wasm ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
+test: images chromium wasm test-wasm test-alerts ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
 	GO=$(GO) scripts/gotest.sh $(TEST_FLAGS) ./...
 	cd bench && GO=$(GO) ../scripts/gotest.sh $(TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) scripts/fuzz.sh

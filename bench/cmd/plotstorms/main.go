@@ -3,7 +3,7 @@
 // cancel events at the consumer and of timeoutd's fired_at, against the
 // time of the storm since the start of the run.
 //
-//	go run ./cmd/plotstorms -in results/session5/sustained-30m.txt -out ../docs/sustained-storms.png
+//	go run ./cmd/plotstorms -in results/2026-11-25-expiry-key-lookup/sustained-30m.txt -out ../docs/sustained-storms.png
 //
 // It uses the standard library only; the few labels are drawn with a tiny
 // bitmap font of its own.

@@ -68,7 +68,7 @@ type SustainedConfig struct {
 	// more than analyzedMinRows rows has been analysed once, so the first
 	// storm, the reference of the others, meets the tables with statistics
 	// as the later ones do, not the seed's table without any (the first
-	// storm of bench/results/session5/sustained-6m-check.txt met it so and
+	// storm of bench/results/2026-11-25-expiry-key-lookup/sustained-6m-check.txt met it so and
 	// was 400 times later at p99 than the next two). The storms' times move
 	// by that wait.
 	Warmup time.Duration
