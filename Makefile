@@ -65,8 +65,19 @@ test-wasm: ## the dashboard's syscall/js layer under GOOS=js GOARCH=wasm, run by
 chromium: ## make sure Chromium is installed for the browser tests (apt-get on Debian)
 	@scripts/ensure-chromium.sh
 
+.PHONY: promtool
+promtool: ## make sure promtool is installed for the alert rules' tests (apt-get on Debian)
+	@scripts/ensure-promtool.sh
+
+PROMTOOL ?= promtool
+
+.PHONY: test-alerts
+test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) and run their unit tests
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
+
 .PHONY: test
-test: images chromium wasm test-wasm ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
+test: images chromium wasm test-wasm test-alerts ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
 	GO=$(GO) scripts/gotest.sh $(TEST_FLAGS) ./...
 	cd bench && GO=$(GO) ../scripts/gotest.sh $(TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) scripts/fuzz.sh
@@ -133,6 +144,25 @@ COMMAND_BATCH ?= 1000
 .PHONY: bench-timeoutd
 bench-timeoutd: images ## timeoutd beside River on one Postgres: ingest, clear, bytes, recovery, RSS, expiry storm
 	cd bench && $(GO) run ./cmd/loadgen timeoutd -n $(BENCH_N) -command-batch $(COMMAND_BATCH) -out results/timeoutd.txt
+
+# make bench-storms: the expiry storm (STORM_N deadlines due over 10 s)
+# STORM_RUNS times, timeoutd with single commands beside River and NATS
+# JetStream's own message schedules on the same servers, then timeoutd with
+# commands packed by COMMAND_BATCH; one results file per run under
+# STORM_DIR, and the table of medians and ranges (bench/cmd/stormfigures).
+STORM_RUNS ?= 5
+STORM_N ?= 100000
+STORM_DIR ?= results/$(shell date -u +%F)-storms
+
+.PHONY: bench-storms
+bench-storms: images ## the expiry storm STORM_RUNS (5) times: timeoutd beside River and NATS message schedules, then packed; the medians
+	cd bench && mkdir -p $(STORM_DIR) && for i in $$(seq 1 $(STORM_RUNS)); do \
+		$(GO) run ./cmd/loadgen timeoutd -steps storm -n 1000 -storm-n $(STORM_N) -peers timeoutd,river,natsched \
+			-river-storms available:10ms/50ms -out $(STORM_DIR)/run-$$i-single.txt || exit 1; \
+		$(GO) run ./cmd/loadgen timeoutd -steps storm -n 1000 -storm-n $(STORM_N) -peers timeoutd \
+			-command-batch $(COMMAND_BATCH) -out $(STORM_DIR)/run-$$i-packed.txt || exit 1; \
+	done
+	cd bench && $(GO) run ./cmd/stormfigures $(STORM_DIR)/*.txt
 
 # make bench-sustained (issue 15, "No decay"): timeoutd under a steady churn
 # of SUSTAINED_RATE commands/s on live orders for SUSTAINED_DURATION, with a

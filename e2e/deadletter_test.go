@@ -140,4 +140,9 @@ func TestMalformedCommandsAreDeadLettered(t *testing.T) {
 		o := createOrder(t, cl, within(1500*time.Millisecond))
 		expectOnTimeCancellation(t, cl, c, o)
 	})
+	t.Run("the alert rules' metrics are served", func(t *testing.T) {
+		// After a dead letter and a cancellation, so that the labelled
+		// counters the rules name have a series.
+		checkAlertMetrics(t, s)
+	})
 }

@@ -642,17 +642,20 @@ func (s *stack) terminate() {
 	}
 }
 
-// printLogsOnFailure prints the containers' logs when t fails, and with
-// E2E_LOGS_DIR set writes every container's whole log to <dir>/<test>/<name>.log
-// whatever the outcome (to read what the services did in a run that passed).
+// printLogsOnFailure prints the containers' logs when t fails. With
+// E2E_LOGS_DIR set it writes every container's whole log to
+// <dir>/<test>/<name>.log instead, whatever the outcome (to read what the
+// services did in a run that passed), and prints only where: CI sets it, so
+// that a failing test's own errors stay at the end of its output.
 func (s *stack) printLogsOnFailure(t *testing.T) {
 	t.Helper()
 	t.Cleanup(func() {
-		if t.Failed() {
-			s.printLogs(t)
-		}
 		if dir := os.Getenv("E2E_LOGS_DIR"); dir != "" {
 			s.saveLogs(t, filepath.Join(dir, t.Name()))
+			return
+		}
+		if t.Failed() {
+			s.printLogs(t)
 		}
 	})
 }

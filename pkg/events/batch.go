@@ -22,8 +22,8 @@ const HeaderBatch = "Timeouts-Batch"
 // Limits of a command batch.
 const (
 	// MaxBatchCommands is the most commands a batch holds. At 32 the
-	// broker's cost per message (about 28 µs, measured) is spread to under
-	// a microsecond a command; more would save little, and the consumer's
+	// broker's cost per message is spread thin over its commands
+	// (docs/ARCHITECTURE.md, "Ingest"); more would save little, and the consumer's
 	// buffers are sized in messages: timeoutd's prefetch of 128 messages a
 	// partition is then at most 4,096 commands a partition, a few seconds'
 	// work for all 64, inside its 10 s AckWait.

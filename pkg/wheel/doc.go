@@ -88,10 +88,8 @@
 // of microseconds), the last once the driver has cut all n and onExpire has
 // returned from every call before it. So the last timer of a pile is late
 // by the bound plus about n times the cut and delivery cost per timer plus
-// the consumer's own time for the n timers before it. Measured on a 2-vCPU
-// AMD EPYC with a consumer that only counts, 1 ms tick: 200k timers on one
-// deadline, first 0.3–3.1 ms and last 5.6–12.1 ms after it; 1M, first
-// 1.1–12.3 ms and last 19–49 ms (docs/BENCHMARKS.md, "Large piles"). A
+// the consumer's own time for the n timers before it (docs/BENCHMARKS.md
+// gives the measured pile; wheelbench pile reproduces it). A
 // pile parked in a coarse slot is also cascaded in one piece when that
 // slot's 64-tick block starts, which can delay its first chunk when the
 // deadline falls in the block's first ticks.

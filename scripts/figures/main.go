@@ -1,10 +1,16 @@
 // Command figures copies the current figures into the README: the table
 // that opens docs/BENCHMARKS.md ("Current figures") and the one that opens
-// docs/RELIABILITY.md ("Current guarantees") replace what stands between
-// the README's figures markers. A figure lives in one place, the docs'
-// table with its command and date; `make figures` runs this after a
-// table changed, and the package's test fails while the README's copy is
-// stale.
+// docs/RELIABILITY.md ("Current guarantees") become one table between the
+// README's figures markers, without their command column, each row's link
+// rewritten to lead from the README to the section that measured it. A
+// figure lives in one place, the docs' table with its command and date;
+// `make figures` runs this after a table changed, and the package's test
+// fails while the README's copy is stale.
+//
+// The README's table is a summary: it may hold at most MaxRows rows, each
+// must link to the section that measured it (a heading that exists), and
+// no cell may be longer than MaxCell characters of text, so that each reads
+// on one line.
 //
 // Usage, from the repository's root: go run ./scripts/figures
 package main
@@ -14,8 +20,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Markers around the generated part of the README.
@@ -24,17 +33,26 @@ const (
 	endMarker   = "<!-- end of figures -->"
 )
 
+// Bounds of the README's table.
+const (
+	MaxRows = 12
+	MaxCell = 60
+)
+
 // source is a docs table copied into the README.
-type source struct {
-	file, heading, title string
-	// columns are the indexes of the table's columns the README keeps.
-	columns []int
-}
+type source struct{ file, heading string }
 
 var sources = []source{
-	{file: "docs/BENCHMARKS.md", heading: "## Current figures", title: "Benchmarks", columns: []int{0, 1, 2, 3, 4}},
-	{file: "docs/RELIABILITY.md", heading: "## Current guarantees", title: "Reliability", columns: []int{0, 1}},
+	{file: "docs/BENCHMARKS.md", heading: "## Current figures"},
+	{file: "docs/RELIABILITY.md", heading: "## Current guarantees"},
 }
+
+// columns is how many columns of each docs table the README keeps: what,
+// ordertimeout, peer, measured (not the command).
+const columns = 4
+
+// link is a Markdown link; its target is group 2.
+var link = regexp.MustCompile(`\[([^\]]*)\]\(([^)\s]+)\)`)
 
 func main() {
 	if err := run("."); err != nil {
@@ -55,44 +73,136 @@ func run(root string) error {
 	return os.WriteFile(filepath.Join(root, "README.md"), out, 0o644)
 }
 
-// render returns readme with its figures replaced by the docs' tables.
+// render returns readme with its figures replaced by the docs' tables, or
+// an error naming the row that breaks the bounds of the README's table.
 func render(root string, readme []byte) ([]byte, error) {
 	before, rest, ok := bytes.Cut(readme, []byte(beginMarker))
 	_, after, ok2 := bytes.Cut(rest, []byte(endMarker))
 	if !ok || !ok2 {
 		return nil, fmt.Errorf("README.md lacks the markers %q … %q", beginMarker, endMarker)
 	}
-	var b bytes.Buffer
-	b.Write(before)
-	b.WriteString(beginMarker + "\n")
+	var header []string
+	var rows [][]string
 	for _, src := range sources {
 		doc, err := os.ReadFile(filepath.Join(root, src.file))
 		if err != nil {
 			return nil, err
 		}
-		rows, err := table(string(doc), src.heading)
+		t, err := table(string(doc), src.heading)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", src.file, err)
 		}
-		fmt.Fprintf(&b, "\n**%s** (from [%s](%s), which gives each figure's command, date and machine):\n\n", src.title, src.file, src.file)
-		for i, row := range rows {
-			var cells []string
-			for _, c := range src.columns {
-				if c >= len(row) {
-					return nil, fmt.Errorf("%s: row %d has %d columns, want %d", src.file, i+1, len(row), c+1)
-				}
-				cells = append(cells, row[c])
+		for i, row := range t {
+			if len(row) < columns {
+				return nil, fmt.Errorf("%s: row %d has %d columns, want at least %d", src.file, i+1, len(row), columns)
 			}
-			b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+			row = row[:columns]
+			switch {
+			case i == 0:
+				header = row
+				continue
+			case i == 1: // the separator
+				continue
+			}
+			if err := check(root, src.file, row); err != nil {
+				return nil, fmt.Errorf("%s, row %q: %w", src.file, row[0], err)
+			}
+			rows = append(rows, rebase(src.file, row))
 		}
+	}
+	if len(rows) > MaxRows {
+		return nil, fmt.Errorf("%d rows of current figures, the README holds at most %d", len(rows), MaxRows)
+	}
+	var b bytes.Buffer
+	b.Write(before)
+	b.WriteString(beginMarker + "\n\n")
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
+	b.WriteString("|" + strings.Repeat("---|", columns) + "\n")
+	for _, row := range rows {
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
 	b.WriteString("\n" + endMarker)
 	b.Write(after)
 	return b.Bytes(), nil
 }
 
+// check returns an error unless row's first cell links to a section that
+// exists and every cell is at most MaxCell characters of text.
+func check(root, file string, row []string) error {
+	m := link.FindStringSubmatch(row[0])
+	if m == nil {
+		return errors.New("no link to the section that measured it")
+	}
+	target, anchor, _ := strings.Cut(m[2], "#")
+	target = path.Join(path.Dir(file), target)
+	if m[2][0] == '#' {
+		target = file
+	}
+	doc, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(target)))
+	if err != nil {
+		return fmt.Errorf("its link: %w", err)
+	}
+	if anchor != "" && !hasAnchor(string(doc), anchor) {
+		return fmt.Errorf("its link: no heading #%s in %s", anchor, target)
+	}
+	for _, c := range row {
+		if n := utf8.RuneCountInString(link.ReplaceAllString(c, "$1")); n > MaxCell {
+			return fmt.Errorf("cell %q is %d characters, at most %d read on one line", c, n, MaxCell)
+		}
+	}
+	return nil
+}
+
+// hasAnchor reports whether doc has a heading whose GitHub anchor is
+// anchor: lower case, spaces as hyphens, punctuation other than - and _
+// dropped.
+func hasAnchor(doc, anchor string) bool {
+	for _, line := range strings.Split(doc, "\n") {
+		h := strings.TrimLeft(line, "#")
+		if h == line || !strings.HasPrefix(h, " ") {
+			continue
+		}
+		var a strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+			switch {
+			case r == ' ':
+				a.WriteRune('-')
+			case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+				a.WriteRune(r)
+			}
+		}
+		if a.String() == anchor {
+			return true
+		}
+	}
+	return false
+}
+
+// rebase rewrites the relative links of row, written from file, to lead
+// from the repository's root, where the README is.
+func rebase(file string, row []string) []string {
+	out := make([]string, len(row))
+	for i, c := range row {
+		out[i] = link.ReplaceAllStringFunc(c, func(l string) string {
+			m := link.FindStringSubmatch(l)
+			target := m[2]
+			if strings.Contains(target, "://") {
+				return l
+			}
+			if target[0] == '#' {
+				target = file + target
+			} else {
+				target = path.Join(path.Dir(file), target)
+			}
+			return "[" + m[1] + "](" + target + ")"
+		})
+	}
+	return out
+}
+
 // table returns the cells of the first table after heading in doc, its
-// separator row included; an escaped pipe (\|) stays inside its cell.
+// header and separator rows included; an escaped pipe (\|) stays inside its
+// cell.
 func table(doc, heading string) ([][]string, error) {
 	_, rest, ok := strings.Cut(doc, "\n"+heading+"\n")
 	if !ok {

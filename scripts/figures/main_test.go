@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,8 @@ import (
 )
 
 // TestREADMEFiguresAreCurrent fails while the README's figures differ from
-// the docs' tables: run `make figures`.
+// the docs' tables, or while those break the README table's bounds: run
+// `make figures`.
 func TestREADMEFiguresAreCurrent(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
@@ -28,43 +30,58 @@ func TestREADMEFiguresAreCurrent(t *testing.T) {
 
 func TestRender(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	write := func(name, s string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("docs/BENCHMARKS.md", "# B\n\n## Current figures\n\ntext\n\n| what | us | peer | target | met | command |\n|---|---|---|---|---|---|\n| storm | 1 ms | 2 ms | ≤ 5 | yes | `go test -run 'A\\|B'` |\n\nlater\n| other | table |\n")
-	write("docs/RELIABILITY.md", "# R\n\n## Current guarantees\n\n| guarantee | result | command |\n|---|---|---|\n| never early | 0 early | `make soak` |\n")
+	const head = "| what | us | peer | measured | command |\n|---|---|---|---|---|\n"
+	storm := "| [storm](#storms) | 1 ms | 2 ms | 2026-11-26 | `go test -run 'A\\|B'` |\n"
+	guarantee := "| [never early](journal/2026-11-23-soak.md) | 0 early | — | 2026-11-23 | `make soak` |\n"
+	readme := "# P\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n## Next\n"
 	tests := []struct {
-		name, readme, want string
-		wantErr            bool
+		name, figures, guarantees, readme string
+		wantErr                           string // "": no error
 	}{
-		{name: "replaced between the markers", readme: "# P\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n## Next\n",
-			want: "| storm | 1 ms | 2 ms | ≤ 5 | yes |\n"},
-		{name: "no markers", readme: "# P\n", wantErr: true},
+		{name: "one table, links from the README, no command", figures: storm, guarantees: guarantee, readme: readme},
+		{name: "no markers", figures: storm, guarantees: guarantee, readme: "# P\n", wantErr: "markers"},
+		{name: "a row without a link", figures: "| storm | 1 ms | 2 ms | 2026-11-26 | x |\n", guarantees: guarantee, readme: readme,
+			wantErr: "no link"},
+		{name: "a link to no heading", figures: "| [storm](#nowhere) | 1 ms | 2 ms | 2026-11-26 | x |\n", guarantees: guarantee, readme: readme,
+			wantErr: "no heading #nowhere"},
+		{name: "a link to no file", figures: storm, guarantees: "| [x](journal/none.md) | 0 | — | d | c |\n", readme: readme,
+			wantErr: "none.md"},
+		{name: "a cell of a paragraph", figures: "| [storm](#storms) | " + strings.Repeat("1 ms, ", 11) + " | 2 ms | d | x |\n", guarantees: guarantee,
+			readme: readme, wantErr: "at most 60"},
+		{name: "too many rows", figures: strings.Repeat(storm, MaxRows), guarantees: guarantee, readme: readme,
+			wantErr: fmt.Sprintf("at most %d", MaxRows)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			root := t.TempDir()
+			write := func(name, s string) {
+				t.Helper()
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, name), []byte(s), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("docs/BENCHMARKS.md", "# B\n\n## Current figures\n\ntext\n\n"+head+tt.figures+"\nlater\n| other | table |\n\n## Storms\n")
+			write("docs/RELIABILITY.md", "# R\n\n## Current guarantees\n\n"+head+tt.guarantees)
+			write("docs/journal/2026-11-23-soak.md", "# Soak\n")
 			got, err := render(root, []byte(tt.readme))
-			if tt.wantErr {
-				if err == nil {
-					t.Fatal("no error")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := string(got)
-			if !strings.Contains(s, tt.want) || !strings.Contains(s, "| never early | 0 early |\n") || strings.Contains(s, "old") ||
-				strings.Contains(s, "other") || !strings.HasSuffix(s, endMarker+"\n\n## Next\n") {
-				t.Fatalf("rendered:\n%s", s)
+			want := "# P\n\n" + beginMarker + "\n\n| what | us | peer | measured |\n|---|---|---|---|\n" +
+				"| [storm](docs/BENCHMARKS.md#storms) | 1 ms | 2 ms | 2026-11-26 |\n" +
+				"| [never early](docs/journal/2026-11-23-soak.md) | 0 early | — | 2026-11-23 |\n\n" + endMarker + "\n\n## Next\n"
+			if string(got) != want {
+				t.Fatalf("rendered:\n%s\nwant:\n%s", got, want)
 			}
 			again, err := render(root, got)
 			if err != nil || !bytes.Equal(again, got) {

@@ -65,8 +65,8 @@ type Deadlines struct {
 
 // Deadlines counts the pending timeouts by deadline at now, in one pass
 // over the in-memory schedule's counts by deadline hour and a bounded
-// number of lookups (schedule.CountBefore): about 40 to 70 µs with
-// 1,000,000 pending, never a read of Postgres. The HTTP API calls it once
+// number of lookups (schedule.CountBefore), never a pass over the
+// timeouts nor a read of Postgres. The HTTP API calls it once
 // per snapshot it builds and per /api/v1/stats.
 func (s *Service) Deadlines(now time.Time) Deadlines {
 	d := Deadlines{From: now.UTC().Truncate(time.Second)}

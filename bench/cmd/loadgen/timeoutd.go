@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
+	"github.com/ordertimeout/ordertimeout/bench/internal/natschedbench"
 	"github.com/ordertimeout/ordertimeout/bench/internal/riverbench"
 	"github.com/ordertimeout/ordertimeout/bench/internal/timeoutdbench"
 )
@@ -75,7 +76,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.DurationVar(&w.stormLead, "storm-lead", 20*time.Second, "the first storm deadline is this long after the storm's first command")
 	fs.DurationVar(&w.stormGrace, "storm-grace", 2*time.Minute, "a storm gives up on events still missing this long after its last deadline")
 	fs.DurationVar(&w.readyTimeout, "ready-timeout", timeoutdbench.ReadyTimeoutDefault, "how long timeoutd may take from exec to /readyz (recovery)")
-	fs.StringVar(&w.peers, "peers", "timeoutd,river", "peers to measure, comma-separated")
+	fs.StringVar(&w.peers, "peers", "timeoutd,river,natsched", "peers to measure, comma-separated: timeoutd, river, natsched (NATS JetStream's own message schedules on the same server)")
 	fs.BoolVar(&w.uuidKeys, "uuid-keys", false, "36-character time-ordered UUIDv7 keys, like the orders service's ids, instead of short <prefix>-<i> keys")
 	fs.IntVar(&w.commandBatch, "command-batch", 0, "pack every window of this many commands into batches of a partition's commands (events.Batch, as the orders relay packs a claim of 1000 rows); 0 publishes one message per command")
 	fs.StringVar(&w.riverStorms, "river-storms", "available:1ms/1ms,available:10ms/50ms,scheduled:10ms/50ms",
@@ -158,6 +159,8 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 			err = w.timeoutd(ctx, o, rep, in, harness.CPUs{postgres, nats}, keys, deadlines)
 		case "river":
 			err = w.river(ctx, rep, in, harness.CPUs{postgres}, keys, deadlines)
+		case "natsched":
+			err = w.natsched(ctx, rep, in, harness.CPUs{nats}, keys, deadlines)
 		default:
 			err = fmt.Errorf("unknown peer %q", peer)
 		}
@@ -332,4 +335,52 @@ func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *i
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// natsched measures NATS JetStream's own message schedules on the NATS
+// server timeoutd uses: with ingest, the bytes of the far-future keys
+// pending; with clear, the cancel of half of a storm's keys before their
+// deadlines; then the storm and the capacity steps. cpus are the
+// containers whose CPU time it reports: nats-server.
+func (w *timeoutdWorkload) natsched(ctx context.Context, rep *harness.Report, in *infra, cpus harness.CPUs, keys []string, deadlines []time.Time) error {
+	pid, err := in.nats.PID(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := natschedbench.New(ctx, natschedbench.Config{NATSURL: in.nats.URL, PID: pid, CPUs: cpus}, rep)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if w.steps["ingest"] && w.steps["bytes"] {
+		if err := b.Bytes(ctx, keys, deadlines); err != nil {
+			return err
+		}
+	}
+	if w.steps["clear"] {
+		sk, sd := w.stormKeys("nc", len(keys))
+		if err := b.Cancel(ctx, sk, sd, w.cancelConc, w.stormGrace); err != nil {
+			return err
+		}
+	}
+	if w.steps["storm"] {
+		if err := b.Reset(ctx); err != nil {
+			return err
+		}
+		sk, sd := w.stormKeys("q", w.stormN)
+		if _, err := b.Storm(ctx, sk, sd, w.stormGrace); err != nil {
+			return err
+		}
+	}
+	if !w.steps["capacity"] {
+		return nil
+	}
+	return w.capacity(ctx, rep, []any{"peer", "natsched"}, func(ctx context.Context, n int) (time.Duration, error) {
+		if err := b.Reset(ctx); err != nil {
+			return 0, err
+		}
+		sk, sd := w.stormKeys(fmt.Sprintf("qc%d", n), n)
+		res, err := b.Storm(ctx, sk, sd, w.stormGrace)
+		return res.P99, err
+	})
 }

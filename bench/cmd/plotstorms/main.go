@@ -3,7 +3,7 @@
 // cancel events at the consumer and of timeoutd's fired_at, against the
 // time of the storm since the start of the run.
 //
-//	go run ./cmd/plotstorms -in results/session5/sustained-30m.txt -out ../docs/sustained-storms.png
+//	go run ./cmd/plotstorms -in results/2026-11-25-expiry-key-lookup/sustained-30m.txt -out ../docs/sustained-storms.png
 //
 // It uses the standard library only; the few labels are drawn with a tiny
 // bitmap font of its own.
@@ -18,6 +18,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ordertimeout/ordertimeout/bench/internal/harness"
 )
 
 func main() {
@@ -76,7 +78,7 @@ func parse(r io.Reader) ([]storm, error) {
 		if !ok {
 			continue
 		}
-		kv, err := fields(pairs)
+		kv, err := harness.ParsePairs(pairs)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
@@ -98,30 +100,4 @@ func parse(r io.Reader) ([]storm, error) {
 		storms = append(storms, s)
 	}
 	return storms, sc.Err()
-}
-
-// fields splits the pairs of a report line (key=value key="quoted value"
-// ...).
-func fields(rest string) (map[string]string, error) {
-	kv := map[string]string{}
-	for rest != "" {
-		key, after, ok := strings.Cut(rest, "=")
-		if !ok {
-			return nil, fmt.Errorf("no '=' in %q", rest)
-		}
-		var val string
-		if strings.HasPrefix(after, `"`) {
-			q, err := strconv.QuotedPrefix(after)
-			if err != nil {
-				return nil, fmt.Errorf("value of %s: %w", key, err)
-			}
-			val, _ = strconv.Unquote(q)
-			after = after[len(q):]
-		} else {
-			val, after, _ = strings.Cut(after, " ")
-		}
-		kv[key] = val
-		rest = strings.TrimLeft(after, " ")
-	}
-	return kv, nil
 }

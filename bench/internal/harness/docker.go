@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,20 @@ type Container struct {
 // on the way out.
 func (c *Container) Remove() {
 	_ = exec.Command("docker", "rm", "-f", "-v", c.Name).Run()
+}
+
+// PID returns the process id, as the host sees it, of the container's main
+// process (for its RSS, see ReadMemory).
+func (c *Container) PID(ctx context.Context) (int, error) {
+	out, err := exec.CommandContext(ctx, "docker", "inspect", "-f", "{{.State.Pid}}", c.Name).Output()
+	if err != nil {
+		return 0, fmt.Errorf("docker inspect %s: %w", c.Name, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("container %s: no process (pid %q)", c.Name, strings.TrimSpace(string(out)))
+	}
+	return pid, nil
 }
 
 // Exec runs a command inside the container with stdin and returns its

@@ -44,20 +44,11 @@ type StormResult struct {
 // holds them all, and per expiry, from the first deadline until every event
 // arrived and the outbox is empty.
 func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time, grace time.Duration) (StormResult, error) {
-	want := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		want[k] = struct{}{}
-	}
+	arrivals := harness.NewArrivals(keys, deadlines)
 	var (
 		mu       sync.Mutex
-		arrival  = make([]time.Duration, 0, len(keys))
 		fired    = make([]time.Duration, 0, len(keys))
-		tl       = newTimeline(deadlines[0], deadlines[len(deadlines)-1])
-		early    int
 		earlyDec int
-		dupes    int
-		bad      int
-		done     = make(chan struct{})
 	)
 	cons, err := b.js.OrderedConsumer(ctx, events.StreamExpiries, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.OrderCancelSubjectPrefix + ">"},
@@ -69,30 +60,19 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		now := time.Now()
 		e, err := events.DecodeExpiry(msg.Data())
+		if err != nil {
+			arrivals.Undecodable()
+			return
+		}
+		if !arrivals.Add(e.Key, e.Deadline, now) {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if err != nil {
-			bad++
-			return
-		}
-		if _, ok := want[e.Key]; !ok {
-			dupes++
-			return
-		}
-		delete(want, e.Key)
-		late := now.Sub(e.Deadline)
-		if late < 0 {
-			early++
-		}
 		if e.FiredAt.Before(e.Deadline) {
 			earlyDec++
 		}
-		arrival = append(arrival, late)
-		tl.add(e.Deadline, late)
 		fired = append(fired, e.FiredAt.Sub(e.Deadline))
-		if len(want) == 0 {
-			close(done)
-		}
 	}, jetstream.PullMaxMessages(4096))
 	if err != nil {
 		return StormResult{}, fmt.Errorf("consume expiries: %w", err)
@@ -180,13 +160,9 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 		return StormResult{}, fmt.Errorf("storm: %w", err)
 	}
 	last := deadlines[len(deadlines)-1]
-	complete := true
-	select {
-	case <-done:
-	case <-time.After(time.Until(last) + grace):
-		complete = false
-	case <-ctx.Done():
-		return StormResult{}, ctx.Err()
+	complete, err := arrivals.Wait(ctx, last.Add(grace))
+	if err != nil {
+		return StormResult{}, err
 	}
 	stopSampling()
 	// The expiry ends when every event arrived and timeoutd's outbox is
@@ -216,14 +192,16 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	mu.Lock()
 	defer mu.Unlock()
 	span := last.Sub(deadlines[0])
+	received, arrival := arrivals.Summary()
 	kv := []any{"peer", "timeoutd", "workload", "storm", "measured", "arrival_at_consumer", "n", len(keys),
 		"due_per_sec", harness.PerSec(len(keys), span), "publish_acked_seconds", ingested.Seconds(),
-		"lead_after_publish_ms", lead, "complete", complete, "received", len(arrival), "early", early, "early_fired_at", earlyDec, "duplicates", dupes, "undecodable", bad}
-	res := StormResult{Complete: complete, Received: len(arrival), Arrival: harness.Summarize(arrival), FiredAt: harness.Summarize(fired)}
+		"lead_after_publish_ms", lead, "complete", complete, "early_fired_at", earlyDec}
+	kv = append(kv, arrivals.KV()...)
+	res := StormResult{Complete: complete, Received: received, Arrival: arrival, FiredAt: harness.Summarize(fired)}
 	kv = append(kv, res.Arrival.KV("lateness_")...)
 	kv = append(kv, "outbox_max_rows", maxRows, "outbox_max_oldest_age_ms", maxAge)
 	b.rep.Line("result", kv...)
-	b.rep.Line("result", append([]any{"peer", "timeoutd", "workload", "storm", "measured", "arrival_timeline"}, tl.kv(res.Arrival.P99)...)...)
+	b.rep.Line("result", append([]any{"peer", "timeoutd", "workload", "storm", "measured", "arrival_timeline"}, arrivals.TimelineKV(res.Arrival.P99)...)...)
 	// CPU per command while ingesting, per expiry while firing; total is
 	// the platform's (timeoutd, Postgres, NATS), the harness apart.
 	kv = []any{"peer", "timeoutd", "workload", "storm", "measured", "cpu", "n", len(keys),
@@ -256,7 +234,7 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	kv = append(kv, res.FiredAt.KV("lateness_")...)
 	b.rep.Line("result", kv...)
 	if !complete {
-		return res, fmt.Errorf("%w: %d of %d cancel events arrived within %s after the last deadline", harness.ErrIncomplete, len(arrival), len(keys), grace)
+		return res, fmt.Errorf("%w: %d of %d cancel events arrived within %s after the last deadline", harness.ErrIncomplete, received, len(keys), grace)
 	}
 	return res, nil
 }

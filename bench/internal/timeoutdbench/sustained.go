@@ -68,7 +68,7 @@ type SustainedConfig struct {
 	// more than analyzedMinRows rows has been analysed once, so the first
 	// storm, the reference of the others, meets the tables with statistics
 	// as the later ones do, not the seed's table without any (the first
-	// storm of bench/results/session5/sustained-6m-check.txt met it so and
+	// storm of bench/results/2026-11-25-expiry-key-lookup/sustained-6m-check.txt met it so and
 	// was 400 times later at p99 than the next two). The storms' times move
 	// by that wait.
 	Warmup time.Duration
@@ -357,7 +357,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		samples, vacuuming int
 		tables             = map[string]bool{}
 		vacSlots           []string // the timeline slots with an autovacuum running
-		n                  = int(last.Sub(first)/timelineSlot) + 1
+		n                  = int(last.Sub(first)/harness.TimelineSlot) + 1
 		syncs, syncMs      = make([]float64, n), make([]float64, n)
 		diskMs             = make([]float64, n)
 		gcs, harnessGCs    = make([]float64, n), make([]float64, n)
@@ -371,7 +371,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		slot := min(int(time.Since(first)/timelineSlot), n-1)
+		slot := min(int(time.Since(first)/harness.TimelineSlot), n-1)
 		// Autovacuum of any database; the tables of other databases than
 		// timeoutd's have no name here.
 		rows, err := conn.Query(ctx, `SELECT coalesce(c.relname, '?') FROM pg_stat_progress_vacuum v
@@ -419,9 +419,9 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 		"autovacuum_share", float64(vacuuming) / float64(max(samples, 1)), "autovacuum_tables", cmp.Or(strings.Join(vacuumed, "+"), "-"),
 		"autovacuum_slots", cmp.Or(strings.Join(vacSlots, ","), "-"),
 		"timeoutd_gc_cycles", prev.gcCycles - c0.gcCycles, "timeoutd_gc_pause_ms", 1000 * (prev.gcSeconds - c0.gcSeconds),
-		"wal_syncs_per_slot", joinFloats(syncs, 0), "wal_sync_ms_per_slot", joinFloats(syncMs, 1),
-		"disk_wait_ms_per_slot", joinFloats(diskMs, 0),
-		"timeoutd_gc_per_slot", joinFloats(gcs, 0), "harness_gc_per_slot", joinFloats(harnessGCs, 0),
+		"wal_syncs_per_slot", harness.JoinFloats(syncs, 0), "wal_sync_ms_per_slot", harness.JoinFloats(syncMs, 1),
+		"disk_wait_ms_per_slot", harness.JoinFloats(diskMs, 0),
+		"timeoutd_gc_per_slot", harness.JoinFloats(gcs, 0), "harness_gc_per_slot", harness.JoinFloats(harnessGCs, 0),
 	}, nil
 }
 
@@ -431,15 +431,6 @@ func harnessGCCycles() uint64 {
 	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
-}
-
-// joinFloats formats vs with prec decimals, comma-separated.
-func joinFloats(vs []float64, prec int) string {
-	s := make([]string, len(vs))
-	for i, v := range vs {
-		s[i] = strconv.FormatFloat(v, 'f', prec, 64)
-	}
-	return strings.Join(s, ",")
 }
 
 // waitAnalyzed waits until every table of timeoutd's database holding more

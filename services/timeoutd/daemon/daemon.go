@@ -53,9 +53,9 @@ const (
 	// instance hands its partitions over.
 	NATSGraceDefault = 2 * time.Second
 	// MemoryLimitDefault is the Go runtime's soft memory limit the binary
-	// sets: with about 95 B of live heap per pending timeout, 10M pending
-	// need about 1 GB, and the limit keeps the collector from letting the
-	// heap grow to twice that (GOGC=100) before it runs.
+	// sets: sized for 10M pending (docs/ARCHITECTURE.md, "The schedule"),
+	// it keeps the collector from letting the heap grow to twice the live
+	// heap (GOGC=100) before it runs.
 	MemoryLimitDefault = 1400 << 20
 )
 

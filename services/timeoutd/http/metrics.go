@@ -1,6 +1,7 @@
 package http
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,12 +46,27 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return m
 }
 
+// OverdueBounds are the ages of timeoutd_overdue_timeouts' older_than
+// label: an alert rule picks the one it needs.
+var OverdueBounds = []time.Duration{10 * time.Second, time.Minute, 10 * time.Minute}
+
+// watched is what Watch reads of the service (a *timeoutd.Service).
+type watched interface {
+	Stats() timeoutd.Stats
+	Pending() int
+	IsReady() bool
+	Owned() []int
+	Deadlines(now time.Time) timeoutd.Deadlines
+}
+
 // Watch registers the gauges and counters read from svc's Stats.
-func (m *Metrics) Watch(svc *timeoutd.Service) {
+func (m *Metrics) Watch(svc watched) {
 	counter := func(name, help string, f func(timeoutd.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(svc.Stats())) })
 	}
-	m.reg.MustRegister(
+	m.reg.MustRegister(&overdueCollector{svc: svc},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_partitions_owned", Help: "Partitions this instance holds a lease on (64 in all over the cluster)."},
+			func() float64 { return float64(len(svc.Owned())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_pending", Help: "Pending timeouts held in memory."},
 			func() float64 { return float64(svc.Pending()) }),
 		counter("timeoutd_scheduled_total", "Set commands that changed a timeout.", func(s timeoutd.Stats) uint64 { return s.Scheduled }),
@@ -91,3 +107,30 @@ func (m *Metrics) DeadLettered(r events.Reason) { m.deadLettered.WithLabelValues
 
 // RecoveryDuration implements timeoutd.Metrics.
 func (m *Metrics) RecoveryDuration(d time.Duration) { m.recovery.Set(d.Seconds()) }
+
+var overdueDesc = prometheus.NewDesc("timeoutd_overdue_timeouts",
+	"Pending timeouts held by this instance whose deadline passed longer ago than older_than (held for a backlog, a clock hold or a fire path that does not keep up).",
+	[]string{"older_than"}, nil)
+
+// overdueCollector counts the overdue timeouts at each scrape from the
+// schedule's counts by deadline (timeoutd.Service.Deadlines, one census per
+// bound), never from Postgres.
+type overdueCollector struct{ svc watched }
+
+func (c *overdueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- overdueDesc }
+
+func (c *overdueCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.svc.Stats().Now
+	for _, b := range OverdueBounds {
+		due := c.svc.Deadlines(now.Add(-b)).Due
+		ch <- prometheus.MustNewConstMetric(overdueDesc, prometheus.GaugeValue, float64(due), promDuration(b))
+	}
+}
+
+// promDuration writes d as Prometheus writes a duration: 10s, 1m, 10m.
+func promDuration(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return fmt.Sprintf("%ds", d/time.Second)
+}

@@ -21,17 +21,16 @@ const (
 	DurablePrefix = "timeoutd-"
 	// BatchSizeDefault is the most commands Next returns at once. Larger
 	// batches spread ingest's fixed costs per statement (the fence's lease
-	// locks, the statement itself) over more rows: a backlog of a million
-	// packed commands drained at 57k/s with 5,000, 76k/s with 20,000
-	// (docs/BENCHMARKS.md, session 8).
+	// locks, the statement itself) over more rows (docs/ARCHITECTURE.md,
+	// "Ingest", has the measurement).
 	BatchSizeDefault = 20000
 	// PrefetchDefault is how many messages each partition's consumer
 	// fetches ahead; the hand-off to Next holds half as many per partition.
 	// Messages, not commands: a batch message holds up to
 	// events.MaxBatchCommands, so what waits in this process unacked is at
-	// most (64 × 128 + 4,096) × 32 = 393,216 commands, about 5 s of work at
-	// 80k/s (half that with the relay's batches of about 16), inside
-	// AckWaitDefault, beyond which JetStream would redeliver them.
+	// most (64 × 128 + 4,096) × 32 = 393,216 commands, which ingest must
+	// work off inside AckWaitDefault, beyond which JetStream would redeliver
+	// them.
 	PrefetchDefault = 128
 	// AckWaitDefault is how long a delivered command may stay unacked before
 	// JetStream redelivers it (to the partition's owner of the moment).
@@ -47,11 +46,10 @@ const (
 	// 30 s).
 	PullHeartbeatDefault = time.Second
 	// LingerDefault is how long Next waits, once the arrived commands are
-	// taken, for more to share their commit. At 1,000 commands a second
-	// (one message each) it cut timeoutd's and Postgres's CPU per command
-	// from about 235 µs to 131 µs (5 ms: 184 µs); live ingest from a fast
-	// producer was the same within the noise (docs/BENCHMARKS.md, session
-	// 10). A command is then acknowledged and held up to 20 ms later.
+	// taken, for more to share their commit: at a low rate each command
+	// would otherwise pay a commit of its own (docs/ARCHITECTURE.md,
+	// "Ingest"). A command is then acknowledged and applied up to 20 ms
+	// later.
 	LingerDefault = 20 * time.Millisecond
 	// pullExpiry is how long each pull request waits on the server; a new
 	// one follows at once.

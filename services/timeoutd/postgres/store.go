@@ -194,9 +194,9 @@ func (s *Store) inTx(ctx context.Context, queue func(*pgx.Batch)) error {
 // their version, with what their expiry events carry: one primary-key
 // lookup per key. The lookup is a LATERAL subquery with LIMIT 1 (the key is
 // unique, so the limit changes no result) so that no plan can turn the
-// batch into a join against every pending row: written as a plain join, a
-// batch of 1,000 keys on a table of 200k pending rows was planned as a hash
-// join over a scan of them all, 72 ms against 2 ms of lookups.
+// batch into a join against every pending row (written as a plain join, it
+// was planned as a hash join over a scan of them all: docs/ARCHITECTURE.md,
+// "The fire path").
 const dueSQL = `
 SELECT t.key, t.version, t.deadline_ns, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload
 FROM unnest($1::bytea[], $2::int8[]) AS d(key, version)
@@ -242,9 +242,8 @@ func dueArrays(due []timeoutd.Due) ([][]byte, []int64) {
 // in the same transaction), one primary-key lookup each (a LATERAL LIMIT 1,
 // as in dueSQL) in the order of the arrays, which is the order Apply's
 // upsert takes rows in, so the two cannot deadlock; then it marks them
-// fired at $3, found again by their tuple ids. Written as a join, a batch of
-// 1,000 keys was planned as a hash join over every pending row: 166 ms
-// against 2 ms.
+// fired at $3, found again by their tuple ids. The LATERAL keeps the plan
+// off a hash join over every pending row, as in dueSQL.
 const markFiredSQL = `
 UPDATE timeouts SET state = 2, deadline_ns = $3
 WHERE ctid = ANY (ARRAY(
