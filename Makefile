@@ -19,13 +19,19 @@ help: ## list the targets
 docker: ## make sure a Docker engine and compose answer (installs them on Debian)
 	@scripts/ensure-docker.sh
 
+# TRACING=1: make images also builds the OTLP receiver (Jaeger v2 from its Go
+# module, minutes the first time) and make up starts it (compose profile
+# "tracing").
+TRACING ?=
+
 .PHONY: images
-images: docker ## build the Postgres, NATS and service images (reused while unchanged)
+images: docker ## build the Postgres, NATS and service images (reused while unchanged); TRACING=1 adds the OTLP receiver
 	@scripts/images.sh
+	@$(if $(TRACING),scripts/images.sh jaeger,true)
 
 .PHONY: up
-up: images ## start the platform (deploy/compose), wait until healthy, print the URLs
-	@scripts/stack.sh up
+up: images ## start the platform (deploy/compose), wait until healthy, print the URLs; TRACING=1 adds the OTLP receiver (Jaeger)
+	@TRACING=$(TRACING) scripts/stack.sh up
 
 .PHONY: up-ha
 up-ha: images ## start the cluster (deploy/compose/compose.ha.yaml: 3 NATS nodes, 3 timeoutd, 2 orders), wait until healthy
@@ -113,6 +119,11 @@ lint: generate-check ## generated client fresh, go.mod tidy, go vet and staticch
 .PHONY: test-e2e
 test-e2e: images chromium ## only the end-to-end suite against the built containers
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
+
+.PHONY: test-tracing
+test-tracing: ## the OTLP receiver's image (built first) takes a span and returns it from its query API
+	$(MAKE) images TRACING=1
+	ORDERTIMEOUT_TRACING=1 $(GO) test -count=1 -v -run '^TestTracingReceiver$$' ./e2e
 
 .PHONY: test-short
 test-short: ## unit tests only, no containers

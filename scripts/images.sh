@@ -8,13 +8,18 @@
 #   ordertimeout/orders:dev, ordertimeout/timeoutd:dev   the services, FROM scratch
 #   ordertimeout/toxiproxy:latest   the TCP fault proxy of the chaos run, built
 #                              from the toxiproxy module pinned in go.mod, in scratch
+#   ordertimeout/jaeger:latest the OTLP receiver of the tracing profile (make up
+#                              TRACING=1), Jaeger v2 built from the module pinned in
+#                              deploy/images/jaeger/go.mod, in scratch; not in the
+#                              default set (its build takes minutes)
 # Each image is labelled with a hash of its inputs and rebuilt only when they
 # change; an image already current is never rebuilt.
 # ORDERTIMEOUT_IMAGE_TAG=T tags the NATS, toxiproxy and service images :T
 # instead (for a second checkout whose tests must not use the first one's
 # images; point the tests at them with
 # ORDERTIMEOUT_{NATS,ORDERS,TIMEOUTD,TOXIPROXY}_IMAGE).
-# Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd|toxiproxy]...  (default: all)
+# Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd|toxiproxy|jaeger]...
+# (default: all but jaeger)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -92,6 +97,21 @@ build_toxiproxy() {
   dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
 }
 
+# build_jaeger: Jaeger v2's cmd/jaeger from the module of deploy/images/jaeger
+# (a `tool` there, kept out of the platform's go.mod), in scratch; rebuilt
+# when its go.mod or Dockerfile change.
+build_jaeger() {
+  local img=ordertimeout/jaeger:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/jaeger hash
+  hash=$(cat deploy/images/jaeger/go.mod deploy/images/jaeger/Dockerfile deploy/healthcheck/main.go | sha256sum | cut -c1-12)
+  current "$img" "$hash" && return 0
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  log "building $img from the Jaeger module (minutes, once)"
+  (cd deploy/images/jaeger && gobuild "../../../$ctx/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger)
+  gobuild "$ctx/healthcheck" ./deploy/healthcheck
+  cp deploy/images/jaeger/Dockerfile "$ctx/"
+  dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
+}
+
 # build_service NAME: the service's binary and its assets, in scratch.
 build_service() {
   local name=$1 img=ordertimeout/$1:${ORDERTIMEOUT_IMAGE_TAG:-dev} ctx=$BUILD/$1 hash
@@ -125,6 +145,7 @@ for t in "${targets[@]}"; do
     services) build_service orders; build_service timeoutd ;;
     orders|timeoutd) build_service "$t" ;;
     toxiproxy) build_toxiproxy ;;
+    jaeger) build_jaeger ;;
     *) die "unknown image $t" ;;
   esac
 done

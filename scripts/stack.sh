@@ -20,6 +20,12 @@ if [ "${STACK:-}" = ha ]; then
   SERVICES=(postgres nats-1 nats-2 nats-3 orders-1 orders-2 timeoutd-1 timeoutd-2 timeoutd-3)
 fi
 WAIT_SECONDS=${WAIT_SECONDS:-120}
+# TRACING=1 (make up TRACING=1) starts the OTLP receiver too, the compose
+# profile "tracing"; down always removes it.
+if [ "${TRACING:-}" = 1 ] && [ "${STACK:-}" != ha ]; then
+  export COMPOSE_PROFILES=tracing
+  SERVICES+=(jaeger)
+fi
 
 # health SERVICE prints the health status of the service's container.
 health() {
@@ -70,8 +76,15 @@ The platform is up:
   Postgres                  postgres://postgres:${POSTGRES_PASSWORD:-postgres}@localhost:${POSTGRES_PORT:-5432}/orders
 Next: make demo (load), make logs, make down.
 URLS
+    if [ "${TRACING:-}" = 1 ]; then
+      cat <<URLS
+  OTLP receiver (Jaeger)    OTLP/HTTP http://localhost:${OTLP_HTTP_PORT:-4318}, gRPC localhost:${OTLP_GRPC_PORT:-4317};
+                            query API http://localhost:${JAEGER_UI_PORT:-16686}/api/traces/<trace id>
+URLS
+    fi
     ;;
   down)
+    [ "${STACK:-}" = ha ] || export COMPOSE_PROFILES=tracing
     if [ "${DOWN_VOLUMES:-}" = 1 ]; then compose down -v; else compose down; fi ;;
   logs) compose logs -f --tail=200 ;;
   dump) compose logs --no-color --tail=300 ;;

@@ -107,7 +107,7 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int, ttl time.Dur
 	if err != nil {
 		return Reservation{}, fmt.Errorf("new reservation id: %w", err)
 	}
-	r := Reservation{ID: id.String(), SKU: sku, Qty: qty, Status: StatusHeld, Version: 1, ExpiresAt: s.now().Add(ttl).UTC()}
+	r := Reservation{ID: id.String(), SKU: sku, Qty: qty, Status: StatusHeld, Version: 1, ExpiresAt: s.expiry(ttl)}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO reservations (id, sku, qty, status, version, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			r.ID, r.SKU, r.Qty, r.Status, r.Version, r.ExpiresAt); err != nil {
@@ -118,11 +118,17 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int, ttl time.Dur
 	return r, err
 }
 
+// expiry returns the time ttl from now, to the microsecond Postgres
+// stores, so that the row and its deadline name the same instant.
+func (s *Service) expiry(ttl time.Duration) time.Time {
+	return s.now().Add(ttl).UTC().Truncate(time.Microsecond)
+}
+
 // Extend moves a held reservation's expiry to ttl from now: a newer
 // version of its deadline.
 func (s *Service) Extend(ctx context.Context, id string, ttl time.Duration) (Reservation, error) {
 	return s.change(ctx, id, func(tx pgx.Tx, r Reservation) (Reservation, error) {
-		r.ExpiresAt = s.now().Add(ttl).UTC()
+		r.ExpiresAt = s.expiry(ttl)
 		return r, s.deadlines.Set(ctx, tx, deadline(r))
 	})
 }
