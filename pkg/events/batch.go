@@ -19,6 +19,14 @@ import (
 // command.
 const HeaderBatch = "Timeouts-Batch"
 
+// HeaderBatchTraceParents carries the trace contexts of a batch's
+// commands: the W3C traceparent of each line's command, in line order,
+// separated by ',', empty for a command written untraced. A message of one
+// command carries its own in the standard traceparent header instead. It
+// is optional, and a value that does not hold one entry per line is
+// ignored: a trace context never makes a command refused.
+const HeaderBatchTraceParents = "Timeouts-Batch-Traceparents"
+
 // Limits of a command batch.
 const (
 	// MaxBatchCommands is the most commands a batch holds. At 32 the
@@ -44,6 +52,36 @@ type CommandMessage struct {
 	// Count is how many commands Data holds. A message of more than one is
 	// a batch: publish it with HeaderBatch set to strconv.Itoa(Count).
 	Count int
+	// TraceParents are the W3C traceparents of its commands, one per
+	// command ("" for none), or nil when none has one. Publish a batch's
+	// with HeaderBatchTraceParents (TraceParentsHeader), a single command's
+	// as its traceparent header.
+	TraceParents []string
+}
+
+// TraceParentsHeader returns the value of HeaderBatchTraceParents for
+// m's TraceParents, or "" when none is set.
+func (m CommandMessage) TraceParentsHeader() string {
+	for _, tp := range m.TraceParents {
+		if tp != "" {
+			return strings.Join(m.TraceParents, ",")
+		}
+	}
+	return ""
+}
+
+// SplitTraceParents returns the traceparents of a batch of count commands
+// given its HeaderBatchTraceParents value, or nil when the value is empty
+// or does not hold count entries.
+func SplitTraceParents(header string, count int) []string {
+	if header == "" {
+		return nil
+	}
+	tps := strings.Split(header, ",")
+	if len(tps) != count {
+		return nil
+	}
+	return tps
 }
 
 // Batch packs messages of one command each (Count 1, on CommandSubject of
@@ -84,14 +122,21 @@ func Batch(msgs []CommandMessage) []CommandMessage {
 		}
 		data := make([]byte, 0, b.size)
 		ids := make([]string, len(b.members))
+		var tps []string
 		for j, i := range b.members {
 			if j > 0 {
 				data = append(data, '\n')
 			}
 			data = append(data, msgs[i].Data...)
 			ids[j] = msgs[i].MsgID
+			if len(msgs[i].TraceParents) == 1 && msgs[i].TraceParents[0] != "" {
+				if tps == nil {
+					tps = make([]string, len(b.members))
+				}
+				tps[j] = msgs[i].TraceParents[0]
+			}
 		}
-		out[b.at] = CommandMessage{Subject: out[b.at].Subject, MsgID: BatchMsgID(ids), Data: data, Count: len(b.members)}
+		out[b.at] = CommandMessage{Subject: out[b.at].Subject, MsgID: BatchMsgID(ids), Data: data, Count: len(b.members), TraceParents: tps}
 	}
 	return out
 }

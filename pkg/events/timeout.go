@@ -54,6 +54,11 @@ type Command struct {
 	// retention (ReasonCommandTooOld), which could be a stale version of a
 	// forgotten key.
 	IssuedAt time.Time `json:"issued_at,omitzero"`
+	// TraceParent is the W3C trace context the command travelled with: its
+	// message's traceparent header, or its line's entry of a batch's
+	// HeaderBatchTraceParents. It is not part of the JSON; timeoutd stores
+	// it with the timeout so that the fire links back to the set.
+	TraceParent string `json:"-"`
 }
 
 // MsgID returns the Nats-Msg-Id of the command: <kind>:<key>:<version>.

@@ -14,7 +14,8 @@
 //	    subject    text        NOT NULL,
 //	    msg_id     text        NOT NULL,
 //	    data       bytea       NOT NULL,
-//	    created_at timestamptz NOT NULL DEFAULT now()
+//	    created_at timestamptz NOT NULL DEFAULT now(),
+//	    traceparent text        -- the writer's span, or NULL
 //	);
 //
 // with autovacuum after a fixed number of dead rows (it is a queue).

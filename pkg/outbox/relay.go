@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 )
 
 // Defaults of Config.
@@ -117,7 +118,7 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Relay, e
 		kick: make(chan struct{}, 1),
 		claimSQL: `DELETE FROM ` + t + ` WHERE id IN (
 			SELECT id FROM ` + t + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-			RETURNING subject, msg_id, data`,
+			RETURNING subject, msg_id, data, coalesce(traceparent, '')`,
 	}, nil
 }
 
@@ -266,7 +267,7 @@ func (r *Relay) publishBatch(ctx context.Context) (n int, err error) {
 	}
 	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
 		var m Message
-		err := row.Scan(&m.Subject, &m.MsgID, &m.Data)
+		err := row.Scan(&m.Subject, &m.MsgID, &m.Data, &m.TraceParent)
 		return m, err
 	})
 	if err != nil {
@@ -285,10 +286,13 @@ func (r *Relay) publishBatch(ctx context.Context) (n int, err error) {
 }
 
 // Msg returns the message of one row: its subject and data, with its
-// Nats-Msg-Id.
+// Nats-Msg-Id and, when it has one, its traceparent header.
 func (m Message) Msg() *nats.Msg {
 	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+	if m.TraceParent != "" {
+		msg.Header.Set(tracing.HeaderTraceParent, m.TraceParent)
+	}
 	return msg
 }
 

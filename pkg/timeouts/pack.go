@@ -22,13 +22,23 @@ func Pack(rows []outbox.Message) []*nats.Msg {
 	in := make([]events.CommandMessage, len(rows))
 	for i, r := range rows {
 		in[i] = events.CommandMessage{Subject: r.Subject, MsgID: r.MsgID, Data: r.Data, Count: 1}
+		if r.TraceParent != "" {
+			in[i].TraceParents = []string{r.TraceParent}
+		}
 	}
 	packed := events.Batch(in)
 	msgs := make([]*nats.Msg, len(packed))
 	for i, p := range packed {
-		msgs[i] = outbox.Message{Subject: p.Subject, MsgID: p.MsgID, Data: p.Data}.Msg()
+		m := outbox.Message{Subject: p.Subject, MsgID: p.MsgID, Data: p.Data}
+		if p.Count == 1 && len(p.TraceParents) == 1 {
+			m.TraceParent = p.TraceParents[0]
+		}
+		msgs[i] = m.Msg()
 		if p.Count > 1 {
 			msgs[i].Header.Set(events.HeaderBatch, strconv.Itoa(p.Count))
+			if h := p.TraceParentsHeader(); h != "" {
+				msgs[i].Header.Set(events.HeaderBatchTraceParents, h)
+			}
 		}
 	}
 	return msgs

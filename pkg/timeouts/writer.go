@@ -49,10 +49,13 @@ func (w Writer) Clear(ctx context.Context, tx outbox.Execer, key string, version
 	return w.Write(ctx, tx, c)
 }
 
-// Write writes cmds, in order, in one statement. It returns a
-// *RefusedError, writing none of them, when one would be refused.
+// Write writes cmds, in order, in one statement, each with the trace
+// context of ctx's span (outbox.TraceParent), which travels with the
+// command to timeoutd. It returns a *RefusedError, writing none of them,
+// when one would be refused.
 func (w Writer) Write(ctx context.Context, tx outbox.Execer, cmds ...events.Command) error {
 	msgs := make([]outbox.Message, len(cmds))
+	tp := outbox.TraceParent(ctx)
 	for i, c := range cmds {
 		if err := allowed(c, w.FireSubjectPrefixes); err != nil {
 			return err
@@ -61,6 +64,7 @@ func (w Writer) Write(ctx context.Context, tx outbox.Execer, cmds ...events.Comm
 		if err != nil {
 			return err
 		}
+		m.TraceParent = tp
 		msgs[i] = m
 	}
 	if err := outbox.Insert(ctx, tx, cmp.Or(w.Table, outbox.TableDefault), msgs); err != nil {

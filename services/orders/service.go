@@ -48,6 +48,9 @@ type Expiry struct {
 	ID       string
 	Version  int64
 	Deadline time.Time
+	// TraceParent is the W3C trace context of the span applying the event,
+	// carried by the cancelled event it writes; "" when untraced.
+	TraceParent string
 }
 
 // ExpireResult is what applying one Expiry did: Applied when it cancelled

@@ -9,6 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
@@ -142,6 +146,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		return nil
 	}
 	evs := make([]Event, 0, len(found))
+	var spans []trace.Span
 	p.exps, p.rows = make([]events.Expiry, 0, len(found)), make([]Due, len(found))
 	for i, t := range found {
 		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
@@ -171,14 +176,41 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		}
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		e.Payload = nil            // the recent expiries keep the event without it
-		evs, p.exps = append(evs, Event{Subject: subject, MsgID: e.MsgID(), Data: data}), append(p.exps, e)
+		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data}
+		if tracing.Enabled() {
+			span := startFireSpan(f.hard, t, e, subject)
+			ev.TraceParent = tracing.TraceParent(trace.ContextWithSpan(f.hard, span))
+			spans = append(spans, span)
+		}
+		evs, p.exps = append(evs, ev), append(p.exps, e)
 	}
-	if p.ackedAt, err = f.pub.Publish(f.hard, evs); err != nil {
+	p.ackedAt, err = f.pub.Publish(f.hard, evs)
+	endSpans(spans, err)
+	if err != nil {
 		f.retry(p, "publish", err)
 		return nil
 	}
 	f.m.BatchSize("fire", len(due))
 	return p
+}
+
+// startFireSpan starts the span of t's fire, which ends with its PubAck:
+// the root of a new trace (the cancel event's consumer continues it) with
+// a link to the span that stored the timeout, when it was traced, rather
+// than a child of that span's trace, which would stretch over the minutes
+// or days between the set and the fire (docs/ARCHITECTURE.md, "A fire
+// links to the span that set its deadline"). A fire linked to a sampled
+// span is sampled (internal/tracing).
+func startFireSpan(ctx context.Context, t Timeout, e events.Expiry, subject string) trace.Span {
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.Timeout(t.Key, t.Version, t.Partition, t.Deadline)...),
+		trace.WithAttributes(tracing.AttrLateness.Float64(float64(e.LatenessNs)/1e6), tracing.AttrSubject.String(subject),
+			attribute.String("timeout.outcome", string(e.Outcome)))}
+	if sc, ok := tracing.Parse(t.TraceParent); ok {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	_, span := tracing.Tracer().Start(ctx, "timeoutd fire", opts...)
+	return span
 }
 
 // mark queues p to be marked fired. The first caller finding no mark in

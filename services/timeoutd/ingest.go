@@ -9,8 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
@@ -159,7 +164,9 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 				parts = append(parts, p)
 			}
 		}
+		spans := startIngestSpans(ctx, cmds)
 		changes, lost, err := in.store.Apply(ctx, in.own.fence(parts), cmds, now)
+		endSpans(spans, err)
 		if err != nil {
 			return fmt.Errorf("apply %d commands: %w", len(cmds), err)
 		}
@@ -212,6 +219,9 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 		if err != nil {
 			return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
 		}
+		if tracing.Enabled() {
+			cmd.TraceParent = m.Header(tracing.HeaderTraceParent)
+		}
 		return []events.Command{cmd}, nil
 	}
 	lines, err := events.SplitBatch(m.Data(), header)
@@ -223,6 +233,10 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 		return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
 	}
 	part := events.PartitionOf(stored)
+	var traces []string
+	if tracing.Enabled() {
+		traces = events.SplitTraceParents(m.Header(events.HeaderBatchTraceParents), len(lines))
+	}
 	out := make([]events.Command, 0, len(lines))
 	for i, line := range lines {
 		cmd, err := in.decode(line, now)
@@ -231,6 +245,9 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 				Detail: fmt.Sprintf("key %q is not of partition %d, the batch's (subject %q)", cmd.Key, part, m.Subject())}
 		}
 		if err == nil {
+			if traces != nil {
+				cmd.TraceParent = traces[i]
+			}
 			out = append(out, cmd)
 			continue
 		}
@@ -248,6 +265,42 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 		in.term(m) // every command dead-lettered
 	}
 	return out, nil
+}
+
+// startIngestSpans starts an ingest span for each command that came with
+// a trace context, as its child, and puts the span's own context in the
+// command's TraceParent, so that the timeout is stored with it and its
+// fire links to this span. A command whose producer's span was not
+// sampled gets a span that records nothing, and stores no context.
+func startIngestSpans(ctx context.Context, cmds []events.Command) []trace.Span {
+	if !tracing.Enabled() {
+		return nil
+	}
+	var spans []trace.Span
+	for i := range cmds {
+		c := &cmds[i]
+		if c.TraceParent == "" {
+			continue
+		}
+		attrs := append(tracing.Timeout(c.Key, c.Version, events.PartitionOf(c.Key), c.Deadline),
+			attribute.String("timeout.kind", string(c.Kind)))
+		_, span := tracing.Tracer().Start(tracing.WithRemote(ctx, c.TraceParent), "timeoutd ingest",
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+		c.TraceParent = tracing.TraceParent(trace.ContextWithSpan(ctx, span))
+		spans = append(spans, span)
+	}
+	return spans
+}
+
+// endSpans ends spans, with err as their error when the commit failed.
+func endSpans(spans []trace.Span, err error) {
+	for _, s := range spans {
+		if err != nil {
+			s.RecordError(err)
+			s.SetStatus(codes.Error, "commit failed")
+		}
+		s.End()
+	}
 }
 
 // apply brings the schedule in line with committed changes.

@@ -200,6 +200,10 @@ type Event struct {
 	Subject string
 	MsgID   string
 	Data    []byte
+	// TraceParent is the W3C trace context of the fire's span, published
+	// as the traceparent header so that the consumer continues its trace;
+	// "" when the fire is not traced.
+	TraceParent string
 }
 
 // Publisher publishes expiry events to JetStream; package jetstream

@@ -42,6 +42,10 @@ type Timeout struct {
 	FireSubject string
 	// Payload is returned verbatim in the expiry event.
 	Payload []byte
+	// TraceParent is the W3C trace context of the span that stored the
+	// timeout (its ingest span), "" when it was set untraced; the fire's
+	// span links to it.
+	TraceParent string
 }
 
 // Change is a row that an Apply really changed: its new version, state and

@@ -118,7 +118,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 func (s *server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(httpapi.RequestID, httpapi.Observe(s.log, s.writeError, s.requests.Record), s.limit)
+	r.Use(httpapi.RequestID, httpapi.Trace, httpapi.Observe(s.log, s.writeError, s.requests.Record), s.limit)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &orders.Error{Code: codeRouteNotFound, Detail: "no route matches " + r.URL.Path})
 	})

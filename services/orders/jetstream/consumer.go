@@ -11,8 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ordertimeout/ordertimeout/internal/retry"
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 	"github.com/ordertimeout/ordertimeout/services/orders"
@@ -241,6 +245,7 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 	valid := make([]jetstream.Msg, 0, len(batch))
 	exps := make([]orders.Expiry, 0, len(batch))
 	lateness := make([]int64, 0, len(batch))
+	var spans []trace.Span
 	for _, m := range batch {
 		e, err := decode(m.Subject(), m.Data())
 		if err != nil {
@@ -248,13 +253,31 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 			continue
 		}
 		valid = append(valid, m)
-		exps = append(exps, orders.Expiry{ID: e.Key, Version: e.Version, Deadline: e.Deadline})
+		exp := orders.Expiry{ID: e.Key, Version: e.Version, Deadline: e.Deadline}
+		if tracing.Enabled() {
+			span := startCancelSpan(ctx, m, e)
+			exp.TraceParent = tracing.TraceParent(trace.ContextWithSpan(ctx, span))
+			spans = append(spans, span)
+		}
+		exps = append(exps, exp)
 		lateness = append(lateness, e.LatenessNs)
 	}
 	if len(exps) == 0 {
 		return
 	}
 	results, err := c.expirer.ExpireAll(ctx, exps)
+	for i, s := range spans {
+		switch {
+		case err != nil:
+			s.RecordError(err)
+			s.SetStatus(codes.Error, "apply failed; retried")
+		case results[i].Err != nil:
+			s.RecordError(results[i].Err)
+		default:
+			s.SetAttributes(attribute.Bool("orders.cancelled", results[i].Applied))
+		}
+		s.End()
+	}
 	if err != nil {
 		c.cfg.Logger.Error("apply cancel events; will retry", "events", len(exps), "err", err)
 		c.results.WithLabelValues(ResultRetried).Add(float64(len(exps)))
@@ -268,6 +291,18 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 	for i, r := range results {
 		c.settleResult(ctx, valid[i], exps[i], lateness[i], r)
 	}
+}
+
+// startCancelSpan starts the span of applying the cancel event e received
+// as m, a child of the fire's span whose context m's traceparent header
+// carries; the cancelled event it writes carries this span's context.
+func startCancelSpan(ctx context.Context, m jetstream.Msg, e events.Expiry) trace.Span {
+	attrs := append(tracing.Timeout(e.Key, e.Version, events.PartitionOf(e.Key), e.Deadline),
+		tracing.AttrOrderID.String(e.Key), tracing.AttrLateness.Float64(float64(e.LatenessNs)/1e6),
+		tracing.AttrSubject.String(m.Subject()))
+	_, span := tracing.Tracer().Start(tracing.WithRemote(ctx, m.Headers().Get(tracing.HeaderTraceParent)), "orders cancel",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return span
 }
 
 // settleResult acks, naks or terminates m by the result r of applying e.

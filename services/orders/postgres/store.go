@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 	"github.com/ordertimeout/ordertimeout/services/orders"
@@ -61,7 +64,7 @@ func (e batchExecer) Exec(_ context.Context, sql string, args ...any) (pgconn.Co
 
 // Create implements orders.Store.
 func (s *Store) Create(ctx context.Context, ch orders.Change, key *orders.IdempotencyKey) (orders.Order, bool, error) {
-	msgs, err := messages(ch)
+	msgs, err := messages(ch, traced(ctx, ch))
 	if err != nil {
 		return orders.Order{}, false, err
 	}
@@ -290,7 +293,7 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, locked []orders.Order, exps []
 		if !applied {
 			continue
 		}
-		m, err := messages(ch)
+		m, err := messages(ch, e.TraceParent)
 		if err != nil {
 			return nil, err
 		}
@@ -337,7 +340,7 @@ func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (or
 		if err != nil {
 			return err
 		}
-		msgs, err := messages(ch)
+		msgs, err := messages(ch, traced(ctx, ch))
 		if err != nil {
 			return err
 		}
@@ -382,15 +385,30 @@ func (s *Store) CountByStatus(ctx context.Context) (map[orders.Status]int64, err
 	return counts, nil
 }
 
+// traced returns the trace context of ctx's span for a change's outbox
+// rows, after naming on the span the order and the deadline it sets.
+func traced(ctx context.Context, ch orders.Change) string {
+	if !tracing.Enabled() {
+		return ""
+	}
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(tracing.AttrOrderID.String(ch.Order.ID))
+	if c := ch.Command; c != nil {
+		span.SetAttributes(tracing.Timeout(c.Key, c.Version, events.PartitionOf(c.Key), c.Deadline)...)
+	}
+	return outbox.TraceParent(ctx)
+}
+
 // messages encodes a change's command (as pkg/timeouts writes it) and
-// event as outbox rows.
-func messages(ch orders.Change) ([]outbox.Message, error) {
+// event as outbox rows, each carrying traceparent.
+func messages(ch orders.Change, traceparent string) ([]outbox.Message, error) {
 	msgs := make([]outbox.Message, 0, 2)
 	if c := ch.Command; c != nil {
 		m, err := timeouts.Message(*c)
 		if err != nil {
 			return nil, err
 		}
+		m.TraceParent = traceparent
 		msgs = append(msgs, m)
 	}
 	if e := ch.Event; e != nil {
@@ -398,7 +416,7 @@ func messages(ch orders.Change) ([]outbox.Message, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode event: %w", err)
 		}
-		msgs = append(msgs, outbox.Message{Subject: e.Subject(), MsgID: e.MsgID(), Data: data})
+		msgs = append(msgs, outbox.Message{Subject: e.Subject(), MsgID: e.MsgID(), Data: data, TraceParent: traceparent})
 	}
 	return msgs, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
@@ -44,6 +45,9 @@ func (p Publisher) Publish(ctx context.Context, events []timeoutd.Event) (time.T
 	for i, e := range events {
 		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, e.MsgID)
+		if e.TraceParent != "" {
+			m.Header.Set(tracing.HeaderTraceParent, e.TraceParent)
+		}
 		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("publish %s: %w", e.Subject, err)

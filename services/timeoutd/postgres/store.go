@@ -65,9 +65,9 @@ FOR KEY SHARE OF l`
 // would have. One of the same version and another state (a set whose timeout
 // fired, or was retired to a mark) changes nothing.
 const applySQL = `
-INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload)
-SELECT v, d, NULLIF(l, 0), p, s, k, f, pl
-FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::bytea[], $7::text[], $8::bytea[]) AS u(v, d, l, p, s, k, f, pl)
+INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload, traceparent)
+SELECT v, d, NULLIF(l, 0), p, s, k, f, pl, tp
+FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::bytea[], $7::text[], $8::bytea[], $12::text[]) AS u(v, d, l, p, s, k, f, pl, tp)
 WHERE p IN (SELECT l.part FROM timeout_leases l
 	JOIN unnest($9::int2[], $10::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
 	WHERE l.owner = $11 AND l.expires_at > now())
@@ -77,7 +77,8 @@ ON CONFLICT (key) DO UPDATE SET
 	max_lateness_ms = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.max_lateness_ms ELSE t.max_lateness_ms END,
 	state = EXCLUDED.state,
 	fire_subject = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.fire_subject ELSE t.fire_subject END,
-	payload = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.payload ELSE t.payload END
+	payload = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.payload ELSE t.payload END,
+	traceparent = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.traceparent ELSE t.traceparent END
 WHERE t.version < EXCLUDED.version OR (t.version = EXCLUDED.version AND t.state = EXCLUDED.state)
 RETURNING key, version, state, deadline_ns`
 
@@ -85,7 +86,9 @@ RETURNING key, version, state, deadline_ns`
 // round trip, the fence (fenceSQL) and one INSERT … ON CONFLICT DO UPDATE …
 // WHERE version is newer, over unnest arrays, of the commands of the
 // partitions the fence grants. A max_lateness_ms of 0 is stored as NULL,
-// which takes no byte of the row. The rows go in the order of their stored
+// which takes no byte of the row, and so is a set's trace context when it
+// has none (Command.TraceParent, stored for the fire to link back to). The
+// rows go in the order of their stored
 // keys (key.go), so the upsert locks them in the order Fire does and the two
 // never deadlock.
 func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.Command, now time.Time) ([]timeoutd.Change, []int, error) {
@@ -98,7 +101,7 @@ func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.C
 	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(stored[a], stored[b]) })
 	versions, deadlines := make([]int64, n), make([]int64, n)
 	lateness, parts, states := make([]int32, n), make([]int16, n), make([]int16, n)
-	keys, subjects, payloads := make([][]byte, n), make([]*string, n), make([][]byte, n)
+	keys, subjects, payloads, traces := make([][]byte, n), make([]*string, n), make([][]byte, n), make([]*string, n)
 	for i, j := range order {
 		c := cmds[j]
 		versions[i], keys[i] = c.Version, stored[j]
@@ -119,13 +122,16 @@ func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.C
 		if len(c.Payload) > 0 {
 			payloads[i] = c.Payload
 		}
+		if c.TraceParent != "" {
+			traces[i] = &c.TraceParent
+		}
 	}
 	fp, fe := fenceArrays(fence)
 	var granted []int16
 	var changes []timeoutd.Change
 	err := s.inTx(ctx, func(b *pgx.Batch) {
 		queueFence(b, fp, fe, fence.Owner, &granted)
-		b.Queue(applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads, fp, fe, fence.Owner).Query(func(rows pgx.Rows) error {
+		b.Queue(applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads, fp, fe, fence.Owner, traces).Query(func(rows pgx.Rows) error {
 			var err error
 			changes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Change, error) {
 				var c timeoutd.Change
@@ -198,7 +204,7 @@ func (s *Store) inTx(ctx context.Context, queue func(*pgx.Batch)) error {
 // was planned as a hash join over a scan of them all: docs/ARCHITECTURE.md,
 // "The fire path").
 const dueSQL = `
-SELECT t.key, t.version, t.deadline_ns, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload
+SELECT t.key, t.version, t.deadline_ns, t.part, coalesce(t.max_lateness_ms, 0), t.fire_subject, t.payload, coalesce(t.traceparent, '')
 FROM unnest($1::bytea[], $2::int8[]) AS d(key, version)
 CROSS JOIN LATERAL (SELECT * FROM timeouts t
 	WHERE t.key = d.key AND t.version = d.version AND t.state = 0 LIMIT 1) t`
@@ -323,7 +329,7 @@ const leaseHeldSQL = `cardinality($3::int2[]) > 0 AND cardinality($3::int2[]) = 
 // retireTombstonesSQL turns up to $2 tombstones older than $1 into version
 // marks, fenced (leaseHeldSQL). The outer condition re-checks the state, so
 // a row a command changed between the two scans is left alone.
-const retireTombstonesSQL = `UPDATE timeouts SET state = 3, payload = NULL, fire_subject = NULL, max_lateness_ms = NULL
+const retireTombstonesSQL = `UPDATE timeouts SET state = 3, payload = NULL, fire_subject = NULL, max_lateness_ms = NULL, traceparent = NULL
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state IN (1, 2) AND deadline_ns < $1 LIMIT $2))
 	AND state IN (1, 2) AND ` + leaseHeldSQL
 
@@ -353,7 +359,7 @@ func (s *Store) ForgetMarks(ctx context.Context, fence timeoutd.Fence, before ti
 	return int(tag.RowsAffected()), nil
 }
 
-const timeoutCols = `key, version, deadline_ns, part, coalesce(max_lateness_ms, 0), fire_subject, payload`
+const timeoutCols = `key, version, deadline_ns, part, coalesce(max_lateness_ms, 0), fire_subject, payload, coalesce(traceparent, '')`
 
 func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	var t timeoutd.Timeout
@@ -361,7 +367,7 @@ func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	var part int16
 	var lateness int32
 	var subject *string
-	err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline, &part, &lateness, &subject, &t.Payload)
+	err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline, &part, &lateness, &subject, &t.Payload, &t.TraceParent)
 	t.Deadline, t.Partition, t.MaxLateness = time.Unix(0, deadline).UTC(), int(part), time.Duration(lateness)*time.Millisecond
 	t.FireSubject = fireSubject(t.Key, subject)
 	return t, err

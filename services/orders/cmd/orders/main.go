@@ -31,6 +31,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
@@ -65,6 +66,11 @@ func run(ctx context.Context, environ map[string]string) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	stopTracing, err := tracing.Setup(ctx, "orders", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	sessionLimits := pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}
 	pool, err := openPool(ctx, cfg.DatabaseURL, sessionLimits)

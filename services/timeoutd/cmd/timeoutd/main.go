@@ -16,6 +16,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 )
 
@@ -40,10 +41,16 @@ func run(ctx context.Context) error {
 		debug.SetMemoryLimit(lim)
 		log.Info("memory limit set", "bytes", lim)
 	}
+	stopTracing, err := tracing.Setup(ctx, "timeoutd", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	m, err := daemon.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	log.Info("timeoutd listening", "addr", m.Addr())
+	log.Info("timeoutd listening", "addr", m.Addr(), "tracing", tracing.Enabled())
 	return m.Run(ctx)
 }
+
