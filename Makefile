@@ -82,6 +82,9 @@ test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) an
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
 
+# The e2e suite's trace test needs the OTLP receiver's image.
+test test-e2e: TRACING = 1
+
 .PHONY: test
 test: images chromium wasm test-wasm test-alerts ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
 	GO=$(GO) scripts/gotest.sh $(TEST_FLAGS) ./...
@@ -119,11 +122,6 @@ lint: generate-check ## generated client fresh, go.mod tidy, go vet and staticch
 .PHONY: test-e2e
 test-e2e: images chromium ## only the end-to-end suite against the built containers
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
-
-.PHONY: test-tracing
-test-tracing: ## the OTLP receiver's image (built first) takes a span and returns it from its query API
-	$(MAKE) images TRACING=1
-	ORDERTIMEOUT_TRACING=1 $(GO) test -count=1 -v -run '^TestTracingReceiver$$' ./e2e
 
 .PHONY: test-short
 test-short: ## unit tests only, no containers

@@ -45,6 +45,7 @@ const (
 	svcOrders   = "orders"
 	svcTimeoutd = "timeoutd"
 	svcProxy    = "toxiproxy"
+	svcJaeger   = "jaeger"
 )
 
 // apiToken is the orders API token the stack is started with.
@@ -78,6 +79,10 @@ type stackOptions struct {
 	// timeoutd accepts and the expiry stream captures (default
 	// orders.cancel.).
 	FireSubjectPrefixes []string
+	// Tracing starts the OTLP receiver (jaegerImage) on the stack's network
+	// as svcJaeger and turns the services' tracing on, every span sampled
+	// and exported within 100 ms; JaegerURL is its query API.
+	Tracing bool
 }
 
 // names returns the container names of n instances of svc: svc alone for
@@ -104,6 +109,8 @@ type stack struct {
 	TimeoutdURL string
 	// NATSURL is the client URL of the stack's NATS server.
 	NATSURL string
+	// JaegerURL is the OTLP receiver's query API, with stackOptions.Tracing.
+	JaegerURL string
 	// APIToken is a bearer token the orders service accepts.
 	APIToken string
 	// NATSNodes, Timeoutds and Orders are the container names of the NATS
@@ -180,6 +187,9 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	imgs := []string{testinfra.PostgresImage, testinfra.NATSImage, ordersImage, timeoutdImage}
 	if opts.Proxied != "" {
 		imgs = append(imgs, toxiproxyImage)
+	}
+	if opts.Tracing {
+		imgs = append(imgs, jaegerImage)
 	}
 	if err := requireImages(ctx, imgs...); err != nil {
 		return s, err
@@ -274,6 +284,19 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	}
 	if prefixes != "" {
 		timeoutd["TIMEOUTD_FIRE_SUBJECT_PREFIXES"] = prefixes
+	}
+	if opts.Tracing {
+		if err := s.run(ctx, svcJaeger, jaegerImage, "16686/tcp", testcontainers.WithWaitStrategy(
+			wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:13133/status"}).
+				WithPollInterval(100*time.Millisecond).WithStartupTimeout(60*time.Second))); err != nil {
+			return s, err
+		}
+		s.JaegerURL = "http://" + s.hostPort(svcJaeger)
+		for _, env := range []map[string]string{orders, timeoutd} {
+			env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://" + svcJaeger + ":4318"
+			env["OTEL_TRACES_SAMPLER"] = "always_on"
+			env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+		}
 	}
 	for k, v := range opts.TimeoutdEnv {
 		timeoutd[k] = v

@@ -145,12 +145,13 @@ func LoadAvg() string {
 var ErrIncomplete = errors.New("harness: storm incomplete")
 
 // serviceEnv returns the variables of this process's environment that the
-// services it starts read (TIMEOUTD_…, ORDERS_…: they inherit it), sorted,
+// services it starts read (TIMEOUTD_…, ORDERS_…, OTEL_… for tracing: they
+// inherit it), sorted,
 // each followed by a space, as they would prefix the command.
 func serviceEnv() string {
 	var vars []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "TIMEOUTD_") || strings.HasPrefix(kv, "ORDERS_") {
+		if strings.HasPrefix(kv, "TIMEOUTD_") || strings.HasPrefix(kv, "ORDERS_") || strings.HasPrefix(kv, "OTEL_") {
 			vars = append(vars, kv+" ")
 		}
 	}
