@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/migrate"
-	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 )
 
 func TestMain(m *testing.M) { testinfra.Main(m) }

@@ -23,5 +23,3 @@ func Timeout(key string, version int64, partition int, deadline time.Time) []att
 	return []attribute.KeyValue{AttrKey.String(key), AttrVersion.Int64(version), AttrPartition.Int(partition),
 		AttrDeadline.String(deadline.UTC().Format(time.RFC3339Nano))}
 }
-
-func semServiceName(service string) attribute.KeyValue { return attribute.String("service.name", service) }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -70,7 +71,7 @@ func Setup(ctx context.Context, service string, log *slog.Logger) (stop func(), 
 	if err != nil {
 		return noop, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
-	res, err := resource.New(ctx, resource.WithAttributes(semServiceName(service)), resource.WithFromEnv())
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", service)), resource.WithFromEnv())
 	if err != nil {
 		return noop, fmt.Errorf("tracing: resource: %w", err)
 	}

@@ -53,4 +53,3 @@ func run(ctx context.Context) error {
 	log.Info("timeoutd listening", "addr", m.Addr(), "tracing", tracing.Enabled())
 	return m.Run(ctx)
 }
-
