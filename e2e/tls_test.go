@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func plaintextNATS(t *testing.T, addr string) string {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := fmt.Fprintf(conn, "CONNECT {\"user\":%q,\"pass\":%q,\"verbose\":false}\r\nPING\r\n", userObserver, natsPasswords["NATS_OBSERVER_PASSWORD"]); err != nil {
+	if _, err := fmt.Fprintf(conn, "CONNECT {\"user\":%q,\"pass\":%q,\"verbose\":false}\r\nPING\r\n", userObserver, natsPassword(userObserver)); err != nil {
 		return err.Error()
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
@@ -135,16 +136,18 @@ func plaintextNATS(t *testing.T, addr string) string {
 }
 
 // natsUserURL returns urls (comma-separated nats://host:port) with user
-// and its password of natsPasswords in each.
+// and its natsPassword in each.
 func natsUserURL(urls, user string) string {
-	return strings.ReplaceAll(urls, "nats://", fmt.Sprintf("nats://%s:%s@", user, natsPasswords["NATS_"+strings.ToUpper(user)+"_PASSWORD"]))
+	return strings.ReplaceAll(urls, "nats://", fmt.Sprintf("nats://%s:%s@", user, natsPassword(user)))
 }
 
-// natsPasswords are the passwords of a TLS stack's NATS users (those of
-// deploy/compose/nats.conf) and of its route user, as the NATS servers'
-// environment holds them.
-var natsPasswords = map[string]string{"NATS_BOOTSTRAP_PASSWORD": "tls-b", "NATS_ORDERS_PASSWORD": "tls-o",
-	"NATS_TIMEOUTD_PASSWORD": "tls-t", "NATS_OBSERVER_PASSWORD": "tls-ob", "NATS_ROUTE_PASSWORD": "tls-route"}
+// natsPassword is the password of a TLS stack's NATS user (one of
+// deploy/compose/nats.conf, or route).
+func natsPassword(user string) string { return "tls-" + user + "-pw" }
+
+// natsPasswordVar matches the password variables of a NATS configuration,
+// NATS_<USER>_PASSWORD.
+var natsPasswordVar = regexp.MustCompile(`\$NATS_([A-Z_]+)_PASSWORD`)
 
 // tlsDir is where a TLS stack's containers find their certificates.
 const tlsDir = "/tls"
@@ -192,7 +195,7 @@ func (c stackTLS) postgres() testcontainers.CustomizeRequestOption {
 // nats returns the option of a NATS node: the compose configuration
 // rendered with TLS (clients must present a certificate; with cluster,
 // routes need TLS and the route user) at /etc/nats/tls.conf, the server's
-// certificate, and the users' passwords.
+// certificate, and the passwords of every user it names.
 func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, error) {
 	if c.certs == nil {
 		return noop, nil
@@ -211,7 +214,11 @@ func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, err
 		if err := testcontainers.WithFiles(files...)(req); err != nil {
 			return err
 		}
-		return testcontainers.WithEnv(natsPasswords)(req)
+		passwords := map[string]string{}
+		for _, m := range natsPasswordVar.FindAllStringSubmatch(conf.String(), -1) {
+			passwords[m[0][1:]] = natsPassword(strings.ToLower(m[1]))
+		}
+		return testcontainers.WithEnv(passwords)(req)
 	}, nil
 }
 
@@ -223,7 +230,7 @@ func (c stackTLS) natsArgs(name string, nodes []string) []string {
 	var routes []string
 	for _, peer := range nodes {
 		if peer != name {
-			routes = append(routes, fmt.Sprintf("nats://route:%s@%s:6222", natsPasswords["NATS_ROUTE_PASSWORD"], peer))
+			routes = append(routes, fmt.Sprintf("nats://route:%s@%s:6222", natsPassword("route"), peer))
 		}
 	}
 	if len(routes) > 0 {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -60,12 +61,15 @@ func TestImageConfDeclaresTheMapping(t *testing.T) {
 	}
 }
 
-// passwords are the variables every rendering reads, set for the parser.
-var passwords = map[string]string{"NATS_BOOTSTRAP_PASSWORD": "b", "NATS_ORDERS_PASSWORD": "o", "NATS_TIMEOUTD_PASSWORD": "t",
-	"NATS_OBSERVER_PASSWORD": "ob", "NATS_ROUTE_PASSWORD": "route-pw"}
+// routePassword is NATS_ROUTE_PASSWORD while the configuration is parsed.
+const routePassword = "route-pw"
+
+// passwordVar matches the password variables of a configuration.
+var passwordVar = regexp.MustCompile(`\$(NATS_[A-Z_]+_PASSWORD)`)
 
 // parse renders the template with tls into a file and parses it with
-// nats-server's own configuration parser, the variables of passwords set.
+// nats-server's own configuration parser, every password variable it
+// names set (NATS_ROUTE_PASSWORD to routePassword).
 func parse(t *testing.T, tls *TLS) (string, *server.Options) {
 	t.Helper()
 	text, err := os.ReadFile("../compose/nats.conf.tmpl")
@@ -80,9 +84,10 @@ func parse(t *testing.T, tls *TLS) (string, *server.Options) {
 	if err := os.WriteFile(path, conf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range passwords {
-		t.Setenv(k, v)
+	for _, m := range passwordVar.FindAllStringSubmatch(conf.String(), -1) {
+		t.Setenv(m[1], strings.ToLower(m[1]))
 	}
+	t.Setenv("NATS_ROUTE_PASSWORD", routePassword)
 	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
 		t.Fatalf("nats-server refuses the rendered configuration: %v", err)
@@ -129,12 +134,12 @@ func TestTLSBlocks(t *testing.T) {
 				if o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 					t.Errorf("routes' TLS = %+v, want TLS verifying the peer", o.Cluster.TLSConfig)
 				}
-				if o.Cluster.Username != "route" || o.Cluster.Password != passwords["NATS_ROUTE_PASSWORD"] {
+				if o.Cluster.Username != "route" || o.Cluster.Password != routePassword {
 					t.Errorf("cluster authorization = %q/%q, want the route user and NATS_ROUTE_PASSWORD", o.Cluster.Username, o.Cluster.Password)
 				}
 			}
-			if len(o.Users) != 4 || strings.Contains(text, "[[") {
-				t.Errorf("users = %d, want the 4 of the plaintext configuration; leftover actions: %v", len(o.Users), strings.Contains(text, "[["))
+			if want := strings.Count(text, "{ user: "); len(o.Users) != want || want == 0 || strings.Contains(text, "[[") {
+				t.Errorf("users = %d, want the %d of the template; leftover actions: %v", len(o.Users), want, strings.Contains(text, "[["))
 			}
 		})
 	}
@@ -171,7 +176,7 @@ func TestRoutesNeedTLSAndTheRouteUser(t *testing.T) {
 	}
 	a := node("a")
 	addr := a.ClusterAddr().String()
-	node("b", "nats://route:"+passwords["NATS_ROUTE_PASSWORD"]+"@"+addr)
+	node("b", "nats://route:"+routePassword+"@"+addr)
 	deadline := time.Now().Add(10 * time.Second)
 	for a.NumRoutes() == 0 {
 		if time.Now().After(deadline) {
@@ -191,9 +196,9 @@ func TestRoutesNeedTLSAndTheRouteUser(t *testing.T) {
 		pass string
 		want string // in the answer; PONG only when accepted
 	}{
-		{"plaintext", nil, passwords["NATS_ROUTE_PASSWORD"], ""},
+		{"plaintext", nil, routePassword, ""},
 		{"TLS, wrong password", clientTLS, "guess", "Authorization Violation"},
-		{"TLS, the route user", clientTLS, passwords["NATS_ROUTE_PASSWORD"], "PONG"},
+		{"TLS, the route user", clientTLS, routePassword, "PONG"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
