@@ -9,6 +9,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
+	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 )
 
 // Defaults of Config.
@@ -28,6 +29,9 @@ const (
 	ReconcileIntervalDefault = 10 * time.Second
 )
 
+// NATSTLSPrefix is the prefix of Config.NATSTLS's variables.
+const NATSTLSPrefix = "ORDERS_NATS_"
+
 // Config is the configuration of the orders binary, read from the
 // environment by ConfigFromEnv; each field names its variable.
 type Config struct {
@@ -36,6 +40,13 @@ type Config struct {
 	DatabaseURL string `env:"ORDERS_DATABASE_URL"`
 	// NATSURL is the NATS server URL (ORDERS_NATS_URL); required.
 	NATSURL string `env:"ORDERS_NATS_URL"`
+	// NATSTLS are the NATS connection's TLS files: ORDERS_NATS_CA_FILE
+	// (the CA of the servers' certificates), ORDERS_NATS_CERT_FILE and
+	// ORDERS_NATS_KEY_FILE (a client certificate, for servers that verify
+	// their clients). With any set the connection requires TLS; default
+	// plaintext. Postgres's TLS is set in DatabaseURL (sslmode=verify-full,
+	// sslrootcert, sslcert, sslkey).
+	NATSTLS tlsclient.Files `envPrefix:"ORDERS_NATS_"`
 	// HTTPAddr is the listen address of the API, health and metrics
 	// (ORDERS_HTTP_ADDR); default ":8081".
 	HTTPAddr string `env:"ORDERS_HTTP_ADDR"`
@@ -119,5 +130,8 @@ func (c Config) Validate() error {
 	check(c.ReconcileInterval <= 0, "ORDERS_RECONCILE_INTERVAL must be positive, got %s", c.ReconcileInterval)
 	check(c.StatementTimeout < time.Millisecond, "ORDERS_STATEMENT_TIMEOUT must be at least 1ms, got %s", c.StatementTimeout)
 	check(c.IdleInTransactionTimeout < time.Millisecond, "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT must be at least 1ms, got %s", c.IdleInTransactionTimeout)
+	if _, err := c.NATSTLS.Config(NATSTLSPrefix); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

@@ -422,7 +422,8 @@ func (m *membership) take(ctx context.Context, got []Lease, first bool) {
 			}
 			return
 		}
-		m.cfg.Logger.Info("partitions acquired", "partitions", parts, "pending", t.loaded, "overdue", len(t.held))
+		m.cfg.Logger.Info("partitions acquired", "partitions", parts, "pending", t.loaded, "overdue", len(t.held),
+			"rows", t.rows, "consumers", t.consumers)
 		if m.rec.release(ctx, t) && first {
 			m.caughtUp()
 		}

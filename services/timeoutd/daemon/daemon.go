@@ -24,6 +24,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	thttp "github.com/ordertimeout/ordertimeout/services/timeoutd/http"
@@ -59,6 +60,9 @@ const (
 	MemoryLimitDefault = 1400 << 20
 )
 
+// NATSTLSPrefix is the prefix of Config.NATSTLS's variables.
+const NATSTLSPrefix = "TIMEOUTD_NATS_"
+
 // Config is everything the daemon reads from its environment; FromEnv
 // documents the variable of each field.
 type Config struct {
@@ -66,6 +70,13 @@ type Config struct {
 	DatabaseURL string `env:"TIMEOUTD_DATABASE_URL"`
 	// NATSURL is the NATS server URL (required).
 	NATSURL string `env:"TIMEOUTD_NATS_URL"`
+	// NATSTLS are the NATS connection's TLS files: TIMEOUTD_NATS_CA_FILE
+	// (the CA of the servers' certificates), TIMEOUTD_NATS_CERT_FILE and
+	// TIMEOUTD_NATS_KEY_FILE (a client certificate, for servers that
+	// verify their clients). With any set the connection requires TLS;
+	// default plaintext. Postgres's TLS is set in DatabaseURL
+	// (sslmode=verify-full, sslrootcert, sslcert, sslkey).
+	NATSTLS tlsclient.Files `envPrefix:"TIMEOUTD_NATS_"`
 	// HTTPAddr is the HTTP listen address; default HTTPAddrDefault. Use
 	// "127.0.0.1:0" to pick a free port (see Main.Addr).
 	HTTPAddr string `env:"TIMEOUTD_HTTP_ADDR"`
@@ -240,6 +251,10 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, err
 	}
+	natsTLS, err := cfg.NATSTLS.NATS(NATSTLSPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
 	m := &Main{cfg: cfg, log: cfg.Logger}
 	defer func() {
 		if err != nil {
@@ -262,8 +277,8 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err := postgres.Migrate(ctx, m.pool); err != nil {
 		return nil, err
 	}
-	m.nc, err = nats.Connect(cfg.NATSURL, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+	m.nc, err = nats.Connect(cfg.NATSURL, append(natsTLS, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}

@@ -85,8 +85,12 @@ func run(ctx context.Context, environ map[string]string) error {
 		return err
 	}
 
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("orders"), nats.CustomInboxPrefix(streams.InboxOrders),
-		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	natsTLS, err := cfg.NATSTLS.NATS(orders.NATSTLSPrefix)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(natsTLS, nats.Name("orders"), nats.CustomInboxPrefix(streams.InboxOrders),
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
 		return fmt.Errorf("connect nats: %w", err)
 	}
