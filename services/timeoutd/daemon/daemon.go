@@ -119,7 +119,9 @@ type Config struct {
 	// until it answers again; above NATS's own reconnection (a node lost
 	// moves no partition). Default NATSGraceDefault.
 	NATSGrace time.Duration `env:"TIMEOUTD_NATS_GRACE"`
-	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
+	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault. A
+	// pool_max_conns in DatabaseURL wins (it sizes this pool only: the
+	// read and lease pools keep theirs).
 	DBMaxConns int `env:"TIMEOUTD_DB_MAX_CONNS"`
 	// StatementTimeout is every database session's statement_timeout;
 	// default pgparams.StatementTimeoutDefault (30s). A statement_timeout
@@ -261,13 +263,16 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 			m.close()
 		}
 	}()
-	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns); err != nil {
+	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns, false, nil); err != nil {
 		return nil, err
 	}
-	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns); err != nil {
+	if size := m.pool.Config().MaxConns; size < 2 {
+		return nil, fmt.Errorf("daemon: pool_max_conns in TIMEOUTD_DATABASE_URL (DatabaseURL) must be at least 2, got %d", size)
+	}
+	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns, true, nil); err != nil {
 		return nil, err
 	}
-	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, postgres.LeasePoolConfig); err != nil {
+	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, true, postgres.LeasePoolConfig); err != nil {
 		return nil, err
 	}
 	// Postgres, NATS and the streams may come up after timeoutd.
@@ -333,31 +338,20 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	return m, nil
 }
 
-// openPool opens a Postgres pool of cfg (with defaults applied): size
-// connections whose sessions have StatementTimeout and
+// openPool opens a Postgres pool of cfg (with defaults applied) of size
+// connections, or of the pool_max_conns DatabaseURL sets unless dedicated
+// (pgparams.Pool), whose sessions have StatementTimeout and
 // IdleInTransactionTimeout, unless DatabaseURL sets them itself, and whose
 // application_name is timeoutd/<instance id> (pg_stat_activity shows which
 // instance holds a connection: the other instances tell it crashed when
 // none is left; the cluster's e2e audit attributes writes). adapt, when
 // given, adapts the pool's configuration last.
-func openPool(ctx context.Context, cfg Config, size int, adapt ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
-	}
-	pcfg.MaxConns = int32(size)
-	pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}.Apply(pcfg.ConnConfig.RuntimeParams)
-	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = "timeoutd/" + cfg.Service.InstanceID
-	}
-	for _, f := range adapt {
-		f(pcfg)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect postgres: %w", err)
-	}
-	return pool, nil
+func openPool(ctx context.Context, cfg Config, size int, dedicated bool, adapt func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	return pgparams.Pool{
+		URL: cfg.DatabaseURL, Variable: "TIMEOUTD_DATABASE_URL", MaxConns: int32(size), Dedicated: dedicated,
+		Timeouts:        pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout},
+		ApplicationName: "timeoutd/" + cfg.Service.InstanceID, Adapt: adapt,
+	}.Open(ctx)
 }
 
 // natsHealthy reports whether NATS answered a ping within NATSGrace.
