@@ -28,7 +28,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/testcerts"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
-	ordersvc "github.com/ordertimeout/ordertimeout/services/orders"
+	ordersdaemon "github.com/ordertimeout/ordertimeout/services/orders/daemon"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 )
 
@@ -297,7 +297,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		"TIMEOUTD_ORDERS_URL":     "http://" + s.Orders[0] + ":8081",
 		"TIMEOUTD_ORDERS_TOKEN":   apiToken,
 	}
-	maps.Copy(orders, tlsOpts.clientEnv(ordersvc.NATSTLSPrefix))
+	maps.Copy(orders, tlsOpts.clientEnv(ordersdaemon.NATSTLSPrefix))
 	maps.Copy(timeoutd, tlsOpts.clientEnv(daemon.NATSTLSPrefix))
 	for k, v := range opts.OrdersEnv {
 		orders[k] = v

@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	m := &Main{cfg: cfg, log: cfg.Logger}
 	defer func() {
 		if err != nil {
-			m.close()
+			m.Close()
 		}
 	}()
 	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns, false, nil); err != nil {
@@ -393,7 +393,7 @@ func (m *Main) Ready() <-chan struct{} { return m.svc.Ready() }
 // drained, connections closed. It returns the first error that stopped it
 // early. Like orders' main, the parts run under one errgroup.
 func (m *Main) Run(ctx context.Context) error {
-	defer m.close()
+	defer m.Close()
 	// The service outlives ctx by ShutdownDelay: it stops only once
 	// readiness has been false that long, so balancers stop sending first.
 	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
@@ -457,7 +457,10 @@ func (m *Main) Kill() {
 	_ = m.srv.Close()
 }
 
-func (m *Main) close() {
+// Close releases what New opened: the listener, the NATS connection
+// (drained) and the pools. Run calls it when it returns; call it when Run
+// is not called. It may be called more than once.
+func (m *Main) Close() {
 	m.once.Do(func() {
 		if m.srv != nil {
 			_ = m.srv.Close()
