@@ -154,9 +154,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	p.exps, p.rows, p.outcomes = make([]events.Expiry, 0, len(found)), make([]Due, len(found)), make([]events.Outcome, len(found))
 	for i, t := range found {
 		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
-		if part := events.PartitionOf(t.Key); !slices.Contains(p.parts, part) {
-			p.parts = append(p.parts, part)
-		}
+		p.parts = appendPartitions(p.parts, events.PartitionOf(t.Key))
 		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
 			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
 		subject := t.FireSubject
@@ -259,11 +257,7 @@ func (f *firer) markBatches(ps []*published) {
 		if p.firedAt.After(firedAt) {
 			firedAt = p.firedAt
 		}
-		for _, part := range p.parts {
-			if !slices.Contains(parts, part) {
-				parts = append(parts, part)
-			}
-		}
+		parts = appendPartitions(parts, p.parts...)
 	}
 	start := time.Now()
 	refused, err := f.store.MarkFired(f.hard, f.own.fence(parts), rows, firedAt)

@@ -158,11 +158,9 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 	// once, so their owner gets them.
 	refused := map[int]bool{}
 	if len(cmds) > 0 {
-		parts := make([]int, 0, len(cmds))
+		var parts []int
 		for _, c := range cmds {
-			if p := events.PartitionOf(c.Key); !slices.Contains(parts, p) {
-				parts = append(parts, p)
-			}
+			parts = appendPartitions(parts, events.PartitionOf(c.Key))
 		}
 		spans := startIngestSpans(ctx, cmds)
 		changes, lost, err := in.store.Apply(ctx, in.own.fence(parts), cmds, now)
