@@ -24,6 +24,7 @@ WAIT_SECONDS=${WAIT_SECONDS:-120}
 # profile "tracing"; down always removes it.
 if [ "${TRACING:-}" = 1 ] && [ "${STACK:-}" != ha ]; then
   export COMPOSE_PROFILES=tracing
+  export OTEL_EXPORTER_OTLP_ENDPOINT=${OTEL_EXPORTER_OTLP_ENDPOINT:-http://jaeger:4318}
   SERVICES+=(jaeger)
 fi
 

@@ -75,7 +75,7 @@ func Setup(ctx context.Context, service string, log *slog.Logger) (stop func(), 
 	if err != nil {
 		return noop, fmt.Errorf("tracing: resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(linked{sampler}))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(LinkedSampler(sampler)))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	enabled.Store(true)
@@ -137,8 +137,11 @@ func samplerFromEnv() (sdktrace.Sampler, error) {
 	}
 }
 
-// linked samples a root span linked to a sampled span, and otherwise asks
-// its base sampler.
+// LinkedSampler returns the sampler Setup uses: a root span linked to a
+// sampled span is sampled; anything else is base's to decide.
+func LinkedSampler(base sdktrace.Sampler) sdktrace.Sampler { return linked{base} }
+
+// linked is LinkedSampler's sampler.
 type linked struct{ base sdktrace.Sampler }
 
 func (l linked) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
@@ -158,8 +161,11 @@ func (l linked) Description() string { return "LinkedOr{" + l.base.Description()
 // TraceParent returns the W3C traceparent of the span in ctx, or "" when
 // it has none that is sampled (an unsampled context is not worth carrying:
 // nothing downstream would be recorded under it).
-func TraceParent(ctx context.Context) string {
-	sc := trace.SpanContextFromContext(ctx)
+func TraceParent(ctx context.Context) string { return Format(trace.SpanContextFromContext(ctx)) }
+
+// Format returns sc as a W3C traceparent, or "" when it is invalid or not
+// sampled.
+func Format(sc trace.SpanContext) string {
 	if !sc.IsValid() || !sc.IsSampled() {
 		return ""
 	}
@@ -184,4 +190,18 @@ func WithRemote(ctx context.Context, traceparent string) context.Context {
 		return trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	return ctx
+}
+
+// Use makes tp the global tracer provider with tracing on, as Setup does,
+// until the returned function restores the provider before it; for the
+// tests and benchmarks that drive instrumented code in process. Calls must
+// not overlap.
+func Use(tp trace.TracerProvider) (restore func()) {
+	prev, was := otel.GetTracerProvider(), enabled.Load()
+	otel.SetTracerProvider(tp)
+	enabled.Store(true)
+	return func() {
+		otel.SetTracerProvider(prev)
+		enabled.Store(was)
+	}
 }

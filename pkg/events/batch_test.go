@@ -275,3 +275,42 @@ func TestDeadLetterOfABatchLineHasItsOwnID(t *testing.T) {
 		t.Fatalf("ids %s %s %s", one.MsgID(), l1.MsgID(), l2.MsgID())
 	}
 }
+
+// TestBatchCarriesTraceParents: a batch lists its commands' trace contexts
+// in line order, empty for the untraced; a batch of untraced commands
+// carries none; a header that does not hold one entry per line is
+// ignored.
+func TestBatchCarriesTraceParents(t *testing.T) {
+	t.Parallel()
+	keys := eventstest.KeysOfPartition("t-", 7, 3)
+	const tp1, tp3 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	var in []events.CommandMessage
+	for i, k := range keys {
+		m := single(t, clearOf(k, 1))
+		switch i {
+		case 0:
+			m.TraceParents = []string{tp1}
+		case 2:
+			m.TraceParents = []string{tp3}
+		}
+		in = append(in, m)
+	}
+	out := events.Batch(in)
+	if len(out) != 1 || out[0].Count != 3 {
+		t.Fatalf("packed into %d messages, want one batch of 3", len(out))
+	}
+	h := out[0].TraceParentsHeader()
+	if h != tp1+",,"+tp3 {
+		t.Fatalf("header %q", h)
+	}
+	if got := events.SplitTraceParents(h, 3); !slices.Equal(got, []string{tp1, "", tp3}) {
+		t.Fatalf("SplitTraceParents = %q", got)
+	}
+	if got := events.SplitTraceParents(h, 4); got != nil {
+		t.Fatalf("a header of 3 entries for 4 lines gave %q, want nil", got)
+	}
+	untraced := events.Batch([]events.CommandMessage{single(t, clearOf(keys[0], 2)), single(t, clearOf(keys[1], 2))})
+	if h := untraced[0].TraceParentsHeader(); h != "" || untraced[0].TraceParents != nil {
+		t.Fatalf("untraced batch carries %q", h)
+	}
+}

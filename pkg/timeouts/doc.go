@@ -17,6 +17,11 @@
 // (errors.Is(err, [ErrRefused])) naming the dead-letter reason, instead of
 // being dead-lettered by timeoutd later.
 //
+// Tracing. A command written by a Writer carries the trace context of the
+// span in the caller's context (W3C traceparent, through the outbox row and
+// the message header), so timeoutd's ingest span continues the caller's
+// trace and the fire's span links back to it.
+//
 // Consuming. A [Consumer] reads events (expiry events with [DecodeExpiry],
 // or any other type) through a durable JetStream consumer, acks an event
 // only after its handler returned nil, redelivers a failed one, and

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,6 +14,41 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 )
+
+// TestPackCarriesTraceContexts: a lone row's trace context goes out as its
+// traceparent header, a batch's as events.HeaderBatchTraceParents in line
+// order; untraced rows carry neither.
+func TestPackCarriesTraceContexts(t *testing.T) {
+	t.Parallel()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	row := func(key string, traceparent string) outbox.Message {
+		c, err := timeouts.ClearCommand(key, 1, time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := timeouts.Message(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.TraceParent = traceparent
+		return m
+	}
+	msgs := timeouts.Pack([]outbox.Message{row("res-33", ""), row("res-7", tp), row("res-46", tp)}) // res-33, res-46: one partition
+	if len(msgs) != 2 {
+		t.Fatalf("%d messages, want a batch and a lone command", len(msgs))
+	}
+	batch, lone := msgs[0], msgs[1]
+	if got := batch.Header.Get(events.HeaderBatchTraceParents); got != ","+tp || batch.Header.Get("traceparent") != "" {
+		t.Fatalf("batch's trace headers %v", batch.Header)
+	}
+	if got := lone.Header.Get("traceparent"); got != tp {
+		t.Fatalf("lone command's traceparent %q, want %q", got, tp)
+	}
+	untraced := timeouts.Pack([]outbox.Message{row("res-33", ""), row("res-46", "")})
+	if h := untraced[0].Header; h.Get(events.HeaderBatchTraceParents) != "" || h.Get("traceparent") != "" {
+		t.Fatalf("untraced batch's headers %v", h)
+	}
+}
 
 // TestPack: the relay's rows come out as one batch per partition
 // with its header and id, order events as they were, and every command

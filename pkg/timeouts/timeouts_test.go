@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
@@ -26,8 +28,8 @@ func TestMain(m *testing.M) { testinfra.Main(m) }
 // TestWriterSetsOnlyWithTheCommit: on a real Postgres and NATS, a deadline
 // written in a transaction that rolls back is never published; one that
 // commits reaches its partition's command stream through the relay,
-// packed, with its dedupe id; a refused one fails the call and writes
-// nothing.
+// packed, with its dedupe id and the trace context of the writer's span;
+// a refused one fails the call and writes nothing.
 func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -49,6 +51,8 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
 	w := timeouts.Writer{FireSubjectPrefixes: []string{"reservations.expire."}, Now: func() time.Time { return now }}
+	const writer = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ctx = trace.ContextWithRemoteSpanContext(ctx, mustSpanContext(t, writer))
 	set := func(key string, commit bool) error {
 		tx, err := pool.Begin(ctx)
 		if err != nil {
@@ -85,6 +89,9 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	}
 	if id := m.Header.Get(jetstream.MsgIDHeader); id != "set:res-committed:1" {
 		t.Fatalf("Nats-Msg-Id %q", id)
+	}
+	if tp := m.Header.Get("traceparent"); tp != writer {
+		t.Fatalf("traceparent %q, want the writer's span %q", tp, writer)
 	}
 	c, err := events.DecodeCommand(m.Data)
 	if err != nil || c.FireSubject != "reservations.expire.res-committed" || !c.IssuedAt.Equal(now) {
@@ -226,6 +233,17 @@ func TestNewConsumerValidates(t *testing.T) {
 	if err == nil {
 		t.Fatal("NewConsumer with durable a.b succeeded")
 	}
+}
+
+// mustSpanContext parses a W3C traceparent.
+func mustSpanContext(t *testing.T, traceparent string) trace.SpanContext {
+	t.Helper()
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		t.Fatalf("invalid traceparent %q", traceparent)
+	}
+	return sc
 }
 
 var _ outbox.Execer = pgx.Tx(nil) // a Writer writes in the caller's pgx transaction

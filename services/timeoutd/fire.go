@@ -183,7 +183,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data}
 		if tracing.Enabled() {
 			span := startFireSpan(f.hard, t, e, subject)
-			ev.TraceParent = tracing.TraceParent(trace.ContextWithSpan(f.hard, span))
+			ev.TraceParent = tracing.Format(span.SpanContext())
 			spans = append(spans, span)
 		}
 		evs, p.exps = append(evs, ev), append(p.exps, e)
@@ -204,16 +204,19 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 // than a child of that span's trace, which would stretch over the minutes
 // or days between the set and the fire (docs/ARCHITECTURE.md, "A fire
 // links to the span that set its deadline"). A fire linked to a sampled
-// span is sampled (internal/tracing).
+// span is sampled (internal/tracing). The attributes are made only for a
+// span that records: a fire the ratio does not sample costs a span start.
 func startFireSpan(ctx context.Context, t Timeout, e events.Expiry, subject string) trace.Span {
-	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(tracing.Timeout(t.Key, t.Version, t.Partition, t.Deadline)...),
-		trace.WithAttributes(tracing.AttrLateness.Float64(float64(e.LatenessNs)/1e6), tracing.AttrSubject.String(subject),
-			attribute.String("timeout.outcome", string(e.Outcome)))}
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
 	if sc, ok := tracing.Parse(t.TraceParent); ok {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
 	_, span := tracing.Tracer().Start(ctx, "timeoutd fire", opts...)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Timeout(t.Key, t.Version, t.Partition, t.Deadline)...)
+		span.SetAttributes(tracing.AttrLateness.Float64(float64(e.LatenessNs)/1e6), tracing.AttrSubject.String(subject),
+			attribute.String("timeout.outcome", string(e.Outcome)))
+	}
 	return span
 }
 

@@ -311,11 +311,12 @@ func startIngestSpans(ctx context.Context, cmds []events.Command) []trace.Span {
 		if c.TraceParent == "" {
 			continue
 		}
-		attrs := append(tracing.Timeout(c.Key, c.Version, events.PartitionOf(c.Key), c.Deadline),
-			attribute.String("timeout.kind", string(c.Kind)))
-		_, span := tracing.Tracer().Start(tracing.WithRemote(ctx, c.TraceParent), "timeoutd ingest",
-			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
-		c.TraceParent = tracing.TraceParent(trace.ContextWithSpan(ctx, span))
+		_, span := tracing.Tracer().Start(tracing.WithRemote(ctx, c.TraceParent), "timeoutd ingest", trace.WithSpanKind(trace.SpanKindConsumer))
+		if span.IsRecording() {
+			span.SetAttributes(tracing.Timeout(c.Key, c.Version, events.PartitionOf(c.Key), c.Deadline)...)
+			span.SetAttributes(attribute.String("timeout.kind", string(c.Kind)))
+		}
+		c.TraceParent = tracing.Format(span.SpanContext())
 		spans = append(spans, span)
 	}
 	return spans

@@ -265,7 +265,7 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 		exp := orders.Expiry{ID: e.Key, Version: e.Version, Deadline: e.Deadline}
 		if tracing.Enabled() {
 			span := startCancelSpan(ctx, m, e)
-			exp.TraceParent = tracing.TraceParent(trace.ContextWithSpan(ctx, span))
+			exp.TraceParent = tracing.Format(span.SpanContext())
 			spans = append(spans, span)
 		}
 		exps = append(exps, exp)
@@ -306,11 +306,13 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 // as m, a child of the fire's span whose context m's traceparent header
 // carries; the cancelled event it writes carries this span's context.
 func startCancelSpan(ctx context.Context, m jetstream.Msg, e events.Expiry) trace.Span {
-	attrs := append(tracing.Timeout(e.Key, e.Version, events.PartitionOf(e.Key), e.Deadline),
-		tracing.AttrOrderID.String(e.Key), tracing.AttrLateness.Float64(float64(e.LatenessNs)/1e6),
-		tracing.AttrSubject.String(m.Subject()))
 	_, span := tracing.Tracer().Start(tracing.WithRemote(ctx, m.Headers().Get(tracing.HeaderTraceParent)), "orders cancel",
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Timeout(e.Key, e.Version, events.PartitionOf(e.Key), e.Deadline)...)
+		span.SetAttributes(tracing.AttrOrderID.String(e.Key), tracing.AttrLateness.Float64(float64(e.LatenessNs)/1e6),
+			tracing.AttrSubject.String(m.Subject()))
+	}
 	return span
 }
 

@@ -843,3 +843,57 @@ func TestASameVersionNeverChangesARow(t *testing.T) {
 		t.Fatalf("row after the same version: %+v, %v; want it unchanged", got, err)
 	}
 }
+
+// TestTraceParentIsStoredWithItsVersion: a set's trace context is stored
+// with the timeout and read back by DueRows for the fire to link to; a
+// newer set replaces it (with none, when untraced), a stale one does not;
+// an untraced timeout stores NULL.
+func TestTraceParentIsStoredWithItsVersion(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	d := time.Now().Add(time.Hour).UTC()
+	const tp1, tp2 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	traced := func(key string, v int64, tp string) events.Command {
+		c := setCmd(key, v, d, 0)
+		c.TraceParent = tp
+		return c
+	}
+	apply := func(cmds ...events.Command) {
+		t.Helper()
+		if _, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	traceOf := func(key string, v int64) string {
+		t.Helper()
+		rows, err := s.DueRows(ctx, []timeoutd.Due{{Key: key, Version: v, Deadline: d}})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("DueRows %s v%d = %v, %v", key, v, rows, err)
+		}
+		return rows[0].TraceParent
+	}
+	apply(traced("a", 1, tp1), traced("b", 1, ""))
+	if got := traceOf("a", 1); got != tp1 {
+		t.Fatalf("a: %q, want %q", got, tp1)
+	}
+	if got := traceOf("b", 1); got != "" {
+		t.Fatalf("untraced b: %q", got)
+	}
+	apply(traced("a", 3, tp2))
+	apply(traced("a", 2, tp1)) // stale
+	if got := traceOf("a", 3); got != tp2 {
+		t.Fatalf("a after a newer and a stale set: %q, want %q", got, tp2)
+	}
+	apply(traced("a", 4, ""))
+	if got := traceOf("a", 4); got != "" {
+		t.Fatalf("a after an untraced newer set: %q, want none", got)
+	}
+	var nulls int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM timeouts WHERE traceparent IS NULL`).Scan(&nulls); err != nil {
+		t.Fatal(err)
+	}
+	if nulls != 2 {
+		t.Fatalf("%d rows with a NULL traceparent, want 2", nulls)
+	}
+}
