@@ -56,14 +56,26 @@ WHERE l.owner = $3 AND l.expires_at > now()
 ORDER BY l.part
 FOR KEY SHARE OF l`
 
+// appliedSQL returns, as stored, the rows of the partitions fenceSQL locked
+// that already have the version and state of a command ($1..$3): an
+// earlier attempt committed it and its reply was lost. It runs before the
+// upsert, which changes nothing for them, so that the retry schedules what
+// the lost reply would have without writing the row again (a producer that
+// reused a version changes nothing either). A rewrite would give the row a
+// new tuple while its timeout may be firing, and the fire's mark, which
+// finds its rows by ctid, would then mark nothing. One of the same version
+// and another state (a set whose timeout fired, or was retired to a mark)
+// is not returned.
+const appliedSQL = `
+SELECT t.key, t.version, t.state, t.deadline_ns FROM timeouts t
+JOIN unnest($1::bytea[], $2::int8[], $3::int2[]) AS u(k, v, s) ON t.key = u.k AND t.version = u.v AND t.state = u.s
+WHERE t.part IN (SELECT l.part FROM timeout_leases l
+	JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+	WHERE l.owner = $6 AND l.expires_at > now())`
+
 // applySQL upserts the commands of the partitions whose lease rows fenceSQL
-// locked earlier in the same transaction (the same condition, on $9..$11).
-// A command whose version and state the row already has (an earlier
-// attempt committed it, and its reply was lost) rewrites the row as it is,
-// whatever the command says (a producer that reused a version changes
-// nothing), so that it is returned: the retry schedules what the lost reply
-// would have. One of the same version and another state (a set whose timeout
-// fired, or was retired to a mark) changes nothing.
+// locked earlier in the same transaction (the same condition, on $9..$11),
+// where the command's version is newer than the row's.
 const applySQL = `
 INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload, traceparent)
 SELECT v, d, NULLIF(l, 0), p, s, k, f, pl, tp
@@ -79,7 +91,7 @@ ON CONFLICT (key) DO UPDATE SET
 	fire_subject = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.fire_subject ELSE t.fire_subject END,
 	payload = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.payload ELSE t.payload END,
 	traceparent = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.traceparent ELSE t.traceparent END
-WHERE t.version < EXCLUDED.version OR (t.version = EXCLUDED.version AND t.state = EXCLUDED.state)
+WHERE t.version < EXCLUDED.version
 RETURNING key, version, state, deadline_ns`
 
 // Apply implements timeoutd.Store: in one transaction, pipelined in one
@@ -123,26 +135,33 @@ func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.C
 	}
 	fp, fe := fenceArrays(fence)
 	var granted []int16
-	var changes []timeoutd.Change
+	var applied, changes []timeoutd.Change
 	err := s.inTx(ctx, func(b *pgx.Batch) {
 		queueFence(b, fp, fe, fence.Owner, &granted)
-		b.Queue(applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads, fp, fe, fence.Owner, traces).Query(func(rows pgx.Rows) error {
-			var err error
-			changes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Change, error) {
-				var c timeoutd.Change
-				var state int16
-				var deadline int64
-				err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline)
-				c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
-				return c, err
-			})
-			return err
-		})
+		b.Queue(appliedSQL, keys, versions, states, fp, fe, fence.Owner).Query(collectChanges(&applied))
+		b.Queue(applySQL, versions, deadlines, lateness, parts, states, keys, subjects, payloads, fp, fe, fence.Owner, traces).Query(collectChanges(&changes))
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("upsert timeouts: %w", err)
 	}
-	return changes, refused(parts, granted), nil
+	return append(applied, changes...), refused(parts, granted), nil
+}
+
+// collectChanges returns a batch callback that reads rows of (key,
+// version, state, deadline_ns) into *out.
+func collectChanges(out *[]timeoutd.Change) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var err error
+		*out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Change, error) {
+			var c timeoutd.Change
+			var state int16
+			var deadline int64
+			err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline)
+			c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
+			return c, err
+		})
+		return err
+	}
 }
 
 // fenceArrays returns the partitions and epochs of fence's leases.

@@ -771,9 +771,22 @@ func TestApplyRetriedAfterAnAmbiguousCommit(t *testing.T) {
 	if _, err := s.MarkFired(ctx, fenceAll(t, s), []timeoutd.Due{{Key: "amb-fired", Version: 1, Deadline: d}}, d); err != nil {
 		t.Fatal(err)
 	}
+	tuple := func() string {
+		var ctid, xmin string
+		if err := s.pool.QueryRow(ctx, `SELECT ctid::text, xmin::text FROM timeouts WHERE key = $1`, encodeKey("amb-set")).Scan(&ctid, &xmin); err != nil {
+			t.Fatal(err)
+		}
+		return ctid + "/" + xmin
+	}
+	before := tuple()
 	changes, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now()) // the retry
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The retry writes no row: a new tuple of a row whose timeout is
+	// firing would hide it from the fire's mark, which finds rows by ctid.
+	if after := tuple(); after != before {
+		t.Errorf("the retry rewrote amb-set: tuple %s, then %s", before, after)
 	}
 	got := map[string]timeoutd.Change{}
 	for _, c := range changes {
