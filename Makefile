@@ -200,8 +200,12 @@ bench-orders: images ## orders POST /v1/orders at 64 clients beside pgbench sing
 bench-dashboard: images chromium ## the dashboard in Chromium with 1,000,000 pending: first data, liveness, CPU per page (web/wasm/README.md)
 	DASHBOARD_1M=1 $(GO) test -count=1 -v -timeout 40m -run '^TestMeasureDashboardWith1MPending$$' ./e2e
 
+# STORMS is the results folder of the newest `make bench-storms`.
+STORMS ?= $(lastword $(sort $(wildcard bench/results/*-storms)))
+
 .PHONY: figures
-figures: ## copy the current figures of docs/BENCHMARKS.md and docs/RELIABILITY.md into the README
+figures: ## the storm table of docs/BENCHMARKS.md from the newest bench-storms results; the current figures into the README
+	$(if $(STORMS),cd bench && $(GO) run ./cmd/stormfigures -update ../docs/BENCHMARKS.md $(STORMS:bench/%=%)/*.txt)
 	$(GO) run ./scripts/figures
 
 .PHONY: bench

@@ -147,10 +147,14 @@ func tableSizes(ctx context.Context, url string) ([]string, error) {
 
 // readStream calls fn for every message stored in stream under filter, in
 // stream order, through an ephemeral consumer, and returns how many it read.
+// The consumer has one replica, so that it has a leader at once on a
+// cluster (the streams it reads keep their messages by limits); a request
+// nobody answers (a NATS node just restarted, JetStream's API or the
+// consumer's leader in an election) is retried for leaderlessMax.
 func readStream(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(jetstream.Msg)) (int, error) {
 	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
-		InactiveThreshold: time.Minute, MemoryStorage: true,
+		InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("consumer on %s: %w", stream, err)
@@ -158,27 +162,27 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	defer js.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name)
 	total := cons.CachedInfo().NumPending
 	var got uint64
-	for empty, leaderless := 0, 0; got < total; {
+	leaderless := time.Now().Add(leaderlessMax)
+	for empty := 0; got < total; {
+		n := 0
 		batch, err := cons.Fetch(2000, jetstream.FetchMaxWait(2*time.Second))
-		if errors.Is(err, nats.ErrNoResponders) && leaderless < 20 {
-			// On a cluster, the new consumer's leader may not be elected
-			// yet.
-			leaderless++
+		if err == nil {
+			for m := range batch.Messages() {
+				fn(m)
+				n++
+			}
+			if err = batch.Error(); errors.Is(err, nats.ErrTimeout) {
+				err = nil
+			}
+		}
+		got += uint64(n)
+		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(leaderless) {
 			time.Sleep(500 * time.Millisecond)
 			continue
 		}
 		if err != nil {
 			return int(got), fmt.Errorf("fetch %s: %w", stream, err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			fn(m)
-			n++
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return int(got), fmt.Errorf("fetch %s: %w", stream, err)
-		}
-		got += uint64(n)
 		if n == 0 {
 			if empty++; empty == 5 {
 				return int(got), fmt.Errorf("%s: read %d of %d messages, then nothing", stream, got, total)
@@ -187,6 +191,9 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	}
 	return int(got), nil
 }
+
+// leaderlessMax bounds readStream's retries of requests nobody answers.
+const leaderlessMax = 30 * time.Second
 
 // readEvents reads the cancel events, the orders.cancelled events and the
 // dead letters stored in the stack's JetStream.

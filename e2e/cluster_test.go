@@ -96,12 +96,13 @@ func spread(owners map[string][]int, instances []string) bool {
 // a write by an instance that did not hold the partition's live lease is a
 // fencing failure, whatever the instance believed.
 const writeAuditSQL = `
-CREATE TABLE e2e_writes (part smallint, state smallint, writer text, owner text, epoch bigint, expired boolean, at timestamptz);
+CREATE TABLE e2e_writes (part smallint, state smallint, writer text, owner text, epoch bigint, expired boolean, at timestamptz,
+	key text, version bigint);
 CREATE FUNCTION e2e_audit_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	IF NEW.state < 3 THEN
 		INSERT INTO e2e_writes SELECT NEW.part, NEW.state, current_setting('application_name'),
-			l.owner, l.epoch, l.expires_at <= now(), clock_timestamp()
+			l.owner, l.epoch, l.expires_at <= now(), clock_timestamp(), NEW.key::text, NEW.version
 		FROM timeout_leases l WHERE l.part = NEW.part;
 	END IF;
 	RETURN NEW;
@@ -126,6 +127,18 @@ func readWriteAudit(ctx context.Context, db *pgxpool.Pool) (writeAudit, error) {
 	var err error
 	a.Unfenced, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	return a, err
+}
+
+// stuckRows describes the timeouts still pending past their deadline, each
+// with every write of its row the audit saw, to tell why none fired.
+func stuckRows(ctx context.Context, db *pgxpool.Pool) ([]string, error) {
+	rows, _ := db.Query(ctx, `SELECT format('%s v%s partition %s due %s: %s', t.key::text, t.version, t.part,
+			to_timestamp(t.deadline_ns / 1e9), coalesce(string_agg(format('[state %s v%s by %s at %s, lease %s epoch %s%s]',
+				w.state, w.version, w.writer, w.at, w.owner, w.epoch, CASE WHEN w.expired THEN ' expired' ELSE '' END), ' ' ORDER BY w.at), 'no write audited'))
+		FROM timeouts t LEFT JOIN e2e_writes w ON w.key = t.key::text
+		WHERE t.state = 0 AND t.deadline_ns < extract(epoch FROM now()) * 1e9
+		GROUP BY t.key, t.version, t.part, t.deadline_ns ORDER BY t.deadline_ns LIMIT 20`)
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // firstFires returns, for each partition of parts that had one, the time
@@ -580,6 +593,13 @@ func TestCluster(t *testing.T) {
 		rep = append(rep, "timeoutd CPU cost: "+l)
 	}
 
+	stuck, err := stuckRows(t.Context(), c.db)
+	if err != nil {
+		t.Errorf("timeouts pending past their deadline: %v", err)
+	}
+	for _, l := range stuck {
+		rep = append(rep, "pending past its deadline: "+l)
+	}
 	line, worst := c.failover(t, ev)
 	rep = append(rep, line)
 	wa, err := readWriteAudit(t.Context(), c.db)

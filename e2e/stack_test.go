@@ -25,8 +25,11 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/ordertimeout/ordertimeout/internal/testcerts"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
+	ordersdaemon "github.com/ordertimeout/ordertimeout/services/orders/daemon"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
 )
 
 // Images of the stack, built by `make images`; the environment variables
@@ -83,6 +86,11 @@ type stackOptions struct {
 	// as svcJaeger and turns the services' tracing on, every span sampled
 	// and exported within 100 ms; JaegerURL is its query API.
 	Tracing bool
+	// TLS, when set, runs the stack with TLS everywhere and these
+	// certificates, made for the containers' names (stackTLS): NATS with
+	// the compose configuration rendered with TLS, Postgres refusing
+	// plaintext, every client with verify-full. Not with Proxied.
+	TLS *testcerts.Files
 }
 
 // names returns the container names of n instances of svc: svc alone for
@@ -124,6 +132,9 @@ type stack struct {
 	// (the proxied one, a skewed one).
 	timeoutdEnv map[string]string
 	instanceEnv map[string]map[string]string
+	// clientFiles copies the CA and the client certificate of
+	// stackOptions.TLS into a service's container (nothing without).
+	clientFiles testcontainers.CustomizeRequestOption
 	// proxy drives the toxiproxy of stackOptions.Proxied (nil without).
 	proxy   *faultProxy
 	network *testcontainers.DockerNetwork
@@ -204,11 +215,13 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	if err != nil {
 		return s, fmt.Errorf("read the compose stack's init script: %w", err)
 	}
+	tlsOpts := opts.tls()
 	if err := s.run(ctx, svcPostgres, testinfra.PostgresImage, "5432/tcp",
 		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"}),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
 			Reader: strings.NewReader(string(initSQL)), ContainerFilePath: "/docker-entrypoint-initdb.d/10-databases.sql", FileMode: 0o644,
 		}),
+		tlsOpts.postgres(),
 		// The data of the e2e runs is disposable: trade durability for speed.
 		testcontainers.WithCmdArgs("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300"),
 		testcontainers.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-h", "127.0.0.1", "-U", "postgres", "-d", "timeouts"}).
@@ -220,9 +233,15 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(s.NATSNodes))
 	var inside, outside []string // client URLs on the network and from the host
+	natsTLS, err := tlsOpts.nats(len(s.NATSNodes) > 1)
+	if err != nil {
+		return s, err
+	}
 	for i, name := range s.NATSNodes {
 		args := []string{"-c", "/etc/nats/nats.conf"}
-		if len(s.NATSNodes) > 1 {
+		if opts.TLS != nil {
+			args = tlsOpts.natsArgs(name, s.NATSNodes)
+		} else if len(s.NATSNodes) > 1 {
 			var routes []string
 			for _, peer := range s.NATSNodes {
 				if peer != name {
@@ -237,12 +256,12 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		}
 		wg.Go(func() {
 			errs[i] = s.run(ctx, name, testinfra.NATSImage, "4222/tcp",
-				testcontainers.WithCmdArgs(args...),
+				testcontainers.WithCmdArgs(args...), natsTLS,
 				testcontainers.WithWaitStrategy(wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:8222/healthz?js-enabled-only=true"}).
 					WithPollInterval(100*time.Millisecond).WithStartupTimeout(60*time.Second)),
 			)
 		})
-		inside = append(inside, "nats://"+name+":4222")
+		inside = append(inside, name+":4222")
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -252,25 +271,24 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		outside = append(outside, "nats://"+s.hostPort(name))
 	}
 	s.NATSURL = strings.Join(outside, ",")
-	natsURL := strings.Join(inside, ",")
 	// The services no longer create streams: the bootstrap step does, as in
 	// compose.
 	prefixes := strings.Join(opts.FireSubjectPrefixes, ",")
-	if err := runStreamsBootstrap(ctx, s.network, natsURL, len(s.NATSNodes), prefixes); err != nil {
+	if err := runStreamsBootstrap(ctx, s.network, tlsOpts.natsURL(inside, userBootstrap), len(s.NATSNodes), prefixes, tlsOpts.client("NATS_")); err != nil {
 		return s, err
 	}
 
 	pg := "postgres://postgres:postgres@" + svcPostgres + ":5432/"
 	orders := map[string]string{
-		"ORDERS_DATABASE_URL": pg + "orders?sslmode=disable",
-		"ORDERS_NATS_URL":     natsURL,
+		"ORDERS_DATABASE_URL": pg + "orders?" + tlsOpts.pgQuery(),
+		"ORDERS_NATS_URL":     tlsOpts.natsURL(inside, userOrders),
 		"ORDERS_HTTP_ADDR":    ":8081",
 		"ORDERS_API_TOKENS":   apiToken,
 		"ORDERS_LOG_LEVEL":    "info",
 	}
 	timeoutd := map[string]string{
-		"TIMEOUTD_DATABASE_URL":  pg + "timeouts?sslmode=disable",
-		"TIMEOUTD_NATS_URL":      natsURL,
+		"TIMEOUTD_DATABASE_URL":  pg + "timeouts?" + tlsOpts.pgQuery(),
+		"TIMEOUTD_NATS_URL":      tlsOpts.natsURL(inside, userTimeoutd),
 		"TIMEOUTD_HTTP_ADDR":     ":8080",
 		"TIMEOUTD_DASHBOARD_DIR": "/assets/dashboard",
 		"TIMEOUTD_LOG_LEVEL":     "info",
@@ -279,6 +297,8 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		"TIMEOUTD_ORDERS_URL":     "http://" + s.Orders[0] + ":8081",
 		"TIMEOUTD_ORDERS_TOKEN":   apiToken,
 	}
+	maps.Copy(orders, tlsOpts.clientEnv(ordersdaemon.NATSTLSPrefix))
+	maps.Copy(timeoutd, tlsOpts.clientEnv(daemon.NATSTLSPrefix))
 	for k, v := range opts.OrdersEnv {
 		orders[k] = v
 	}
@@ -302,6 +322,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		timeoutd[k] = v
 	}
 	s.timeoutdEnv = timeoutd
+	s.clientFiles = tlsOpts.clientFiles()
 	if opts.Proxied != "" {
 		p, err := s.startFaultProxy(ctx)
 		if err != nil {
@@ -313,7 +334,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	errs = make([]error, len(s.Orders)+len(s.Timeoutds))
 	for i, name := range s.Orders {
 		wg.Go(func() {
-			errs[i] = s.run(ctx, name, ordersImage, "8081/tcp", testcontainers.WithEnv(orders), readyz("8081/tcp"))
+			errs[i] = s.run(ctx, name, ordersImage, "8081/tcp", testcontainers.WithEnv(orders), s.clientFiles, readyz("8081/tcp"))
 		})
 	}
 	for i, name := range s.Timeoutds {
@@ -343,7 +364,7 @@ func (s *stack) startTimeoutd(ctx context.Context, name string) error {
 		env[k] = v
 	}
 	s.mu.Unlock()
-	if err := s.run(ctx, name, timeoutdImage, "8080/tcp", testcontainers.WithEnv(env), readyz("8080/tcp")); err != nil {
+	if err := s.run(ctx, name, timeoutdImage, "8080/tcp", testcontainers.WithEnv(env), s.clientFiles, readyz("8080/tcp")); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -356,18 +377,19 @@ func (s *stack) startTimeoutd(ctx context.Context, name string) error {
 // (/streams, deploy/streams) on nw against natsURL, with every stream at
 // replicas and the fire subject prefixes given (comma-separated; "" for
 // the default), as compose's "streams" service does before the services
-// start, and returns an error with its log unless it exited 0.
-func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string, replicas int, prefixes string) error {
+// start, and returns an error with its log unless it exited 0. opts adjust
+// its container (TLS files and settings).
+func runStreamsBootstrap(ctx context.Context, nw *testcontainers.DockerNetwork, natsURL string, replicas int, prefixes string, opts ...testcontainers.ContainerCustomizer) error {
 	env := map[string]string{"NATS_URL": natsURL, "STREAMS_TIMEOUT": "45s", "STREAMS_REPLICAS": fmt.Sprint(replicas)}
 	if prefixes != "" {
 		env["STREAMS_FIRE_SUBJECT_PREFIXES"] = prefixes
 	}
-	ctr, err := testcontainers.Run(ctx, testinfra.NATSImage,
+	ctr, err := testcontainers.Run(ctx, testinfra.NATSImage, append([]testcontainers.ContainerCustomizer{
 		tcnetwork.WithNetwork([]string{"streams"}, nw),
 		testcontainers.WithEntrypoint("/streams"),
 		testcontainers.WithEnv(env),
-		testcontainers.WithWaitStrategy(wait.ForExit().WithPollInterval(100*time.Millisecond).WithExitTimeout(60*time.Second)),
-	)
+		testcontainers.WithWaitStrategy(wait.ForExit().WithPollInterval(100 * time.Millisecond).WithExitTimeout(60 * time.Second)),
+	}, opts...)...)
 	if ctr != nil {
 		defer func() { _ = ctr.Terminate(context.Background()) }()
 	}

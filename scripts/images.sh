@@ -72,7 +72,7 @@ build_postgres() {
 
 build_nats() {
   local img=ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/nats hash
-  hash=$( (grep -E 'nats-server|nats.go' go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go deploy/streams/*.go internal/streams/*.go pkg/events/*.go) | sha256sum | cut -c1-12)
+  hash=$( (grep -E 'nats-server|nats.go' go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go deploy/streams/*.go internal/streams/*.go internal/tlsclient/*.go pkg/events/*.go) | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
   rm -rf "$ctx" && mkdir -p "$ctx/data"
   log "building $img from the nats-server module"

@@ -8,6 +8,8 @@
 // Environment:
 //
 //	NATS_URL                        required, e.g. nats://bootstrap:pw@nats:4222
+//	NATS_CA_FILE                    the CA of the servers' certificates; with it (or a client certificate) TLS is required
+//	NATS_CERT_FILE, NATS_KEY_FILE   a client certificate and its key, for servers that verify their clients
 //	STREAMS_REPLICAS                replicas of every stream; default 1 (3 in a cluster)
 //	STREAMS_DUPLICATE_WINDOW        duplicate window; default 2m
 //	STREAMS_FIRE_SUBJECT_PREFIXES   comma-separated, as TIMEOUTD_FIRE_SUBJECT_PREFIXES; default orders.cancel.
@@ -30,6 +32,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 )
 
 // timeoutDefault bounds the whole run, NATS start-up included.
@@ -47,9 +50,10 @@ func main() {
 
 // config is the bootstrap's settings, read from the environment.
 type config struct {
-	URL     string         `env:"NATS_URL"`
-	Timeout time.Duration  `env:"STREAMS_TIMEOUT"`
-	Streams streams.Config `envPrefix:"STREAMS_"`
+	URL     string          `env:"NATS_URL"`
+	TLS     tlsclient.Files `envPrefix:"NATS_"`
+	Timeout time.Duration   `env:"STREAMS_TIMEOUT"`
+	Streams streams.Config  `envPrefix:"STREAMS_"`
 }
 
 // configFromEnv reads and validates environ, naming the variable in every
@@ -68,6 +72,9 @@ func configFromEnv(environ map[string]string) (config, error) {
 	_, set = environ["STREAMS_DUPLICATE_WINDOW"]
 	check(set && c.Streams.DuplicateWindow == 0, "STREAMS_DUPLICATE_WINDOW must be positive")
 	check(c.Timeout <= 0, "STREAMS_TIMEOUT must be positive")
+	if _, err := c.TLS.Config("NATS_"); err != nil {
+		errs = append(errs, err)
+	}
 	for _, p := range c.Streams.FireSubjectPrefixes {
 		check(!strings.HasSuffix(p, ".") || strings.ContainsAny(p, "*> "), "STREAMS_FIRE_SUBJECT_PREFIXES: %q must be a literal subject prefix ending in '.'", p)
 	}
@@ -87,8 +94,12 @@ func run(ctx context.Context, environ map[string]string, log *slog.Logger) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	nc, err := nats.Connect(cfg.URL, nats.Name("streams-bootstrap"), nats.CustomInboxPrefix(streams.InboxBootstrap),
-		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	natsTLS, err := cfg.TLS.NATS("NATS_")
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(cfg.URL, append(natsTLS, nats.Name("streams-bootstrap"), nats.CustomInboxPrefix(streams.InboxBootstrap),
+		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("connect nats: %w", err)
 	}

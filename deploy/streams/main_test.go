@@ -34,6 +34,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "window", env: map[string]string{"NATS_URL": "nats://n:4222", "STREAMS_DUPLICATE_WINDOW": "-1s"}, want: "STREAMS_DUPLICATE_WINDOW"},
 		{name: "timeout", env: map[string]string{"NATS_URL": "nats://n:4222", "STREAMS_TIMEOUT": "soon"}, want: "STREAMS_TIMEOUT"},
 		{name: "prefix without dot", env: map[string]string{"NATS_URL": "nats://n:4222", "STREAMS_FIRE_SUBJECT_PREFIXES": "orders.cancel"}, want: "STREAMS_FIRE_SUBJECT_PREFIXES"},
+		{name: "tls CA missing", env: map[string]string{"NATS_URL": "nats://n:4222", "NATS_CA_FILE": "/nonexistent/ca.crt"}, want: "NATS_CA_FILE"},
+		{name: "tls key without certificate", env: map[string]string{"NATS_URL": "nats://n:4222", "NATS_KEY_FILE": "/etc/tls/client.key"}, want: "NATS_CERT_FILE"},
 		{name: "prefix wildcard", env: map[string]string{"NATS_URL": "nats://n:4222", "STREAMS_FIRE_SUBJECT_PREFIXES": "orders.*."}, want: "STREAMS_FIRE_SUBJECT_PREFIXES"},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,13 @@
-// Package pgparams sets the server-side session limits every Postgres pool
-// of the services opens with: statement_timeout, so a stuck query cannot hold
-// a connection (and its locks) for ever, and
-// idle_in_transaction_session_timeout, so a transaction abandoned by a
-// crashed or hung client releases its locks. Both are startup parameters
-// (pgx's ConnConfig.RuntimeParams), so they cost no round trip.
+// Package pgparams opens the services' Postgres pools ([Pool]) and sets the
+// server-side session limits every pool opens with ([Timeouts]):
+// statement_timeout, so a stuck query cannot hold a connection (and its
+// locks) for ever, and idle_in_transaction_session_timeout, so a
+// transaction abandoned by a crashed or hung client releases its locks.
+// Both are startup parameters (pgx's ConnConfig.RuntimeParams), so they
+// cost no round trip.
+//
+// One rule holds for every setting: the connection string wins. A service's
+// pool size, timeouts and application name apply where the URL sets none;
+// only a dedicated pool (the outbox relay's, timeoutd's read and lease
+// pools) keeps its own size.
 package pgparams

@@ -17,21 +17,7 @@ func (w *Wheel[T]) drive() {
 	timer := w.clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	// The driver cuts into cur, a chunk of its own, and hands it over after
-	// each shard and whenever it is full, so a pile is handed over as it is
-	// cut, in chunks of BatchMax, without growing a buffer by copying.
-	cur := &chunk[T]{owed: make([]int, len(w.shards))}
-	shard := 0
-	c := cutter[T]{max: BatchMax}
-	c.flush = func(full []cut[T]) []cut[T] {
-		cur.cuts = full
-		cur.owed[shard] += len(full)
-		cur = w.handOff(cur)
-		if cap(cur.cuts) < BatchMax { // a pile is being cut: no growth
-			cur.cuts = make([]cut[T], 0, BatchMax)
-		}
-		return cur.cuts
-	}
+	p := w.newPass()
 	for {
 		w.wakeups.Add(1)
 		// From here until nextWake is stored below, every Schedule pokes
@@ -40,67 +26,117 @@ func (w *Wheel[T]) drive() {
 		w.nextWake.Store(scanning)
 		now := w.clock.Now()
 		nowNs := max(0, int64(now.Sub(w.origin)))
-		target := nowNs / w.tick
-		c.fired = nowNs
-		// First cut what is due from every shard, handing each shard's
-		// timers to the delivery goroutine as soon as they are cut...
-		for i := range w.shards {
-			s := &w.shards[i]
-			shard, c.buf = i, cur.cuts
-			s.mu.Lock()
-			s.t.advance(target, nowNs, &c)
-			s.mu.Unlock()
-			if n := len(c.buf); n > 0 {
-				cur.cuts = c.buf
-				cur.owed[i] += n
-				cur = w.handOff(cur)
-			}
-		}
-		// ...then, off the critical path, prepare the next tick (cascade,
-		// sub-slots), move a part of any cascade running ahead of its tick,
-		// and find the earliest work. A long cascade must not hold up the
-		// work found so far: once the clock has reached it, stop preparing
-		// and cut again (the next pass prepares the rest).
-		next := int64(math.MaxInt64)
-		for i := range w.shards {
-			if i > 0 && w.sinceOrigin() >= next {
-				next = 0 // at once
-				break
-			}
-			s := &w.shards[i]
-			s.mu.Lock()
-			s.t.prepare()
-			if !s.t.cascadeSome(cascadeChunk) {
-				next = 0 // more of it on the next pass
-			}
-			if t, ok := s.t.nextAt(); ok {
-				next = min(next, t)
-			}
-			s.mu.Unlock()
-		}
+		p.cutDue(nowNs/w.tick, nowNs)
+		next := w.prepareNext()
 		w.nextWake.Store(next)
-		var fire <-chan time.Time
-		if next != math.MaxInt64 {
-			d := time.Duration(next - w.sinceOrigin())
-			if d <= 0 {
-				select {
-				case <-w.stop:
-					return
-				default:
-					continue
-				}
-			}
-			timer.Reset(d)
-			fire = timer.C()
-		}
-		select {
-		case <-fire:
-		case <-w.wake:
-			timer.Stop()
-		case <-w.stop:
+		if !w.sleep(timer, next) {
 			return
 		}
 	}
+}
+
+// pass is the driver's cutting state, kept across its passes: the chunk it
+// cuts into, the shard being cut and the cutter.
+type pass[T any] struct {
+	w     *Wheel[T]
+	cur   *chunk[T]
+	shard int
+	c     cutter[T]
+}
+
+// newPass returns the driver's cutting state. The driver cuts into cur, a
+// chunk of its own, and hands it over after each shard and whenever it is
+// full, so a pile is handed over as it is cut, in chunks of BatchMax,
+// without growing a buffer by copying.
+func (w *Wheel[T]) newPass() *pass[T] {
+	p := &pass[T]{w: w, cur: &chunk[T]{owed: make([]int, len(w.shards))}, c: cutter[T]{max: BatchMax}}
+	p.c.flush = p.flush
+	return p
+}
+
+// flush hands a full chunk over and returns the buffer to cut into next.
+func (p *pass[T]) flush(full []cut[T]) []cut[T] {
+	p.cur.cuts = full
+	p.cur.owed[p.shard] += len(full)
+	p.cur = p.w.handOff(p.cur)
+	if cap(p.cur.cuts) < BatchMax { // a pile is being cut: no growth
+		p.cur.cuts = make([]cut[T], 0, BatchMax)
+	}
+	return p.cur.cuts
+}
+
+// cutDue cuts what is due at tick target (the clock read nowNs since the
+// origin) from every shard, handing each shard's timers to the delivery
+// goroutine as soon as they are cut.
+func (p *pass[T]) cutDue(target, nowNs int64) {
+	w := p.w
+	p.c.fired = nowNs
+	for i := range w.shards {
+		s := &w.shards[i]
+		p.shard, p.c.buf = i, p.cur.cuts
+		s.mu.Lock()
+		s.t.advance(target, nowNs, &p.c)
+		s.mu.Unlock()
+		if n := len(p.c.buf); n > 0 {
+			p.cur.cuts = p.c.buf
+			p.cur.owed[i] += n
+			p.cur = w.handOff(p.cur)
+		}
+	}
+}
+
+// prepareNext, off the critical path, prepares the next tick of every
+// shard (cascade, sub-slots), moves a part of any cascade running ahead of
+// its tick, and returns the earliest work (nanoseconds since the origin;
+// 0: at once; math.MaxInt64: none). A long cascade must not hold up the
+// work found so far: once the clock has reached it, it stops preparing so
+// the driver cuts again (the next pass prepares the rest).
+func (w *Wheel[T]) prepareNext() int64 {
+	next := int64(math.MaxInt64)
+	for i := range w.shards {
+		if i > 0 && w.sinceOrigin() >= next {
+			return 0 // at once
+		}
+		s := &w.shards[i]
+		s.mu.Lock()
+		s.t.prepare()
+		if !s.t.cascadeSome(cascadeChunk) {
+			next = 0 // more of it on the next pass
+		}
+		if t, ok := s.t.nextAt(); ok {
+			next = min(next, t)
+		}
+		s.mu.Unlock()
+	}
+	return next
+}
+
+// sleep waits on timer until next (nanoseconds since the origin;
+// math.MaxInt64: no timer) or a wake, returning at once when next has
+// passed; it reports false when the wheel stops.
+func (w *Wheel[T]) sleep(timer Timer, next int64) bool {
+	var fire <-chan time.Time
+	if next != math.MaxInt64 {
+		d := time.Duration(next - w.sinceOrigin())
+		if d <= 0 {
+			select {
+			case <-w.stop:
+				return false
+			default:
+				return true
+			}
+		}
+		timer.Reset(d)
+		fire = timer.C()
+	}
+	select {
+	case <-fire:
+	case <-w.wake:
+		timer.Stop()
+	case <-w.stop:
+		return false
+	}
+	return true
 }
 
 // cascadeChunk is how many timers of a cascade running ahead of its tick a

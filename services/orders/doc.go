@@ -1,7 +1,7 @@
 // Package orders is the domain of the order service: orders, their items and
 // statuses, the state machine (pending_payment → paid | cancelled), the
-// domain errors, the configuration, and the Service that applies a request to
-// the Store.
+// domain errors, the defaults of its settings, and the Service that applies a
+// request to the Store.
 //
 // Every state change bumps the order's version and yields a Change: the new
 // order, the timeout command for timeoutd (events.Command "set" on create and
@@ -24,7 +24,8 @@
 // not early (Order.Expire) and which orders the reconciler (postgres.
 // Reconciler) cancels when their cancel event never came.
 //
-// The adapters live in sub-packages: postgres (the Store), jetstream (the
-// consumer of cancel events) and http (the REST API). Only cmd/orders wires
-// them together.
+// The adapters live in sub-packages: postgres (the Store, the janitor and
+// the reconciler), jetstream (the consumer of cancel events) and http (the
+// REST API). Only daemon wires them together (its Config is read from the
+// environment); cmd/orders runs it.
 package orders

@@ -74,6 +74,18 @@ func (o *ownership) fence(parts []int) Fence {
 	return f
 }
 
+// appendPartitions appends to parts each partition of add it does not hold
+// yet, so parts lists a batch's distinct partitions in the order first
+// seen (a batch spans few partitions: a scan is cheaper than a set).
+func appendPartitions(parts []int, add ...int) []int {
+	for _, p := range add {
+		if !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
+
 // owned returns the partitions owned, in order.
 func (o *ownership) owned() []int {
 	var out []int
@@ -422,7 +434,8 @@ func (m *membership) take(ctx context.Context, got []Lease, first bool) {
 			}
 			return
 		}
-		m.cfg.Logger.Info("partitions acquired", "partitions", parts, "pending", t.loaded, "overdue", len(t.held))
+		m.cfg.Logger.Info("partitions acquired", "partitions", parts, "pending", t.loaded, "overdue", len(t.held),
+			"rows", t.rows, "consumers", t.consumers)
 		if m.rec.release(ctx, t) && first {
 			m.caughtUp()
 		}

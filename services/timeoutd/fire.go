@@ -51,15 +51,19 @@ type firer struct {
 
 // published is a batch whose events are stored, waiting to be marked.
 type published struct {
-	fl      *flight
-	refs    []schedule.Ref
-	rows    []Due
-	parts   []int
-	exps    []events.Expiry
-	ackedAt time.Time
-	firedAt time.Time
-	fired   uint64
-	missed  uint64
+	fl   *flight
+	refs []schedule.Ref
+	keys []string // of refs
+	rows []Due
+	// outcomes are those of rows: fired (or found already stored), or
+	// missed.
+	outcomes []events.Outcome
+	parts    []int
+	exps     []events.Expiry
+	ackedAt  time.Time
+	firedAt  time.Time
+	fired    uint64
+	missed   uint64
 }
 
 // flight is a batch in flight: its size and fire time.
@@ -129,10 +133,10 @@ func (f *firer) onDue(due []schedule.Due) {
 // between. Events published before a failure are published again under
 // the same Nats-Msg-Id, which JetStream deduplicates.
 func (f *firer) publish(due []schedule.Due, now time.Time) *published {
-	p := &published{fl: f.track(len(due), now), refs: make([]schedule.Ref, len(due)), firedAt: now}
+	p := &published{fl: f.track(len(due), now), refs: make([]schedule.Ref, len(due)), keys: make([]string, len(due)), firedAt: now}
 	rows := make([]Due, len(due))
 	for i, d := range due {
-		rows[i], p.refs[i] = Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline}, d.Ref
+		rows[i], p.refs[i], p.keys[i] = Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline}, d.Ref, d.Key
 	}
 	found, err := f.store.DueRows(f.hard, rows)
 	if err != nil {
@@ -147,12 +151,10 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	}
 	evs := make([]Event, 0, len(found))
 	var spans []trace.Span
-	p.exps, p.rows = make([]events.Expiry, 0, len(found)), make([]Due, len(found))
+	p.exps, p.rows, p.outcomes = make([]events.Expiry, 0, len(found)), make([]Due, len(found)), make([]events.Outcome, len(found))
 	for i, t := range found {
 		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
-		if part := events.PartitionOf(t.Key); !slices.Contains(p.parts, part) {
-			p.parts = append(p.parts, part)
-		}
+		p.parts = appendPartitions(p.parts, events.PartitionOf(t.Key))
 		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
 			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
 		subject := t.FireSubject
@@ -167,6 +169,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 			}
 			if stored {
 				p.fired++
+				p.outcomes[i] = events.OutcomeFired
 				continue
 			}
 			e.Outcome, subject = events.OutcomeMissed, events.MissedSubject(t.Key)
@@ -174,6 +177,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		} else {
 			p.fired++
 		}
+		p.outcomes[i] = e.Outcome
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		e.Payload = nil            // the recent expiries keep the event without it
 		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data}
@@ -256,11 +260,7 @@ func (f *firer) markBatches(ps []*published) {
 		if p.firedAt.After(firedAt) {
 			firedAt = p.firedAt
 		}
-		for _, part := range p.parts {
-			if !slices.Contains(parts, part) {
-				parts = append(parts, part)
-			}
-		}
+		parts = appendPartitions(parts, p.parts...)
 	}
 	start := time.Now()
 	refused, err := f.store.MarkFired(f.hard, f.own.fence(parts), rows, firedAt)
@@ -271,13 +271,60 @@ func (f *firer) markBatches(ps []*published) {
 		return
 	}
 	f.cfg.Logger.Debug("fire mark", "batches", len(ps), "rows", len(rows), "refused", refused, "took", time.Since(start))
+	// A refused partition still held here lapsed (its lease expired by
+	// Postgres's clock before the renewal that may yet resume it): its rows
+	// stay pending, so its timeouts stay in the schedule and fire again,
+	// under the same Nats-Msg-Id. One no longer held was dropped from the
+	// schedule, and its new owner loaded the rows.
+	var again []int
+	for _, part := range refused {
+		if f.own.owns(part) {
+			again = append(again, part)
+		}
+	}
+	if len(again) > 0 {
+		f.cfg.Logger.Warn("fire marks refused for partitions still held; they fire again", "partitions", again)
+	}
 	for _, p := range ps {
-		f.sched.Done(p.refs)
-		f.stats.fired.Add(p.fired)
-		f.stats.missed.Add(p.missed)
-		f.stats.published(p.exps, p.ackedAt, f.m)
+		done, retry := p.split(again)
+		f.sched.Done(done.refs)
+		f.sched.Rearm(retry, p.firedAt.Add(f.cfg.RetryDelay))
+		f.stats.fired.Add(done.fired)
+		f.stats.missed.Add(done.missed)
+		f.stats.published(done.exps, p.ackedAt, f.m)
 		f.untrack(p.fl)
 	}
+}
+
+// split returns what of p is done, and the refs of its timeouts of
+// partitions parts, whose marks were refused, to fire again.
+func (p *published) split(parts []int) (done *published, retry []schedule.Ref) {
+	if len(parts) == 0 {
+		return p, nil
+	}
+	d := &published{}
+	for i, r := range p.refs {
+		if slices.Contains(parts, events.PartitionOf(p.keys[i])) {
+			retry = append(retry, r)
+		} else {
+			d.refs = append(d.refs, r)
+		}
+	}
+	for i, row := range p.rows {
+		if !slices.Contains(parts, events.PartitionOf(row.Key)) {
+			if p.outcomes[i] == events.OutcomeMissed {
+				d.missed++
+			} else {
+				d.fired++
+			}
+		}
+	}
+	for _, e := range p.exps {
+		if !slices.Contains(parts, events.PartitionOf(e.Key)) {
+			d.exps = append(d.exps, e)
+		}
+	}
+	return d, retry
 }
 
 // retry re-arms p's timeouts to fire again after RetryDelay, unless the

@@ -115,16 +115,48 @@ type delivered struct {
 }
 
 // ingest processes one batch of messages, each one command or a batch of
-// a partition's commands (events.HeaderBatch).
+// a partition's commands (events.HeaderBatch): it decodes them, admits the
+// sets that find room, writes what it admitted for the partitions it owns,
+// settles every message, then applies the committed changes to the
+// schedule.
 func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 	now := in.cfg.Now()
+	cmds, valid, err := in.collect(ctx, msgs, now)
+	if err != nil {
+		return err
+	}
+	// Only sets of keys not held need room; those that find none are
+	// deferred (redelivered after RetryDelay, with the rest of their
+	// message). A set older than a tombstone that only Postgres holds counts
+	// as new: telling it stale would cost a read. Deferring reorders a key's
+	// commands, which is safe: the upsert keeps the newest version whatever
+	// the order of arrival, and the commands of a deferred message that were
+	// committed are no-ops when it comes again.
+	cmds, deferred, reserved := in.sched.Admit(cmds)
+	defer in.sched.Unreserve(reserved)
+	var refused map[int]bool
+	if len(cmds) > 0 {
+		var changes []Change
+		if changes, refused, err = in.write(ctx, cmds, now); err != nil {
+			return err
+		}
+		defer in.apply(changes)
+	}
+	in.settle(valid, refused, deferred)
+	return nil
+}
+
+// collect decodes msgs (dead-lettering what fails) and returns their
+// commands, the newest of each key only, and the messages that carried
+// any.
+func (in *ingester) collect(ctx context.Context, msgs []Message, now time.Time) ([]events.Command, []delivered, error) {
 	cmds := make([]events.Command, 0, len(msgs))
 	valid := make([]delivered, 0, len(msgs))
 	newest := make(map[string]int, len(msgs)) // key → index in cmds
 	for _, m := range msgs {
 		got, err := in.commands(ctx, m, now)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if len(got) == 0 {
 			continue // dead-lettered
@@ -144,37 +176,35 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 		}
 		valid = append(valid, d)
 	}
-	// Only sets of keys not held need room; those that find none are
-	// deferred (redelivered after RetryDelay, with the rest of their
-	// message). A set older than a tombstone that only Postgres holds counts
-	// as new: telling it stale would cost a read. Deferring reorders a key's
-	// commands, which is safe: the upsert keeps the newest version whatever
-	// the order of arrival, and the commands of a deferred message that were
-	// committed are no-ops when it comes again.
-	cmds, deferred, reserved := in.sched.Admit(cmds)
-	defer in.sched.Unreserve(reserved)
-	// The fence: only the partitions this instance owns, at their epoch, are
-	// written; the commands of the others are negatively acknowledged at
-	// once, so their owner gets them.
-	refused := map[int]bool{}
-	if len(cmds) > 0 {
-		parts := make([]int, 0, len(cmds))
-		for _, c := range cmds {
-			if p := events.PartitionOf(c.Key); !slices.Contains(parts, p) {
-				parts = append(parts, p)
-			}
-		}
-		spans := startIngestSpans(ctx, cmds)
-		changes, lost, err := in.store.Apply(ctx, in.own.fence(parts), cmds, now)
-		endSpans(spans, err)
-		if err != nil {
-			return fmt.Errorf("apply %d commands: %w", len(cmds), err)
-		}
-		for _, p := range lost {
-			refused[p] = true
-		}
-		defer in.apply(changes)
+	return cmds, valid, nil
+}
+
+// write commits cmds behind the fence: only the partitions this instance
+// owns, at their epoch, are written. It returns the committed changes and
+// the partitions the fence refused, whose commands are to be negatively
+// acknowledged at once, so their owner gets them.
+func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.Time) ([]Change, map[int]bool, error) {
+	var parts []int
+	for _, c := range cmds {
+		parts = appendPartitions(parts, events.PartitionOf(c.Key))
 	}
+	spans := startIngestSpans(ctx, cmds)
+	changes, lost, err := in.store.Apply(ctx, in.own.fence(parts), cmds, now)
+	endSpans(spans, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apply %d commands: %w", len(cmds), err)
+	}
+	refused := map[int]bool{}
+	for _, p := range lost {
+		refused[p] = true
+	}
+	return changes, refused, nil
+}
+
+// settle acknowledges each message of valid, or hands it back: at once
+// when its partition was refused, after RetryDelay when one of its sets was
+// deferred.
+func (in *ingester) settle(valid []delivered, refused map[int]bool, deferred map[string]bool) {
 	for _, d := range valid {
 		if refused[d.part] {
 			if err := d.m.NakWithDelay(0); err != nil {
@@ -197,7 +227,6 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 		in.cfg.Logger.Warn("pending timeouts at MaxPending; new sets deferred", "deferred", len(deferred),
 			"max_pending", in.cfg.MaxPending, "retry_in", in.cfg.RetryDelay)
 	}
-	return nil
 }
 
 // commands returns the commands of m that pass decode. A message of one

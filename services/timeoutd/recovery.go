@@ -32,6 +32,9 @@ type takeover struct {
 	held   []schedule.Ref // the overdue timeouts, held
 	marks  []uint64       // per partition, the source's backlog at load
 	loaded int
+	// rows and consumers are how long reading the rows and starting the
+	// consumers took, for the log.
+	rows, consumers time.Duration
 }
 
 // load puts every pending row of the leases' partitions into the schedule in
@@ -47,6 +50,7 @@ type takeover struct {
 func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) {
 	parts := partitionsOf(leases)
 	t := &takeover{leases: leases, parts: parts, marks: make([]uint64, len(parts))}
+	start := time.Now()
 	pages := make(chan []Timeout, 1)
 	loadErr := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
@@ -69,6 +73,8 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 	if err := <-loadErr; err != nil {
 		return t, err
 	}
+	t.rows = time.Since(start)
+	start = time.Now()
 	// Every partition's consumer is started and its mark read at once: on
 	// a cluster each takes round trips to its consumer's leader.
 	g, gctx := errgroup.WithContext(ctx)
@@ -95,10 +101,9 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return t, err
-	}
-	return t, nil
+	err := g.Wait()
+	t.consumers = time.Since(start)
+	return t, err
 }
 
 // loadPages sends the pending rows of parts page by page on pages, then

@@ -123,8 +123,17 @@ func (f *fakeStore) MarkFired(_ context.Context, _ Fence, due []Due, _ time.Time
 	if f.failMark != nil {
 		return nil, f.failMark
 	}
-	f.fired = append(f.fired, due...)
-	return nil, nil
+	var refused []int
+	for _, d := range due {
+		if p := events.PartitionOf(d.Key); f.refuse[p] {
+			if !slices.Contains(refused, p) {
+				refused = append(refused, p)
+			}
+			continue
+		}
+		f.fired = append(f.fired, d)
+	}
+	return refused, nil
 }
 
 func (f *fakeStore) LoadPending(_ context.Context, p int, after string, _ int) ([]Timeout, error) {
@@ -535,6 +544,9 @@ func TestFailedFireIsRequeued(t *testing.T) {
 		{"read", func(st *fakeStore, _ *Service, on bool) { st.failRead = errIf(on, reset) }, 0},
 		{"publish", func(st *fakeStore, _ *Service, on bool) { st.failPublish = errIf(on, reset) }, 0},
 		{"mark, after the event was published", func(st *fakeStore, _ *Service, on bool) { st.failMark = errIf(on, reset) }, 1},
+		{"mark refused by the fence of a partition still held (a lapse)", func(st *fakeStore, _ *Service, on bool) {
+			st.refuse = map[int]bool{events.PartitionOf("k"): on}
+		}, 1},
 		{"leases not renewed in time", func(_ *fakeStore, s *Service, on bool) {
 			if on {
 				s.own.trustUntil(time.Now())

@@ -62,7 +62,10 @@ func TestRun(t *testing.T) {
 				paths = append(paths, p)
 			}
 			var out strings.Builder
-			err := run(&out, paths)
+			sum, err := read(paths)
+			if err == nil {
+				out.WriteString(sum.markdown())
+			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("run = %v, want an error containing %q", err, tt.wantErr)
@@ -78,5 +81,55 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUpdate writes the table between the markers and the two headline
+// rows of a document, leaving the rest as it was.
+func TestUpdate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var paths []string
+	for i, f := range []string{run1, run2} {
+		p := filepath.Join(dir, string(rune('a'+i))+".txt")
+		if err := os.WriteFile(p, []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	sum, err := read(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join(dir, "BENCHMARKS.md")
+	before := "| what | ordertimeout | peer | measured | command |\n|---|---|---|---|---|\n" +
+		"| [expiry storm 10k/s, old](#x) | 1 ms | 2 ms | then | cmd |\n| [other](#y) | kept | kept | kept | kept |\n" +
+		"| [CPU per expiry, old](#x) | 1 µs | 2 µs | then | cmd |\n\n## The expiry storm, three peers\n\n" + beginMarker + "\nold table\n" + endMarker + "\n\nafter\n"
+	if err := os.WriteFile(doc, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sum.update(doc); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(doc)
+	for _, want := range []string{
+		"| [expiry storm 10k/s, consumer p99, median of 2 runs](#the-expiry-storm-three-peers) | 30.0 ms (30.0–30.0) packed; 40.0 ms (40.0–40.0) single | NATS 610 ms (600–620); River 250 ms (250–250) | 2026-11-26–2026-11-27, EPYC | `make bench-storms` |",
+		"| [CPU per expiry, whole platform, median of 2 runs](#the-expiry-storm-three-peers) | 120 µs (120–120) packed; 130 µs (130–130) single | NATS 49.0 µs (48.0–50.0); River 120 µs (120–120) |",
+		"| [other](#y) | kept | kept | kept | kept |",
+		"| NATS message schedules | 2 | 385 (380–390) |",
+		"\n\nafter\n",
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("the document lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(string(got), "old table") {
+		t.Errorf("the old table is still there:\n%s", got)
+	}
+	if err := os.WriteFile(doc, []byte("no markers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sum.update(doc); err == nil || !strings.Contains(err.Error(), "lacks the markers") {
+		t.Errorf("update of a document without markers = %v, want an error naming them", err)
 	}
 }

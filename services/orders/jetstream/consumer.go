@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ordertimeout/ordertimeout/internal/retry"
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
@@ -90,8 +91,10 @@ const (
 	ResultRetried      = "retried"
 )
 
-// Consumer applies cancel events. Create it with NewConsumer, run it with Run.
+// Consumer applies cancel events. Create it with NewConsumer, run it with
+// Start and Stop.
 type Consumer struct {
+	base    startstop.Base
 	cfg     Config
 	js      jetstream.JetStream
 	cons    jetstream.Consumer
@@ -151,11 +154,17 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 	return c, nil
 }
 
-// Run applies events until ctx ends, then stops pulling, lets the events in
-// flight finish and returns nil. Pull errors (a missed heartbeat while NATS
-// restarts, a deleted consumer) are logged and the consumer is re-created
-// and pulled again after RetryDelay; Run does not give up while ctx lives.
-func (c *Consumer) Run(ctx context.Context) error {
+// Start applies events until ctx ends or Stop; it does not block. Pull
+// errors (a missed heartbeat while NATS restarts, a deleted consumer) are
+// logged and the consumer is re-created and pulled again after RetryDelay;
+// it does not give up while ctx lives.
+func (c *Consumer) Start(ctx context.Context) { c.base.Start(ctx, c.run) }
+
+// Stop stops pulling, lets the events in flight finish and returns once
+// they have.
+func (c *Consumer) Stop() { c.base.Stop() }
+
+func (c *Consumer) run(ctx context.Context) {
 	// Received events wait here while the workers are busy, so the next
 	// batch is what arrived during the last transaction.
 	work := make(chan jetstream.Msg, c.cfg.Concurrency*c.cfg.BatchMax)
@@ -192,7 +201,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		began := time.Now()
 		err := c.pull(ctx, work)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		if err == nil {
 			err = errors.New("message iterator closed")
@@ -203,7 +212,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.cfg.Logger.Warn("pull cancel events; retrying", "err", err)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(wait.NextBackOff()):
 		}
 		if cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, c.spec); err == nil {
@@ -212,7 +221,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// pull feeds work from one message iterator until it closes (nil; Run
+// pull feeds work from one message iterator until it closes (nil; run
 // closes it when ctx ends) or fails with an error other than a missed
 // heartbeat.
 func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {

@@ -98,8 +98,7 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	c.Start(ctx)
 
 	d := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	publish := func(subject string, data []byte, id string) {
@@ -169,13 +168,18 @@ func TestConsumerRetriesTransientFailuresAndDeadLetters(t *testing.T) {
 		return len(applied["o-4"]) == 1
 	})
 	cancel()
+	stopWithin(t, c, 10*time.Second)
+}
+
+// stopWithin fails unless c's Stop returns within d.
+func stopWithin(t *testing.T, c *ojs.Consumer, d time.Duration) {
+	t.Helper()
+	stopped := make(chan struct{})
+	go func() { c.Stop(); close(stopped) }()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
+	case <-stopped:
+	case <-time.After(d):
+		t.Fatal("the consumer did not stop")
 	}
 }
 
@@ -216,7 +220,8 @@ func TestConsumerAppliesABacklogInBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = c.Run(ctx) }()
+	c.Start(ctx)
+	defer c.Stop()
 	poll(t, func() bool {
 		_, applied := exp.snapshot()
 		return len(applied) == n

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 )
 
 // Defaults of JanitorConfig.
@@ -35,6 +37,7 @@ type JanitorConfig struct {
 
 // Janitor deletes expired idempotency keys, so the table stays bounded.
 type Janitor struct {
+	base startstop.Base
 	cfg  JanitorConfig
 	pool *pgxpool.Pool
 }
@@ -56,9 +59,15 @@ func NewJanitor(pool *pgxpool.Pool, cfg JanitorConfig) (*Janitor, error) {
 	return &Janitor{cfg: cfg, pool: pool}, nil
 }
 
-// Run sweeps every Interval until ctx ends, then returns nil. A failed sweep
-// is logged and retried at the next interval.
-func (j *Janitor) Run(ctx context.Context) error {
+// Start sweeps at once and then every Interval until ctx ends or Stop; it
+// does not block. A failed sweep is logged and retried at the next
+// interval.
+func (j *Janitor) Start(ctx context.Context) { j.base.Start(ctx, j.run) }
+
+// Stop ends the loop started by Start and waits for its sweep to return.
+func (j *Janitor) Stop() { j.base.Stop() }
+
+func (j *Janitor) run(ctx context.Context) {
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -69,7 +78,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
 	}

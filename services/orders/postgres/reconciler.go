@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 )
 
@@ -53,6 +54,7 @@ type ReconcilerConfig struct {
 // orders_reconciled_total and logged as reconciled. It is the rescuer of a
 // job system: when nothing is broken it finds nothing.
 type Reconciler struct {
+	base       startstop.Base
 	cfg        ReconcilerConfig
 	store      *Store
 	reconciled prometheus.Counter
@@ -92,9 +94,15 @@ func NewReconciler(store *Store, cfg ReconcilerConfig) (*Reconciler, error) {
 	return r, nil
 }
 
-// Run sweeps every Interval until ctx ends, then returns nil. A failed sweep
-// is logged and retried at the next interval.
-func (r *Reconciler) Run(ctx context.Context) error {
+// Start sweeps at once and then every Interval until ctx ends or Stop; it
+// does not block. A failed sweep is logged and retried at the next
+// interval.
+func (r *Reconciler) Start(ctx context.Context) { r.base.Start(ctx, r.run) }
+
+// Stop ends the loop started by Start and waits for its sweep to return.
+func (r *Reconciler) Stop() { r.base.Stop() }
+
+func (r *Reconciler) run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -103,7 +111,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	thttp "github.com/ordertimeout/ordertimeout/services/timeoutd/http"
@@ -59,6 +60,9 @@ const (
 	MemoryLimitDefault = 1400 << 20
 )
 
+// NATSTLSPrefix is the prefix of Config.NATSTLS's variables.
+const NATSTLSPrefix = "TIMEOUTD_NATS_"
+
 // Config is everything the daemon reads from its environment; FromEnv
 // documents the variable of each field.
 type Config struct {
@@ -66,6 +70,13 @@ type Config struct {
 	DatabaseURL string `env:"TIMEOUTD_DATABASE_URL"`
 	// NATSURL is the NATS server URL (required).
 	NATSURL string `env:"TIMEOUTD_NATS_URL"`
+	// NATSTLS are the NATS connection's TLS files: TIMEOUTD_NATS_CA_FILE
+	// (the CA of the servers' certificates), TIMEOUTD_NATS_CERT_FILE and
+	// TIMEOUTD_NATS_KEY_FILE (a client certificate, for servers that
+	// verify their clients). With any set the connection requires TLS;
+	// default plaintext. Postgres's TLS is set in DatabaseURL
+	// (sslmode=verify-full, sslrootcert, sslcert, sslkey).
+	NATSTLS tlsclient.Files `envPrefix:"TIMEOUTD_NATS_"`
 	// HTTPAddr is the HTTP listen address; default HTTPAddrDefault. Use
 	// "127.0.0.1:0" to pick a free port (see Main.Addr).
 	HTTPAddr string `env:"TIMEOUTD_HTTP_ADDR"`
@@ -108,7 +119,9 @@ type Config struct {
 	// until it answers again; above NATS's own reconnection (a node lost
 	// moves no partition). Default NATSGraceDefault.
 	NATSGrace time.Duration `env:"TIMEOUTD_NATS_GRACE"`
-	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault.
+	// DBMaxConns is the Postgres pool size; default DBMaxConnsDefault. A
+	// pool_max_conns in DatabaseURL wins (it sizes this pool only: the
+	// read and lease pools keep theirs).
 	DBMaxConns int `env:"TIMEOUTD_DB_MAX_CONNS"`
 	// StatementTimeout is every database session's statement_timeout;
 	// default pgparams.StatementTimeoutDefault (30s). A statement_timeout
@@ -240,19 +253,26 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err != nil {
 		return nil, err
 	}
+	natsTLS, err := cfg.NATSTLS.NATS(NATSTLSPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
 	m := &Main{cfg: cfg, log: cfg.Logger}
 	defer func() {
 		if err != nil {
-			m.close()
+			m.Close()
 		}
 	}()
-	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns); err != nil {
+	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns, false, nil); err != nil {
 		return nil, err
 	}
-	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns); err != nil {
+	if size := m.pool.Config().MaxConns; size < 2 {
+		return nil, fmt.Errorf("daemon: pool_max_conns in TIMEOUTD_DATABASE_URL (DatabaseURL) must be at least 2, got %d", size)
+	}
+	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns, true, nil); err != nil {
 		return nil, err
 	}
-	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, postgres.LeasePoolConfig); err != nil {
+	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, true, postgres.LeasePoolConfig); err != nil {
 		return nil, err
 	}
 	// Postgres, NATS and the streams may come up after timeoutd.
@@ -262,8 +282,8 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err := postgres.Migrate(ctx, m.pool); err != nil {
 		return nil, err
 	}
-	m.nc, err = nats.Connect(cfg.NATSURL, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+	m.nc, err = nats.Connect(cfg.NATSURL, append(natsTLS, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}
@@ -318,31 +338,20 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	return m, nil
 }
 
-// openPool opens a Postgres pool of cfg (with defaults applied): size
-// connections whose sessions have StatementTimeout and
+// openPool opens a Postgres pool of cfg (with defaults applied) of size
+// connections, or of the pool_max_conns DatabaseURL sets unless dedicated
+// (pgparams.Pool), whose sessions have StatementTimeout and
 // IdleInTransactionTimeout, unless DatabaseURL sets them itself, and whose
 // application_name is timeoutd/<instance id> (pg_stat_activity shows which
 // instance holds a connection: the other instances tell it crashed when
 // none is left; the cluster's e2e audit attributes writes). adapt, when
 // given, adapts the pool's configuration last.
-func openPool(ctx context.Context, cfg Config, size int, adapt ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse TIMEOUTD_DATABASE_URL: %w", err)
-	}
-	pcfg.MaxConns = int32(size)
-	pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout}.Apply(pcfg.ConnConfig.RuntimeParams)
-	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = "timeoutd/" + cfg.Service.InstanceID
-	}
-	for _, f := range adapt {
-		f(pcfg)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect postgres: %w", err)
-	}
-	return pool, nil
+func openPool(ctx context.Context, cfg Config, size int, dedicated bool, adapt func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	return pgparams.Pool{
+		URL: cfg.DatabaseURL, Variable: "TIMEOUTD_DATABASE_URL", MaxConns: int32(size), Dedicated: dedicated,
+		Timeouts:        pgparams.Timeouts{Statement: cfg.StatementTimeout, IdleInTransaction: cfg.IdleInTransactionTimeout},
+		ApplicationName: "timeoutd/" + cfg.Service.InstanceID, Adapt: adapt,
+	}.Open(ctx)
 }
 
 // natsHealthy reports whether NATS answered a ping within NATSGrace.
@@ -384,7 +393,7 @@ func (m *Main) Ready() <-chan struct{} { return m.svc.Ready() }
 // drained, connections closed. It returns the first error that stopped it
 // early. Like orders' main, the parts run under one errgroup.
 func (m *Main) Run(ctx context.Context) error {
-	defer m.close()
+	defer m.Close()
 	// The service outlives ctx by ShutdownDelay: it stops only once
 	// readiness has been false that long, so balancers stop sending first.
 	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
@@ -448,7 +457,10 @@ func (m *Main) Kill() {
 	_ = m.srv.Close()
 }
 
-func (m *Main) close() {
+// Close releases what New opened: the listener, the NATS connection
+// (drained) and the pools. Run calls it when it returns; call it when Run
+// is not called. It may be called more than once.
+func (m *Main) Close() {
 	m.once.Do(func() {
 		if m.srv != nil {
 			_ = m.srv.Close()

@@ -894,6 +894,10 @@ func TestSettingsValidated(t *testing.T) {
 		{"prefetch beyond 10,000 messages", "Prefetch", map[string]string{"TIMEOUTD_PREFETCH": "20000"}},
 		{"linger beyond 100ms", "Linger", map[string]string{"TIMEOUTD_LINGER": "1s"}},
 		{"write timeout not a duration", "TIMEOUTD_STREAM_WRITE_TIMEOUT", map[string]string{"TIMEOUTD_STREAM_WRITE_TIMEOUT": "soon"}},
+		{"nats CA missing", "TIMEOUTD_NATS_CA_FILE", map[string]string{"TIMEOUTD_NATS_CA_FILE": "/nonexistent/ca.crt"}},
+		{"nats certificate without its key", "TIMEOUTD_NATS_KEY_FILE", map[string]string{"TIMEOUTD_NATS_CERT_FILE": "/etc/tls/client.crt"}},
+		{"postgres CA missing", "TIMEOUTD_DATABASE_URL", map[string]string{
+			"TIMEOUTD_DATABASE_URL": "postgres://unused/timeouts?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

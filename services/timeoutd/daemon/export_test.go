@@ -13,7 +13,7 @@ func OpenPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openPool(ctx, cfg, cfg.DBMaxConns)
+	return openPool(ctx, cfg, cfg.DBMaxConns, false, nil)
 }
 
 // ReadPool is the read API's own pool, for the test that exhausts it.

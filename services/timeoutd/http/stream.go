@@ -140,18 +140,8 @@ func (s *server) snapshotEvent(ctx context.Context, v snapshotView) ([]byte, uin
 // lists are bounded by api.LimitMax), built only after the previous write
 // completed: nothing queues per stream.
 func (s *server) stream(w http.ResponseWriter, r *http.Request) {
-	payloads, ok := s.payloadAccess(w, r)
+	view, ok := s.streamView(w, r)
 	if !ok {
-		return
-	}
-	soonest, err := intParam(r, "soonest", 20, api.LimitMax)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	recent, err := intParam(r, "recent", 20, api.LimitMax)
-	if err != nil {
-		s.fail(w, r, err)
 		return
 	}
 	if !s.streams.acquire() {
@@ -162,72 +152,115 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streams.release()
-	rc := http.NewResponseController(w)
-	write := func(b []byte) error {
-		// A stream outlives the server's WriteTimeout, but no single
-		// write may block longer than StreamWriteTimeout.
-		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)); err != nil {
-			return fmt.Errorf("set write deadline: %w", err)
-		}
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	ended := func(err error) {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			s.streams.dropped.Inc()
-			s.log.Debug("stream dropped: the client did not read", "remote", r.RemoteAddr, "write_timeout", s.cfg.StreamWriteTimeout)
-		} else if errors.Is(err, http.ErrNotSupported) {
-			s.log.Error("stream: the connection takes no write deadline", "err", err)
-		}
-	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	st := &sseStream{s: s, w: w, rc: http.NewResponseController(w), remote: r.RemoteAddr, view: view}
+	if err := st.run(r.Context()); err != nil {
+		st.ended(err)
+	}
+}
 
-	ctx := r.Context()
-	view := snapshotView{soonest: soonest, recent: recent, payloads: payloads}
+// streamView reads a stream's view from r: its list sizes and whether it
+// may see payloads. When it reports false, it has answered the request.
+func (s *server) streamView(w http.ResponseWriter, r *http.Request) (snapshotView, bool) {
+	payloads, ok := s.payloadAccess(w, r)
+	if !ok {
+		return snapshotView{}, false
+	}
+	soonest, err := intParam(r, "soonest", 20, api.LimitMax)
+	if err != nil {
+		s.fail(w, r, err)
+		return snapshotView{}, false
+	}
+	recent, err := intParam(r, "recent", 20, api.LimitMax)
+	if err != nil {
+		s.fail(w, r, err)
+		return snapshotView{}, false
+	}
+	return snapshotView{soonest: soonest, recent: recent, payloads: payloads}, true
+}
+
+// sseStream is one open live stream.
+type sseStream struct {
+	s      *server
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	remote string // the client's address, for the log
+	view   snapshotView
 	// sent is the generation of the last snapshot sent.
-	var sent uint64
-	send := func() error {
-		data, gen, err := s.snapshotEvent(ctx, view)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			s.log.Warn("build snapshot", "err", err)
-			return nil // skip this one, try at the next tick
-		}
-		sent = gen
-		return write(data)
+	sent uint64
+}
+
+// run sends a snapshot at once, then at each SnapshotInterval tick a
+// snapshot when the counters changed or ResyncDefault passed, else a
+// heartbeat after Heartbeat of silence, until ctx ends (nil) or a write
+// fails (its error).
+func (st *sseStream) run(ctx context.Context) error {
+	if err := st.send(ctx); err != nil {
+		return err
 	}
-	if err := send(); err != nil {
-		ended(err)
-		return
-	}
-	tick := time.NewTicker(s.cfg.SnapshotInterval)
+	tick := time.NewTicker(st.s.cfg.SnapshotInterval)
 	defer tick.Stop()
 	lastSent, lastWrite := time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case now := <-tick.C:
 			var err error
-			if s.svc.Generation() != sent || now.Sub(lastSent) >= ResyncDefault {
+			if st.s.svc.Generation() != st.sent || now.Sub(lastSent) >= ResyncDefault {
 				lastSent, lastWrite = now, now
-				err = send()
-			} else if now.Sub(lastWrite) >= s.cfg.Heartbeat {
+				err = st.send(ctx)
+			} else if now.Sub(lastWrite) >= st.s.cfg.Heartbeat {
 				lastWrite = now
-				err = write([]byte(": heartbeat\n\n"))
+				err = st.write([]byte(": heartbeat\n\n"))
 			}
 			if err != nil {
-				ended(err)
-				return
+				return err
 			}
 		}
+	}
+}
+
+// send writes the view's current snapshot event. A snapshot that cannot be
+// built is logged and skipped (the next tick tries again); only ctx's end
+// or a failed write is an error.
+func (st *sseStream) send(ctx context.Context) error {
+	data, gen, err := st.s.snapshotEvent(ctx, st.view)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		st.s.log.Warn("build snapshot", "err", err)
+		return nil // skip this one, try at the next tick
+	}
+	st.sent = gen
+	return st.write(data)
+}
+
+// write writes b and flushes it. A stream outlives the server's
+// WriteTimeout, but no single write may block longer than
+// StreamWriteTimeout.
+func (st *sseStream) write(b []byte) error {
+	if err := st.rc.SetWriteDeadline(time.Now().Add(st.s.cfg.StreamWriteTimeout)); err != nil {
+		return fmt.Errorf("set write deadline: %w", err)
+	}
+	if _, err := st.w.Write(b); err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}
+
+// ended records why the stream ended on err: a client that did not read,
+// or a connection that takes no write deadline.
+func (st *sseStream) ended(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		st.s.streams.dropped.Inc()
+		st.s.log.Debug("stream dropped: the client did not read", "remote", st.remote, "write_timeout", st.s.cfg.StreamWriteTimeout)
+	} else if errors.Is(err, http.ErrNotSupported) {
+		st.s.log.Error("stream: the connection takes no write deadline", "err", err)
 	}
 }

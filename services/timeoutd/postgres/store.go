@@ -93,12 +93,7 @@ RETURNING key, version, state, deadline_ns`
 // never deadlock.
 func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.Command, now time.Time) ([]timeoutd.Change, []int, error) {
 	n := len(cmds)
-	order := make([]int, n)
-	stored := make([][]byte, n)
-	for i, c := range cmds {
-		order[i], stored[i] = i, encodeKey(c.Key)
-	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(stored[a], stored[b]) })
+	order, stored := storedKeyOrder(n, func(i int) string { return cmds[i].Key })
 	versions, deadlines := make([]int64, n), make([]int64, n)
 	lateness, parts, states := make([]int32, n), make([]int16, n), make([]int16, n)
 	keys, subjects, payloads, traces := make([][]byte, n), make([]*string, n), make([][]byte, n), make([]*string, n)
@@ -227,20 +222,24 @@ func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Tim
 // dueArrays returns the stored keys and the versions of due, in the order
 // of the stored keys.
 func dueArrays(due []timeoutd.Due) ([][]byte, []int64) {
+	order, stored := storedKeyOrder(len(due), func(i int) string { return due[i].Key })
 	keys, versions := make([][]byte, len(due)), make([]int64, len(due))
-	for i, d := range due {
-		keys[i], versions[i] = encodeKey(d.Key), d.Version
-	}
-	order := make([]int, len(due))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
-	sortedKeys, sortedVersions := make([][]byte, len(due)), make([]int64, len(due))
 	for i, j := range order {
-		sortedKeys[i], sortedVersions[i] = keys[j], versions[j]
+		keys[i], versions[i] = stored[j], due[j].Version
 	}
-	return sortedKeys, sortedVersions
+	return keys, versions
+}
+
+// storedKeyOrder encodes n keys (key(i) is the i-th) and returns them with
+// the indexes that list them in the order of their stored bytes: the order
+// every write takes rows in, so that Apply and MarkFired never deadlock.
+func storedKeyOrder(n int, key func(i int) string) (order []int, stored [][]byte) {
+	order, stored = make([]int, n), make([][]byte, n)
+	for i := range n {
+		order[i], stored[i] = i, encodeKey(key(i))
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(stored[a], stored[b]) })
+	return order, stored
 }
 
 // markFiredSQL locks the rows of $1/$2 (in stored key order) still pending

@@ -1,4 +1,4 @@
-package orders
+package daemon
 
 import (
 	"errors"
@@ -9,33 +9,34 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
+	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
+	"github.com/ordertimeout/ordertimeout/services/orders"
 )
 
-// Defaults of Config.
-const (
-	HTTPAddrDefault     = ":8081"
-	PayWithinMinDefault = time.Second
-	PayWithinMaxDefault = 24 * time.Hour
-	// MaxOutboxLagDefault is the outbox lag beyond which mutating requests
-	// are refused with 503 (backpressure).
-	MaxOutboxLagDefault = 10 * time.Second
-	// PaymentGraceDefault is how long after pay_by a payment is accepted.
-	PaymentGraceDefault = time.Duration(0)
-	// ReconcileMarginDefault is how long past its pay_by a pending order
-	// waits for timeoutd's cancel event before the reconciler cancels it.
-	ReconcileMarginDefault = 30 * time.Second
-	// ReconcileIntervalDefault is the time between two reconciler sweeps.
-	ReconcileIntervalDefault = 10 * time.Second
-)
+// HTTPAddrDefault is the default listen address of the API, health and
+// metrics.
+const HTTPAddrDefault = ":8081"
 
-// Config is the configuration of the orders binary, read from the
-// environment by ConfigFromEnv; each field names its variable.
+// NATSTLSPrefix is the prefix of Config.NATSTLS's variables.
+const NATSTLSPrefix = "ORDERS_NATS_"
+
+// Config is the configuration of the orders daemon, read from the
+// environment by FromEnv; each field names its variable.
 type Config struct {
 	// DatabaseURL is the Postgres connection string (ORDERS_DATABASE_URL);
-	// required. pgxpool parameters such as pool_max_conns are honoured.
+	// required. Its settings win (pgparams.Pool): a pool_max_conns sizes
+	// the API's pool (default PoolMaxConnsDefault); the relay's keeps
+	// RelayPoolMaxConns.
 	DatabaseURL string `env:"ORDERS_DATABASE_URL"`
 	// NATSURL is the NATS server URL (ORDERS_NATS_URL); required.
 	NATSURL string `env:"ORDERS_NATS_URL"`
+	// NATSTLS are the NATS connection's TLS files: ORDERS_NATS_CA_FILE
+	// (the CA of the servers' certificates), ORDERS_NATS_CERT_FILE and
+	// ORDERS_NATS_KEY_FILE (a client certificate, for servers that verify
+	// their clients). With any set the connection requires TLS; default
+	// plaintext. Postgres's TLS is set in DatabaseURL (sslmode=verify-full,
+	// sslrootcert, sslcert, sslkey).
+	NATSTLS tlsclient.Files `envPrefix:"ORDERS_NATS_"`
 	// HTTPAddr is the listen address of the API, health and metrics
 	// (ORDERS_HTTP_ADDR); default ":8081".
 	HTTPAddr string `env:"ORDERS_HTTP_ADDR"`
@@ -44,7 +45,7 @@ type Config struct {
 	APITokens []string `env:"ORDERS_API_TOKENS" envSeparator:","`
 	// Limits bound payment deadlines (ORDERS_PAY_WITHIN_MIN, default 1s, and
 	// ORDERS_PAY_WITHIN_MAX, default 24h; Go durations).
-	Limits Limits `envPrefix:"ORDERS_"`
+	Limits orders.Limits `envPrefix:"ORDERS_"`
 	// PaymentGrace is how long after an order's pay_by a payment is still
 	// accepted (ORDERS_PAYMENT_GRACE, a Go duration); default 0: the
 	// deadline is the rule.
@@ -77,19 +78,22 @@ type Config struct {
 	// every database session (ORDERS_IDLE_IN_TRANSACTION_TIMEOUT); default
 	// 60s. An idle_in_transaction_session_timeout in DatabaseURL wins.
 	IdleInTransactionTimeout time.Duration `env:"ORDERS_IDLE_IN_TRANSACTION_TIMEOUT"`
+	// Logger is the daemon's logger; default slog.Default(). cmd/orders
+	// makes it from LogLevel.
+	Logger *slog.Logger
 }
 
-// ConfigFromEnv reads the configuration from environ (envconfig.Environ()
-// in main) over the defaults and validates it; every error is reported,
-// each naming its variable.
-func ConfigFromEnv(environ map[string]string) (Config, error) {
+// FromEnv reads the configuration from environ (envconfig.Environ() in
+// cmd/orders; see services/orders/README.md) over the defaults and
+// validates it; every error is reported, each naming its variable.
+func FromEnv(environ map[string]string) (Config, error) {
 	c := Config{
 		HTTPAddr:                 HTTPAddrDefault,
-		Limits:                   Limits{PayWithinMin: PayWithinMinDefault, PayWithinMax: PayWithinMaxDefault},
-		PaymentGrace:             PaymentGraceDefault,
-		ReconcileMargin:          ReconcileMarginDefault,
-		ReconcileInterval:        ReconcileIntervalDefault,
-		MaxOutboxLag:             MaxOutboxLagDefault,
+		Limits:                   orders.Limits{PayWithinMin: orders.PayWithinMinDefault, PayWithinMax: orders.PayWithinMaxDefault},
+		PaymentGrace:             orders.PaymentGraceDefault,
+		ReconcileMargin:          orders.ReconcileMarginDefault,
+		ReconcileInterval:        orders.ReconcileIntervalDefault,
+		MaxOutboxLag:             orders.MaxOutboxLagDefault,
 		StatementTimeout:         pgparams.StatementTimeoutDefault,
 		IdleInTransactionTimeout: pgparams.IdleInTransactionTimeoutDefault,
 	}
@@ -119,5 +123,8 @@ func (c Config) Validate() error {
 	check(c.ReconcileInterval <= 0, "ORDERS_RECONCILE_INTERVAL must be positive, got %s", c.ReconcileInterval)
 	check(c.StatementTimeout < time.Millisecond, "ORDERS_STATEMENT_TIMEOUT must be at least 1ms, got %s", c.StatementTimeout)
 	check(c.IdleInTransactionTimeout < time.Millisecond, "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT must be at least 1ms, got %s", c.IdleInTransactionTimeout)
+	if _, err := c.NATSTLS.Config(NATSTLSPrefix); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

@@ -1,34 +1,50 @@
-package orders_test
+package daemon_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/services/orders"
+	"github.com/ordertimeout/ordertimeout/internal/testcerts"
+	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
+	"github.com/ordertimeout/ordertimeout/services/orders/daemon"
 )
 
-func TestConfigFromEnv(t *testing.T) {
+func TestFromEnv(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{"ORDERS_DATABASE_URL": "postgres://x", "ORDERS_NATS_URL": "nats://x", "ORDERS_API_TOKENS": " a , b ,"}
+	certs, err := testcerts.Write(t.TempDir(), "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		set     map[string]string
 		wantErr string // the variables the error names, space-separated; "" = valid
-		check   func(t *testing.T, c orders.Config)
+		check   func(t *testing.T, c daemon.Config)
 	}{
-		{name: "defaults", check: func(t *testing.T, c orders.Config) {
+		{name: "defaults", check: func(t *testing.T, c daemon.Config) {
 			if c.HTTPAddr != ":8081" || c.Limits.PayWithinMin != time.Second || c.Limits.PayWithinMax != 24*time.Hour ||
 				len(c.APITokens) != 2 || c.APITokens[0] != "a" || c.APITokens[1] != "b" || c.MaxOutboxLag != 10*time.Second ||
 				c.StatementTimeout != 30*time.Second || c.IdleInTransactionTimeout != time.Minute ||
-				c.PaymentGrace != 0 || c.ReconcileMargin != 30*time.Second || c.ReconcileInterval != 10*time.Second || c.SingleCommands {
+				c.PaymentGrace != 0 || c.ReconcileMargin != 30*time.Second || c.ReconcileInterval != 10*time.Second || c.SingleCommands ||
+				c.NATSTLS.Enabled() {
 				t.Fatalf("config = %+v", c)
 			}
 		}},
+		{name: "nats tls", set: map[string]string{"ORDERS_NATS_CA_FILE": certs.CA, "ORDERS_NATS_CERT_FILE": certs.ClientCert, "ORDERS_NATS_KEY_FILE": certs.ClientKey},
+			check: func(t *testing.T, c daemon.Config) {
+				if c.NATSTLS != (tlsclient.Files{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}) {
+					t.Fatalf("NATSTLS = %+v", c.NATSTLS)
+				}
+			}},
+		{name: "nats CA missing", set: map[string]string{"ORDERS_NATS_CA_FILE": certs.CA + ".missing"}, wantErr: "ORDERS_NATS_CA_FILE"},
+		{name: "nats cert without key", set: map[string]string{"ORDERS_NATS_CA_FILE": certs.CA, "ORDERS_NATS_CERT_FILE": certs.ClientCert},
+			wantErr: "ORDERS_NATS_CERT_FILE ORDERS_NATS_KEY_FILE"},
 		{name: "overrides", set: map[string]string{"ORDERS_HTTP_ADDR": ":9", "ORDERS_PAY_WITHIN_MIN": "5s", "ORDERS_PAY_WITHIN_MAX": "1h", "ORDERS_LOG_LEVEL": "debug",
 			"ORDERS_MAX_OUTBOX_LAG": "2500ms", "ORDERS_STATEMENT_TIMEOUT": "5s", "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT": "2m",
 			"ORDERS_PAYMENT_GRACE": "2s", "ORDERS_RECONCILE_MARGIN": "1m", "ORDERS_RECONCILE_INTERVAL": "3s", "ORDERS_SINGLE_COMMANDS": "true"},
-			check: func(t *testing.T, c orders.Config) {
+			check: func(t *testing.T, c daemon.Config) {
 				if c.HTTPAddr != ":9" || c.Limits.PayWithinMin != 5*time.Second || c.Limits.PayWithinMax != time.Hour || c.LogLevel.String() != "DEBUG" ||
 					c.MaxOutboxLag != 2500*time.Millisecond || c.StatementTimeout != 5*time.Second || c.IdleInTransactionTimeout != 2*time.Minute ||
 					c.PaymentGrace != 2*time.Second || c.ReconcileMargin != time.Minute || c.ReconcileInterval != 3*time.Second || !c.SingleCommands {
@@ -65,7 +81,7 @@ func TestConfigFromEnv(t *testing.T) {
 			for k, v := range tt.set {
 				env[k] = v
 			}
-			c, err := orders.ConfigFromEnv(env)
+			c, err := daemon.FromEnv(env)
 			if tt.wantErr != "" {
 				for _, v := range strings.Fields(tt.wantErr) {
 					if err == nil || !strings.Contains(err.Error(), v) {

@@ -1,4 +1,4 @@
-package main
+package daemon_test
 
 import (
 	"bytes"
@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,13 +23,28 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
+	"github.com/ordertimeout/ordertimeout/services/orders/daemon"
 )
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
 
 const token = "it-token"
 
-// app is the orders binary running in-process against real Postgres and
+// run runs the daemon of environ as cmd/orders does, until ctx ends.
+func run(ctx context.Context, environ map[string]string) error {
+	cfg, err := daemon.FromEnv(environ)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	m, err := daemon.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return m.Run(ctx)
+}
+
+// app is the orders daemon running in-process against real Postgres and
 // NATS, with a test client of both.
 type app struct {
 	base string
