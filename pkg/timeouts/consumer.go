@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -38,7 +39,9 @@ type ConsumerConfig[T any] struct {
 	// dead-letters the message. DecodeExpiry decodes expiry events.
 	// Required.
 	Decode func(subject string, data []byte) (T, error)
-	// Handle applies an event. It must be idempotent: an event is
+	// Handle applies an event; its context carries the trace context of
+	// the event's traceparent header (for an expiry, the fire's span), so
+	// the handler's spans continue that trace. It must be idempotent: an event is
 	// delivered at least once (redelivered after a crash or a lost ack,
 	// republished beyond JetStream's duplicate window), so apply it
 	// conditionally, e.g. UPDATE … WHERE id = $key AND version = $version
@@ -144,6 +147,7 @@ func (c *Consumer[T]) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
+	hctx = tracing.WithRemote(hctx, m.Headers().Get(tracing.HeaderTraceParent))
 	err = c.cfg.Handle(hctx, e)
 	cancel()
 	if err != nil {

@@ -113,7 +113,7 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 // an event that does not decode and a missed one are dead-lettered with
 // their reasons, and everything ends acked or terminated. A redelivered
 // duplicate reaches Handle again: the handler's conditional apply absorbs
-// it.
+// it. Handle's context carries the event's trace context.
 func TestConsumerHandlesDurablyAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	js := testinfra.NATS(t).JetStream(t)
@@ -124,6 +124,8 @@ func TestConsumerHandlesDurablyAndDeadLetters(t *testing.T) {
 	}
 	var mu sync.Mutex
 	calls := map[string]int{} // msg id → Handle calls
+	traces := map[string]string{}
+	const fire = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	applied := map[string]int64{}
 	failOnce := true
 	c, err := timeouts.NewConsumer(ctx, js, timeouts.ConsumerConfig[events.Expiry]{
@@ -132,10 +134,11 @@ func TestConsumerHandlesDurablyAndDeadLetters(t *testing.T) {
 		Decode:        timeouts.DecodeExpiry,
 		RetryDelay:    50 * time.Millisecond,
 		Logger:        slog.New(slog.DiscardHandler),
-		Handle: func(_ context.Context, e events.Expiry) error {
+		Handle: func(ctx context.Context, e events.Expiry) error {
 			mu.Lock()
 			defer mu.Unlock()
 			calls[e.MsgID()]++
+			traces[e.Key] = trace.SpanContextFromContext(ctx).TraceID().String()
 			if e.Key == "res-2" && failOnce {
 				failOnce = false
 				return errors.New("database unavailable")
@@ -157,6 +160,9 @@ func TestConsumerHandlesDurablyAndDeadLetters(t *testing.T) {
 		t.Helper()
 		m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, id)
+		if subject == "reservations.expire.res-2" {
+			m.Header.Set("traceparent", fire)
+		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -208,6 +214,9 @@ func TestConsumerHandlesDurablyAndDeadLetters(t *testing.T) {
 	}
 	if applied["res-1"] != 1 || applied["res-2"] != 1 {
 		t.Errorf("applied %v", applied)
+	}
+	if traces["res-2"] != "0af7651916cd43dd8448eb211c80319c" || traces["res-1"] != "00000000000000000000000000000000" {
+		t.Errorf("Handle's trace ids %v, want res-2's from its header and none for res-1", traces)
 	}
 	mu.Unlock()
 	cancel()
