@@ -350,34 +350,61 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 		defer cancel()
 		_ = c.Stop(stopCtx)
 	}()
-	cpus := b.cpus()
-	var cpu [4]harness.CPUSample // insert from, to; expiry from, to
-	if cpu[0], err = cpus.Sample(); err != nil {
-		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
-	}
-	_, d, err := b.insert(ctx, c, keys, deadlines)
+	r, err := b.stormInsert(ctx, c, keys, deadlines)
 	if err != nil {
 		return harness.Summary{}, err
 	}
-	if cpu[1], err = cpus.Sample(); err != nil {
-		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
-	}
-	lead := time.Until(deadlines[0])
-	if err := harness.SleepUntil(ctx, deadlines[0]); err != nil {
+	if err := b.stormExpiry(ctx, w, &r, deadlines[0], deadlines[len(deadlines)-1], grace); err != nil {
 		return harness.Summary{}, err
 	}
-	expiryStart := time.Now()
-	if cpu[2], err = cpus.Sample(); err != nil {
-		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
+	return b.reportStorm(st, w, &r, keys, deadlines, grace)
+}
+
+// stormRun holds a storm's phase lengths and CPU samples.
+type stormRun struct {
+	cpus     harness.CPUs
+	cpu      [4]harness.CPUSample // insert from, to; expiry from, to
+	insert   time.Duration        // InsertMany's time
+	lead     time.Duration        // from the insert's end to the first deadline
+	expiry   time.Duration        // from the first deadline until every job was completed
+	complete bool                 // every job ran within the grace
+}
+
+// stormInsert inserts one job per key, sampling the CPU before and after.
+func (b *Bench) stormInsert(ctx context.Context, c *river.Client[pgx.Tx], keys []string, deadlines []time.Time) (stormRun, error) {
+	r := stormRun{cpus: b.cpus()}
+	var err error
+	if r.cpu[0], err = r.cpus.Sample(); err != nil {
+		return stormRun{}, fmt.Errorf("river storm: %w", err)
 	}
-	last := deadlines[len(deadlines)-1]
-	complete := true
+	if _, r.insert, err = b.insert(ctx, c, keys, deadlines); err != nil {
+		return stormRun{}, err
+	}
+	if r.cpu[1], err = r.cpus.Sample(); err != nil {
+		return stormRun{}, fmt.Errorf("river storm: %w", err)
+	}
+	r.lead = time.Until(deadlines[0])
+	return r, nil
+}
+
+// stormExpiry waits from the first deadline until every job ran (or grace
+// after the last) and was marked completed, sampling the CPU at both ends.
+func (b *Bench) stormExpiry(ctx context.Context, w *stormWorker, r *stormRun, first, last time.Time, grace time.Duration) error {
+	if err := harness.SleepUntil(ctx, first); err != nil {
+		return err
+	}
+	start := time.Now()
+	var err error
+	if r.cpu[2], err = r.cpus.Sample(); err != nil {
+		return fmt.Errorf("river storm: %w", err)
+	}
+	r.complete = true
 	select {
 	case <-w.done:
 	case <-time.After(time.Until(last) + grace):
-		complete = false
+		r.complete = false
 	case <-ctx.Done():
-		return harness.Summary{}, ctx.Err()
+		return ctx.Err()
 	}
 	// The expiry ends when the completer has marked every job completed
 	// (the index on state answers without a scan).
@@ -389,10 +416,17 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 	if err != nil {
 		b.rep.Line("note", "peer", "river", "workload", "storm", "jobs_not_completed", err.Error())
 	}
-	expiry := time.Since(expiryStart)
-	if cpu[3], err = cpus.Sample(); err != nil {
-		return harness.Summary{}, fmt.Errorf("river storm: %w", err)
+	r.expiry = time.Since(start)
+	if r.cpu[3], err = r.cpus.Sample(); err != nil {
+		return fmt.Errorf("river storm: %w", err)
 	}
+	return nil
+}
+
+// reportStorm prints a storm's lateness and CPU lines and returns the
+// lateness, with an error wrapping harness.ErrIncomplete if jobs are
+// missing.
+func (b *Bench) reportStorm(st Storm, w *stormWorker, r *stormRun, keys []string, deadlines []time.Time, grace time.Duration) (harness.Summary, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	early := 0
@@ -401,21 +435,21 @@ func (b *Bench) Storm(ctx context.Context, st Storm, keys []string, deadlines []
 			early++
 		}
 	}
-	span := last.Sub(deadlines[0])
+	span := deadlines[len(deadlines)-1].Sub(deadlines[0])
 	kv := []any{"peer", "river", "workload", "storm", "mode", string(st.Mode), "workers", b.cfg.Workers,
 		"fetch_cooldown", st.FetchCooldown.String(), "fetch_poll_interval", st.FetchPollInterval.String(),
-		"n", len(keys), "due_per_sec", harness.PerSec(len(keys), span), "insert_seconds", d.Seconds(), "lead_after_insert_ms", lead,
-		"complete", complete, "received", len(w.lateness), "early", early}
+		"n", len(keys), "due_per_sec", harness.PerSec(len(keys), span), "insert_seconds", r.insert.Seconds(), "lead_after_insert_ms", r.lead,
+		"complete", r.complete, "received", len(w.lateness), "early", early}
 	lateness := harness.Summarize(w.lateness)
 	kv = append(kv, lateness.KV("lateness_")...)
 	b.rep.Line("result", kv...)
 	kv = []any{"peer", "river", "workload", "storm", "mode", string(st.Mode), "measured", "cpu", "n", len(keys),
-		"insert_seconds", d.Seconds()}
-	kv = append(kv, cpus.PerUnit("insert_us_per_job_", cpu[0], cpu[1], len(keys))...)
-	kv = append(kv, "expiry_seconds", expiry.Seconds())
-	kv = append(kv, cpus.PerUnit("expiry_us_per_job_", cpu[2], cpu[3], len(keys))...)
+		"insert_seconds", r.insert.Seconds()}
+	kv = append(kv, r.cpus.PerUnit("insert_us_per_job_", r.cpu[0], r.cpu[1], len(keys))...)
+	kv = append(kv, "expiry_seconds", r.expiry.Seconds())
+	kv = append(kv, r.cpus.PerUnit("expiry_us_per_job_", r.cpu[2], r.cpu[3], len(keys))...)
 	b.rep.Line("result", kv...)
-	if !complete {
+	if !r.complete {
 		return lateness, fmt.Errorf("%w: river: %d of %d jobs ran within %s after the last deadline", harness.ErrIncomplete, len(w.lateness), len(keys), grace)
 	}
 	return lateness, nil
