@@ -108,22 +108,9 @@ const stormProfileSpan = 10 * time.Second
 // size, live and dead tuples, vacuums) and "measured=stream" per stream
 // (messages, bytes, interior deletes).
 func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
-	cfg.Live = cmp.Or(cfg.Live, SustainedLiveDefault)
-	cfg.Deadline = cmp.Or(cfg.Deadline, SustainedDeadlineDefault)
-	cfg.Interval = cmp.Or(cfg.Interval, SustainedIntervalDefault)
-	cfg.Warmup = cmp.Or(cfg.Warmup, SustainedWarmupDefault)
-	switch {
-	case cfg.Duration <= 0 || cfg.Rate <= 0:
-		return errors.New("timeoutdbench: sustained: Duration and Rate must be positive")
-	case cfg.StormEvery <= 0:
-		return errors.New("timeoutdbench: sustained: StormEvery must be positive")
-	case cfg.Storm == nil || cfg.Grace <= 0 || cfg.Prefix == "":
-		return errors.New("timeoutdbench: sustained: Storm, Grace and Prefix are required")
-	case cfg.ProfileDir != "" && b.cfg.NATSProfileURL == "":
-		return errors.New("timeoutdbench: sustained: ProfileDir needs Config.NATSProfileURL")
-	}
-	if visit := time.Duration(float64(cfg.Live) * 1.5 / float64(cfg.Rate) * float64(time.Second)); visit >= cfg.Deadline {
-		return fmt.Errorf("timeoutdbench: sustained: a live order is visited every %s, not within its Deadline %s: raise the rate or the deadline, or lower live", visit, cfg.Deadline)
+	cfg, err := b.sustainedConfig(cfg)
+	if err != nil {
+		return err
 	}
 	churn, err := b.NewChurn(cfg.Prefix, cfg.Live, cfg.Rate, cfg.Deadline)
 	if err != nil {
@@ -146,7 +133,40 @@ func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
 	if err := s.record(ctx); err != nil {
 		return err
 	}
+	if err := b.runSustained(ctx, cfg, churn, s); err != nil {
+		return err
+	}
+	// The last, partial interval, so the churn's last commands are counted.
+	return s.record(ctx)
+}
 
+// sustainedConfig returns cfg with its defaults, or an error naming what
+// is missing or inconsistent.
+func (b *Bench) sustainedConfig(cfg SustainedConfig) (SustainedConfig, error) {
+	cfg.Live = cmp.Or(cfg.Live, SustainedLiveDefault)
+	cfg.Deadline = cmp.Or(cfg.Deadline, SustainedDeadlineDefault)
+	cfg.Interval = cmp.Or(cfg.Interval, SustainedIntervalDefault)
+	cfg.Warmup = cmp.Or(cfg.Warmup, SustainedWarmupDefault)
+	switch {
+	case cfg.Duration <= 0 || cfg.Rate <= 0:
+		return cfg, errors.New("timeoutdbench: sustained: Duration and Rate must be positive")
+	case cfg.StormEvery <= 0:
+		return cfg, errors.New("timeoutdbench: sustained: StormEvery must be positive")
+	case cfg.Storm == nil || cfg.Grace <= 0 || cfg.Prefix == "":
+		return cfg, errors.New("timeoutdbench: sustained: Storm, Grace and Prefix are required")
+	case cfg.ProfileDir != "" && b.cfg.NATSProfileURL == "":
+		return cfg, errors.New("timeoutdbench: sustained: ProfileDir needs Config.NATSProfileURL")
+	}
+	if visit := time.Duration(float64(cfg.Live) * 1.5 / float64(cfg.Rate) * float64(time.Second)); visit >= cfg.Deadline {
+		return cfg, fmt.Errorf("timeoutdbench: sustained: a live order is visited every %s, not within its Deadline %s: raise the rate or the deadline, or lower live", visit, cfg.Deadline)
+	}
+	return cfg, nil
+}
+
+// runSustained runs the churn and the interval sampling in the background
+// and the storms in the foreground until the run's end; the first error of
+// any of them ends the others.
+func (b *Bench) runSustained(ctx context.Context, cfg SustainedConfig, churn *Churn, s *sampler) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (
@@ -165,34 +185,17 @@ func (b *Bench) Sustained(ctx context.Context, cfg SustainedConfig) error {
 		})
 	}
 	background(churn.Run)
-	background(func(ctx context.Context) error {
-		t := time.NewTicker(cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			if err := s.record(ctx); err != nil && ctx.Err() == nil {
-				return err
-			}
-		}
-	})
-	err = b.storms(runCtx, cfg, start)
+	background(func(ctx context.Context) error { return s.every(ctx, cfg.Interval) })
+	err := b.storms(runCtx, cfg, s.start)
 	if err == nil {
-		err = harness.SleepUntil(runCtx, start.Add(cfg.Duration))
+		err = harness.SleepUntil(runCtx, s.start.Add(cfg.Duration))
 	}
 	stop()
 	wg.Wait()
 	if len(bgErrs) > 0 {
 		return errors.Join(bgErrs...)
 	}
-	if err != nil {
-		return err
-	}
-	// The last, partial interval, so the churn's last commands are counted.
-	return s.record(ctx)
+	return err
 }
 
 // leaseMetrics are the membership's counters each interval reports: a
@@ -335,6 +338,8 @@ func (b *Bench) readStormCounters(ctx context.Context, conn *pgx.Conn) (stormCou
 	return c, err
 }
 
+// sampleStorm samples from first to last as watchStorm describes and
+// returns the key-value pairs of what it saw.
 func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile string) ([]any, error) {
 	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
 	if err != nil {
@@ -353,16 +358,7 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 	if err != nil {
 		return nil, err
 	}
-	var (
-		samples, vacuuming int
-		tables             = map[string]bool{}
-		vacSlots           []string // the timeline slots with an autovacuum running
-		n                  = int(last.Sub(first)/harness.TimelineSlot) + 1
-		syncs, syncMs      = make([]float64, n), make([]float64, n)
-		diskMs             = make([]float64, n)
-		gcs, harnessGCs    = make([]float64, n), make([]float64, n)
-		prev               = c0
-	)
+	w := newStormSamples(first, last, c0)
 	t := time.NewTicker(stormWatchInterval)
 	defer t.Stop()
 	for time.Now().Before(last) {
@@ -371,58 +367,94 @@ func (b *Bench) sampleStorm(ctx context.Context, first, last time.Time, profile 
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		slot := min(int(time.Since(first)/harness.TimelineSlot), n-1)
-		// Autovacuum of any database; the tables of other databases than
-		// timeoutd's have no name here.
-		rows, err := conn.Query(ctx, `SELECT coalesce(c.relname, '?') FROM pg_stat_progress_vacuum v
-			LEFT JOIN pg_class c ON c.oid = v.relid AND v.datname = current_database()`)
-		if err != nil {
-			return nil, fmt.Errorf("vacuum progress: %w", err)
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, fmt.Errorf("vacuum progress: %w", err)
-		}
-		samples++
-		if len(names) > 0 {
-			vacuuming++
-			if s := strconv.Itoa(slot); !slices.Contains(vacSlots, s) {
-				vacSlots = append(vacSlots, s)
-			}
-		}
-		for _, name := range names {
-			tables[name] = true
-		}
-		c, err := b.readStormCounters(ctx, conn)
-		if err != nil {
+		if err := b.sampleStormOnce(ctx, conn, w); err != nil {
 			return nil, err
 		}
-		syncs[slot] += float64(c.pg.walSyncs - prev.pg.walSyncs)
-		syncMs[slot] += c.pg.walSyncMs - prev.pg.walSyncMs
-		diskMs[slot] += float64(c.disk-prev.disk) / float64(time.Millisecond)
-		gcs[slot] += c.gcCycles - prev.gcCycles
-		harnessGCs[slot] += float64(c.harnessGC - prev.harnessGC)
-		prev = c
 	}
 	if profErr != nil {
 		if err := <-profErr; err != nil {
 			return nil, fmt.Errorf("nats-server: %w", err)
 		}
 	}
-	pg0, pg1 := c0.pg, prev.pg
-	vacuumed := slices.Sorted(maps.Keys(tables))
-	return []any{"seconds", last.Sub(first).Seconds(),
+	return w.kv(), nil
+}
+
+// stormSamples accumulates a storm's watch: the autovacuum samples, and the
+// counters' growth per timeline slot.
+type stormSamples struct {
+	first, last        time.Time
+	samples, vacuuming int
+	tables             map[string]bool
+	vacSlots           []string // the timeline slots with an autovacuum running
+	syncs, syncMs      []float64
+	diskMs             []float64
+	gcs, harnessGCs    []float64
+	c0, prev           stormCounters
+}
+
+// newStormSamples returns the empty samples of the watch from first to
+// last, whose counters read c0 at the start.
+func newStormSamples(first, last time.Time, c0 stormCounters) *stormSamples {
+	n := int(last.Sub(first)/harness.TimelineSlot) + 1
+	return &stormSamples{first: first, last: last, tables: map[string]bool{},
+		syncs: make([]float64, n), syncMs: make([]float64, n), diskMs: make([]float64, n),
+		gcs: make([]float64, n), harnessGCs: make([]float64, n), c0: c0, prev: c0}
+}
+
+// sampleStormOnce takes one sample into w: the autovacuum workers running
+// and the counters' growth since the previous sample.
+func (b *Bench) sampleStormOnce(ctx context.Context, conn *pgx.Conn, w *stormSamples) error {
+	slot := min(int(time.Since(w.first)/harness.TimelineSlot), len(w.syncs)-1)
+	// Autovacuum of any database; the tables of other databases than
+	// timeoutd's have no name here.
+	rows, err := conn.Query(ctx, `SELECT coalesce(c.relname, '?') FROM pg_stat_progress_vacuum v
+		LEFT JOIN pg_class c ON c.oid = v.relid AND v.datname = current_database()`)
+	if err != nil {
+		return fmt.Errorf("vacuum progress: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("vacuum progress: %w", err)
+	}
+	w.samples++
+	if len(names) > 0 {
+		w.vacuuming++
+		if s := strconv.Itoa(slot); !slices.Contains(w.vacSlots, s) {
+			w.vacSlots = append(w.vacSlots, s)
+		}
+	}
+	for _, name := range names {
+		w.tables[name] = true
+	}
+	c, err := b.readStormCounters(ctx, conn)
+	if err != nil {
+		return err
+	}
+	w.syncs[slot] += float64(c.pg.walSyncs - w.prev.pg.walSyncs)
+	w.syncMs[slot] += c.pg.walSyncMs - w.prev.pg.walSyncMs
+	w.diskMs[slot] += float64(c.disk-w.prev.disk) / float64(time.Millisecond)
+	w.gcs[slot] += c.gcCycles - w.prev.gcCycles
+	w.harnessGCs[slot] += float64(c.harnessGC - w.prev.harnessGC)
+	w.prev = c
+	return nil
+}
+
+// kv returns the key-value pairs of the watch.
+func (w *stormSamples) kv() []any {
+	pg0, pg1 := w.c0.pg, w.prev.pg
+	vacuumed := slices.Sorted(maps.Keys(w.tables))
+	return []any{"seconds", w.last.Sub(w.first).Seconds(),
 		"wal_records", pg1.walRecords - pg0.walRecords, "wal_fpi", pg1.walFPI - pg0.walFPI,
 		"wal_mb", float64(pg1.walBytes-pg0.walBytes) / (1 << 20),
 		"wal_syncs", pg1.walSyncs - pg0.walSyncs, "wal_sync_ms", pg1.walSyncMs - pg0.walSyncMs,
 		"checkpoints", pg1.checkpoints - pg0.checkpoints, "buffers_checkpoint", pg1.buffersCheckpoint - pg0.buffersCheckpoint,
-		"autovacuum_share", float64(vacuuming) / float64(max(samples, 1)), "autovacuum_tables", cmp.Or(strings.Join(vacuumed, "+"), "-"),
-		"autovacuum_slots", cmp.Or(strings.Join(vacSlots, ","), "-"),
-		"timeoutd_gc_cycles", prev.gcCycles - c0.gcCycles, "timeoutd_gc_pause_ms", 1000 * (prev.gcSeconds - c0.gcSeconds),
-		"wal_syncs_per_slot", harness.JoinFloats(syncs, 0), "wal_sync_ms_per_slot", harness.JoinFloats(syncMs, 1),
-		"disk_wait_ms_per_slot", harness.JoinFloats(diskMs, 0),
-		"timeoutd_gc_per_slot", harness.JoinFloats(gcs, 0), "harness_gc_per_slot", harness.JoinFloats(harnessGCs, 0),
-	}, nil
+		"autovacuum_share", float64(w.vacuuming) / float64(max(w.samples, 1)), "autovacuum_tables", cmp.Or(strings.Join(vacuumed, "+"), "-"),
+		"autovacuum_slots", cmp.Or(strings.Join(w.vacSlots, ","), "-"),
+		"timeoutd_gc_cycles", w.prev.gcCycles - w.c0.gcCycles, "timeoutd_gc_pause_ms", 1000 * (w.prev.gcSeconds - w.c0.gcSeconds),
+		"wal_syncs_per_slot", harness.JoinFloats(w.syncs, 0), "wal_sync_ms_per_slot", harness.JoinFloats(w.syncMs, 1),
+		"disk_wait_ms_per_slot", harness.JoinFloats(w.diskMs, 0),
+		"timeoutd_gc_per_slot", harness.JoinFloats(w.gcs, 0), "harness_gc_per_slot", harness.JoinFloats(w.harnessGCs, 0),
+	}
 }
 
 // harnessGCCycles returns the GC cycles this process (the harness, whose
@@ -469,6 +501,22 @@ type sampler struct {
 		cpu   harness.CPUSample
 		stats api.Stats
 		churn int64
+	}
+}
+
+// every records a sample each interval until ctx ends.
+func (s *sampler) every(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.record(ctx); err != nil && ctx.Err() == nil {
+			return err
+		}
 	}
 }
 
