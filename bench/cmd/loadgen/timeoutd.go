@@ -181,18 +181,7 @@ func (w *timeoutdWorkload) stormKeys(peer string, n int) ([]string, []time.Time)
 // timeoutd measures the timeoutd peer; cpus are the containers whose CPU
 // time its storm reports beside timeoutd's.
 func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness.Report, in *infra, cpus harness.CPUs, keys []string, deadlines []time.Time) error {
-	bin, err := harness.Build(ctx, o.root, "./services/timeoutd/cmd/timeoutd", o.work)
-	if err != nil {
-		return err
-	}
-	db, err := in.pg.CreateDatabase(ctx, "timeoutd")
-	if err != nil {
-		return err
-	}
-	b, err := timeoutdbench.New(ctx, timeoutdbench.Config{
-		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, NATSProfileURL: in.nats.ProfileURL, LogPath: filepath.Join(o.work, "timeoutd.log"),
-		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch,
-	}, rep)
+	b, err := w.startTimeoutd(ctx, o, rep, in, cpus)
 	if err != nil {
 		return err
 	}
@@ -200,6 +189,37 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 	if err := b.Memory(ctx, "idle"); err != nil {
 		return err
 	}
+	if err := w.timeoutdKeySteps(ctx, b, keys, deadlines); err != nil {
+		return err
+	}
+	if err := w.timeoutdStorms(ctx, rep, b); err != nil {
+		return err
+	}
+	if !w.steps["sustained"] {
+		return nil
+	}
+	return w.timeoutdSustained(ctx, b)
+}
+
+// startTimeoutd builds timeoutd, creates its database and starts it.
+func (w *timeoutdWorkload) startTimeoutd(ctx context.Context, o options, rep *harness.Report, in *infra, cpus harness.CPUs) (*timeoutdbench.Bench, error) {
+	bin, err := harness.Build(ctx, o.root, "./services/timeoutd/cmd/timeoutd", o.work)
+	if err != nil {
+		return nil, err
+	}
+	db, err := in.pg.CreateDatabase(ctx, "timeoutd")
+	if err != nil {
+		return nil, err
+	}
+	return timeoutdbench.New(ctx, timeoutdbench.Config{
+		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, NATSProfileURL: in.nats.ProfileURL, LogPath: filepath.Join(o.work, "timeoutd.log"),
+		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch,
+	}, rep)
+}
+
+// timeoutdKeySteps runs the selected steps on the workload's keys: ingest,
+// bytes, recovery, clear and backlog.
+func (w *timeoutdWorkload) timeoutdKeySteps(ctx context.Context, b *timeoutdbench.Bench, keys []string, deadlines []time.Time) error {
 	n := int64(len(keys))
 	if w.steps["ingest"] {
 		if err := b.Live(ctx, "ingest", len(keys), n, timeoutdbench.SetCommands(keys, deadlines, 1)); err != nil {
@@ -224,40 +244,43 @@ func (w *timeoutdWorkload) timeoutd(ctx context.Context, o options, rep *harness
 			return err
 		}
 	}
-	if w.steps["backlog"] {
-		// The same keys again, at newer versions than their tombstones.
-		if err := b.Backlog(ctx, "ingest", len(keys), n, timeoutdbench.SetCommands(keys, deadlines, 3)); err != nil {
-			return err
-		}
-		if err := b.Backlog(ctx, "clear", len(keys), -n, timeoutdbench.ClearCommands(keys, 4)); err != nil {
-			return err
-		}
-		// New keys, as InsertMany inserts new jobs: rows inserted, where
-		// the sets above update tombstones.
-		fresh, _ := spread("n", len(keys), time.Now(), time.Hour, w.uuidKeys)
-		if err := b.Backlog(ctx, "ingest_new", len(fresh), n, timeoutdbench.SetCommands(fresh, deadlines, 1)); err != nil {
-			return err
-		}
+	if !w.steps["backlog"] {
+		return nil
 	}
+	// The same keys again, at newer versions than their tombstones.
+	if err := b.Backlog(ctx, "ingest", len(keys), n, timeoutdbench.SetCommands(keys, deadlines, 3)); err != nil {
+		return err
+	}
+	if err := b.Backlog(ctx, "clear", len(keys), -n, timeoutdbench.ClearCommands(keys, 4)); err != nil {
+		return err
+	}
+	// New keys, as InsertMany inserts new jobs: rows inserted, where the
+	// sets above update tombstones.
+	fresh, _ := spread("n", len(keys), time.Now(), time.Hour, w.uuidKeys)
+	return b.Backlog(ctx, "ingest_new", len(fresh), n, timeoutdbench.SetCommands(fresh, deadlines, 1))
+}
+
+// timeoutdStorms runs the selected storm steps: one storm, and the
+// capacity search.
+func (w *timeoutdWorkload) timeoutdStorms(ctx context.Context, rep *harness.Report, b *timeoutdbench.Bench) error {
 	if w.steps["storm"] {
 		sk, sd := w.stormKeys("t", w.stormN)
 		if _, err := b.Storm(ctx, sk, sd, w.stormGrace); err != nil {
 			return err
 		}
 	}
-	if w.steps["capacity"] {
-		err := w.capacity(ctx, rep, []any{"peer", "timeoutd"}, func(ctx context.Context, n int) (time.Duration, error) {
-			sk, sd := w.stormKeys(fmt.Sprintf("c%d", n), n)
-			res, err := b.Storm(ctx, sk, sd, w.stormGrace)
-			return res.Arrival.P99, err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if !w.steps["sustained"] {
+	if !w.steps["capacity"] {
 		return nil
 	}
+	return w.capacity(ctx, rep, []any{"peer", "timeoutd"}, func(ctx context.Context, n int) (time.Duration, error) {
+		sk, sd := w.stormKeys(fmt.Sprintf("c%d", n), n)
+		res, err := b.Storm(ctx, sk, sd, w.stormGrace)
+		return res.Arrival.P99, err
+	})
+}
+
+// timeoutdSustained runs the sustained load with its storms.
+func (w *timeoutdWorkload) timeoutdSustained(ctx context.Context, b *timeoutdbench.Bench) error {
 	cfg := w.sustained
 	cfg.Prefix = fmt.Sprintf("o%d", time.Now().Unix())
 	cfg.Grace = w.stormGrace
