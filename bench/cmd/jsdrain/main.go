@@ -136,32 +136,14 @@ func measure(rep *harness.Report, cfg config, layout string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	addr, err := harness.FreeAddr()
+	cmd, addr, err := startServer(cfg, dir)
 	if err != nil {
 		return err
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	args := []string{"-js", "-sd", dir, "-a", host, "-p", port}
-	if cfg.profile > 0 {
-		args = append(args, "--profile", fmt.Sprint(cfg.profile))
-	}
-	cmd := exec.Command(cfg.server, args...)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start nats-server: %w", err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	var nc *nats.Conn
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if nc, err = nats.Connect("nats://" + addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	nc, err := connect(addr)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -179,22 +161,77 @@ func measure(rep *harness.Report, cfg config, layout string) error {
 	if err != nil {
 		return err
 	}
-	phases := []phase{
-		{"publish", func() (int, error) { return cfg.n, publish(ctx, js, cfg.n, cfg.size) }},
-		{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg) }},
+	phases, stop, err := layoutPhases(ctx, js, layout, cfg)
+	if err != nil {
+		return err
 	}
-	if cfg.steadyRate > 0 {
-		st, err := startSteady(ctx, js, layout, cfg)
-		if err != nil {
-			return err
-		}
-		defer st.stop()
-		span := time.Duration(cfg.steadySeconds) * time.Second
-		phases = []phase{
-			{"idle", func() (int, error) { return 0, harness.SleepUntil(ctx, time.Now().Add(span)) }},
-			{"steady", func() (int, error) { return st.load(ctx, cfg.steadyRate, span, cfg.size) }},
-		}
+	defer stop()
+	return runPhases(rep, cfg, layout, cpus, s0, phases)
+}
+
+// startServer starts nats-server with JetStream storing into dir, on a
+// free address, which it returns.
+func startServer(cfg config, dir string) (*exec.Cmd, string, error) {
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		return nil, "", err
 	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	args := []string{"-js", "-sd", dir, "-a", host, "-p", port}
+	if cfg.profile > 0 {
+		args = append(args, "--profile", fmt.Sprint(cfg.profile))
+	}
+	cmd := exec.Command(cfg.server, args...)
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("start nats-server: %w", err)
+	}
+	return cmd, addr, nil
+}
+
+// connect connects to the server at addr, retrying for up to 10 seconds
+// while it starts.
+func connect(addr string) (*nats.Conn, error) {
+	var nc *nats.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if nc, err = nats.Connect("nats://" + addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return nc, nil
+}
+
+// layoutPhases returns the phases of a run, publish then drain, or with a
+// steady rate idle then steady, whose consumers it starts; the returned
+// function stops them.
+func layoutPhases(ctx context.Context, js jetstream.JetStream, layout string, cfg config) ([]phase, func(), error) {
+	if cfg.steadyRate <= 0 {
+		return []phase{
+			{"publish", func() (int, error) { return cfg.n, publish(ctx, js, cfg.n, cfg.size) }},
+			{"drain", func() (int, error) { return cfg.n, drain(ctx, js, layout, cfg) }},
+		}, func() {}, nil
+	}
+	st, err := startSteady(ctx, js, layout, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	span := time.Duration(cfg.steadySeconds) * time.Second
+	return []phase{
+		{"idle", func() (int, error) { return 0, harness.SleepUntil(ctx, time.Now().Add(span)) }},
+		{"steady", func() (int, error) { return st.load(ctx, cfg.steadyRate, span, cfg.size) }},
+	}, st.stop, nil
+}
+
+// runPhases runs the phases in turn and prints each one's rate and its CPU
+// time per second and per command, from the CPU sample s0 on.
+func runPhases(rep *harness.Report, cfg config, layout string, cpus harness.CPUs, s0 harness.CPUSample, phases []phase) error {
 	for _, ph := range phases {
 		start := time.Now()
 		n, err := ph.run()
