@@ -85,9 +85,37 @@ func Orders(ctx context.Context, cfg Config, rep *harness.Report) (float64, erro
 	if cfg.Bin == "" || cfg.DatabaseURL == "" || cfg.NATSURL == "" {
 		return 0, errors.New("ordersbench: Bin, DatabaseURL and NATSURL are required")
 	}
+	svc, err := startOrders(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer svc.Stop(30 * time.Second)
+	rep.Line("result", "peer", "orders", "workload", "start", "ready_ms", svc.Ready)
+	client, err := newClient(svc.Base, cfg.Clients)
+	if err != nil {
+		return 0, err
+	}
+	l := &load{lat: make([]time.Duration, 0, 1<<18)}
+	d := l.run(ctx, cfg, client)
+	if len(l.lat) == 0 {
+		return 0, fmt.Errorf("orders: no create succeeded: %v", l.firstErr.Load())
+	}
+	rate := harness.PerSec(len(l.lat), d)
+	kv := []any{"peer", "orders", "workload", "create", "clients", cfg.Clients, "seconds", d.Seconds(), "n", len(l.lat),
+		"per_sec", rate, "errors", l.failed.Load()}
+	kv = append(kv, harness.Summarize(l.lat).KV("latency_")...)
+	if e := l.firstErr.Load(); e != nil {
+		kv = append(kv, "first_error", fmt.Sprint(e))
+	}
+	rep.Line("result", kv...)
+	return rate, relayDrain(ctx, cfg.NATSURL, l.created.Load(), rep)
+}
+
+// startOrders creates the platform's streams and starts the orders binary.
+func startOrders(ctx context.Context, cfg Config) (*harness.Service, error) {
 	// The streams bootstrap: orders only verifies the streams at start.
 	if err := ensureStreams(ctx, cfg.NATSURL); err != nil {
-		return 0, err
+		return nil, err
 	}
 	svc, err := harness.StartService(ctx, cfg.Bin, func(addr string) []string {
 		return []string{
@@ -99,82 +127,86 @@ func Orders(ctx context.Context, cfg Config, rep *harness.Report) (float64, erro
 		}
 	}, cfg.LogPath, time.Minute)
 	if err != nil {
-		return 0, fmt.Errorf("start orders: %w", err)
+		return nil, fmt.Errorf("start orders: %w", err)
 	}
-	defer svc.Stop(30 * time.Second)
-	rep.Line("result", "peer", "orders", "workload", "start", "ready_ms", svc.Ready)
+	return svc, nil
+}
 
-	// The generated orders client (pkg/ordersclient) at its lower level,
-	// which returns the *http.Response: the answer is read but not decoded,
-	// so that, like the body, it costs the clients no JSON work.
-	client, err := ordersclient.NewClient(svc.Base,
+// newClient returns the generated orders client (pkg/ordersclient) for
+// base at its lower level, which returns the *http.Response: the answer is
+// read but not decoded, so that, like the body, it costs the clients no
+// JSON work.
+func newClient(base string, clients int) (*ordersclient.Client, error) {
+	client, err := ordersclient.NewClient(base,
 		ordersclient.WithBearerToken(Token),
 		ordersclient.WithHTTPClient(&http.Client{
 			Timeout:   10 * time.Second,
-			Transport: &http.Transport{MaxIdleConns: cfg.Clients, MaxIdleConnsPerHost: cfg.Clients},
+			Transport: &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients},
 		}))
 	if err != nil {
-		return 0, fmt.Errorf("orders client: %w", err)
+		return nil, fmt.Errorf("orders client: %w", err)
 	}
-	var (
-		measuring atomic.Bool
-		stop      atomic.Bool
-		mu        sync.Mutex
-		lat       = make([]time.Duration, 0, 1<<18)
-		created   atomic.Int64 // every 201, warmup included
-		failed    atomic.Int64
-		firstErr  atomic.Value
-		wg        sync.WaitGroup
-	)
+	return client, nil
+}
+
+// load is the create load of the concurrent clients and what it measured.
+type load struct {
+	measuring atomic.Bool
+	stop      atomic.Bool
+	mu        sync.Mutex
+	lat       []time.Duration // latency of the measured span's creates; mu guards it
+	created   atomic.Int64    // every 201, warmup included
+	failed    atomic.Int64
+	firstErr  atomic.Value
+	wg        sync.WaitGroup
+}
+
+// run drives the creates from cfg.Clients goroutines for cfg.Warmup and
+// then cfg.Duration, waits for the clients to stop and returns the
+// measured span's length.
+func (l *load) run(ctx context.Context, cfg Config, client *ordersclient.Client) time.Duration {
 	for range cfg.Clients {
-		wg.Go(func() {
-			local := make([]time.Duration, 0, 4096)
-			for !stop.Load() {
-				t0 := time.Now()
-				resp, err := client.CreateOrderWithBody(ctx, nil, "application/json", bytes.NewReader(body))
-				d := time.Since(t0)
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Errorf("status %d: %s", resp.StatusCode, b))
-					continue
-				}
-				created.Add(1)
-				if measuring.Load() {
-					local = append(local, d)
-				}
-			}
-			mu.Lock()
-			lat = append(lat, local...)
-			mu.Unlock()
-		})
+		l.wg.Go(func() { l.client(ctx, client) })
 	}
 	time.Sleep(cfg.Warmup) // a fixed load duration, not a wait for a result
-	measuring.Store(true)
+	l.measuring.Store(true)
 	start := time.Now()
 	time.Sleep(cfg.Duration)
-	measuring.Store(false)
+	l.measuring.Store(false)
 	d := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if len(lat) == 0 {
-		return 0, fmt.Errorf("orders: no create succeeded: %v", firstErr.Load())
+	l.stop.Store(true)
+	l.wg.Wait()
+	return d
+}
+
+// client creates orders one after the other until the load stops, then
+// adds its latencies of the measured span to l.lat.
+func (l *load) client(ctx context.Context, client *ordersclient.Client) {
+	local := make([]time.Duration, 0, 4096)
+	for !l.stop.Load() {
+		t0 := time.Now()
+		resp, err := client.CreateOrderWithBody(ctx, nil, "application/json", bytes.NewReader(body))
+		d := time.Since(t0)
+		if err != nil {
+			l.failed.Add(1)
+			l.firstErr.CompareAndSwap(nil, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			l.failed.Add(1)
+			l.firstErr.CompareAndSwap(nil, fmt.Errorf("status %d: %s", resp.StatusCode, b))
+			continue
+		}
+		l.created.Add(1)
+		if l.measuring.Load() {
+			local = append(local, d)
+		}
 	}
-	rate := harness.PerSec(len(lat), d)
-	kv := []any{"peer", "orders", "workload", "create", "clients", cfg.Clients, "seconds", d.Seconds(), "n", len(lat),
-		"per_sec", rate, "errors", failed.Load()}
-	kv = append(kv, harness.Summarize(lat).KV("latency_")...)
-	if e := firstErr.Load(); e != nil {
-		kv = append(kv, "first_error", fmt.Sprint(e))
-	}
-	rep.Line("result", kv...)
-	return rate, relayDrain(ctx, cfg.NATSURL, created.Load(), rep)
+	l.mu.Lock()
+	l.lat = append(l.lat, local...)
+	l.mu.Unlock()
 }
 
 // ensureStreams creates the platform's streams on the NATS server at url,
