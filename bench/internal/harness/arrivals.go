@@ -67,6 +67,11 @@ func (a *Arrivals) Done() <-chan struct{} { return a.done }
 // Wait returns once every expected event arrived (true), or at giveUp
 // (false), or when ctx ends (its error).
 func (a *Arrivals) Wait(ctx context.Context, giveUp time.Time) (bool, error) {
+	select {
+	case <-a.done: // before the timer: it may be due already
+		return true, nil
+	default:
+	}
 	t := time.NewTimer(time.Until(giveUp))
 	defer t.Stop()
 	select {
