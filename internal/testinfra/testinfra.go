@@ -233,3 +233,17 @@ func Logs(ctr testcontainers.Container) string {
 	b, _ := io.ReadAll(r)
 	return string(b)
 }
+
+// Count returns how many messages stream holds on subject.
+func Count(t testing.TB, js jetstream.JetStream, stream, subject string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subject]
+}

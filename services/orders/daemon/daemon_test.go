@@ -191,17 +191,9 @@ func (a *app) lastMsg(t *testing.T, stream, subject, msgID string) *jetstream.Ra
 }
 
 // count returns how many messages stream holds on subject.
-func (a *app) count(t *testing.T, stream, subject string) uint64 {
+func (a *app) count(t testing.TB, stream, subject string) uint64 {
 	t.Helper()
-	s, err := a.js.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Subjects[subject]
+	return testinfra.Count(t, a.js, stream, subject)
 }
 
 func TestCommandsAndEventsArePublished(t *testing.T) {

@@ -175,18 +175,10 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// count returns the number of messages on subject in stream.
+// count returns how many messages stream holds on subject.
 func (e *env) count(t testing.TB, stream, subject string) uint64 {
 	t.Helper()
-	s, err := e.js.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Subjects[subject]
+	return testinfra.Count(t, e.js, stream, subject)
 }
 
 // last returns the last message on subject, or nil when there is none.
