@@ -46,6 +46,22 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return m
 }
 
+// WatchTakeovers registers timeoutd_consumer_takeovers_total, read from
+// takeovers (the command consumer's Takeovers): how each partition's
+// consumer was taken over, by kind, "reset" (kept and reset to its ack
+// floor: fast) or "recreated" (deleted and created anew: a new group and
+// its election on a cluster).
+func (m *Metrics) WatchTakeovers(takeovers func() (reset, recreated uint64)) {
+	kind := func(name string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "timeoutd_consumer_takeovers_total",
+			Help:        "Partitions whose command consumer this instance took over, by kind: reset (the consumer found, reset to its ack floor) or recreated (deleted and created anew).",
+			ConstLabels: prometheus.Labels{"kind": name}}, f)
+	}
+	m.reg.MustRegister(
+		kind("reset", func() float64 { r, _ := takeovers(); return float64(r) }),
+		kind("recreated", func() float64 { _, c := takeovers(); return float64(c) }))
+}
+
 // OverdueBounds are the ages of timeoutd_overdue_timeouts' older_than
 // label: an alert rule picks the one it needs.
 var OverdueBounds = []time.Duration{10 * time.Second, time.Minute, 10 * time.Minute}

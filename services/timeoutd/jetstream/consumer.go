@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,6 +98,8 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[int]partition
+	// resets and recreates count Add's takeovers by kind (Takeovers).
+	resets, recreates atomic.Uint64
 }
 
 // partition is one owned partition's consumer.
@@ -165,18 +168,8 @@ func NewConsumer(js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) 
 	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, events.Partitions*cfg.Prefetch/2), parts: map[int]partition{}}, nil
 }
 
-// Add implements timeoutd.Source: it creates partition p's durable
-// consumer anew and starts consuming it. The consumer a previous owner
-// used is deleted first, with what it held: the commands delivered to that
-// owner and not acknowledged (it crashed, or it is paused or cut off and
-// lost the lease), which JetStream would redeliver only after AckWait, and
-// that owner's pull requests, which a reset would keep: a paused owner's
-// connection is alive, so the server went on delivering to it, and the new
-// owner's fires waited for those commands (Consumed) until the pause ended.
-// The stream is a work queue, so every command not acknowledged is still in
-// it, and the new consumer delivers it from the start. A command the
-// previous owner did commit is then applied twice, which the version check
-// makes a no-op.
+// Add implements timeoutd.Source: it takes partition p's durable consumer
+// over (takeOver) and starts consuming it.
 func (c *Consumer) Add(ctx context.Context, p int) error {
 	c.mu.Lock()
 	_, ok := c.parts[p]
@@ -185,18 +178,11 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 		return nil
 	}
 	// The calls to the server run outside the lock, so that a takeover
-	// adds its partitions concurrently (a clustered consumer's create,
-	// reset and leader wait take round trips to its leader).
-	name := events.CommandStream(p)
-	if err := c.js.DeleteConsumer(ctx, name, DurableName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete consumer %s: %w", DurableName(p), err)
-	}
-	cons, err := c.js.CreateConsumer(ctx, name, ConsumerSettings(p, c.cfg))
+	// adds its partitions concurrently (each takes round trips to the
+	// consumer's leader).
+	cons, err := c.takeOver(ctx, p)
 	if err != nil {
-		return fmt.Errorf("create consumer %s: %w", DurableName(p), err)
-	}
-	if err := waitLeader(ctx, cons); err != nil {
-		return fmt.Errorf("consumer %s: %w", DurableName(p), err)
+		return err
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
 		jetstream.PullMaxMessages(c.cfg.Prefetch),
@@ -213,6 +199,64 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 	c.parts[p] = partition{cons: cons, cc: cc}
 	return nil
 }
+
+// takeOver returns partition p's consumer, delivering from the start every
+// command not acknowledged, and nothing to anyone else. A previous owner's
+// consumer holds the commands delivered to that owner and not acknowledged
+// (it crashed, or it is paused or cut off and lost the lease), which
+// JetStream would redeliver only after AckWait, and may hold that owner's
+// pull requests.
+//
+// When nobody else pulls from it (NumWaiting counts only the pull requests
+// of connections still alive: the server drops a closed connection's), the
+// consumer is kept and reset to its ack floor, which hands every command
+// delivered and not acknowledged out again at once: a proposal to the
+// consumer's existing group. That is the crash's case, and the graceful
+// handover's, whose owner stops consuming before it releases the lease.
+//
+// Otherwise (a paused or cut-off owner's connection is alive, so the
+// server would go on delivering to it, and the new owner's fires would wait
+// for those commands until the pause ended), or when the reset fails, or
+// when the consumer's settings changed, the consumer is deleted with what
+// it held and created anew: a new group, whose leader election takes far
+// longer on a cluster. Either way the stream is a work queue, so every
+// command not acknowledged is still in it; a command the previous owner did
+// commit is then applied twice, which the version check makes a no-op.
+func (c *Consumer) takeOver(ctx context.Context, p int) (jetstream.Consumer, error) {
+	name, want := events.CommandStream(p), ConsumerSettings(p, c.cfg)
+	cons, err := c.js.Consumer(ctx, name, DurableName(p))
+	if err == nil && reusable(cons.CachedInfo(), want) {
+		if _, err := c.js.ResetConsumer(ctx, name, DurableName(p)); err == nil {
+			c.resets.Add(1)
+			return cons, nil
+		}
+	}
+	if err := c.js.DeleteConsumer(ctx, name, DurableName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("delete consumer %s: %w", DurableName(p), err)
+	}
+	if cons, err = c.js.CreateConsumer(ctx, name, want); err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", DurableName(p), err)
+	}
+	if err := waitLeader(ctx, cons); err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", DurableName(p), err)
+	}
+	c.recreates.Add(1)
+	return cons, nil
+}
+
+// reusable reports whether a consumer found as info can be taken over by a
+// reset: nobody pulls from it, it has a leader to answer, and its settings
+// are the ones this instance would create.
+func reusable(info *jetstream.ConsumerInfo, want jetstream.ConsumerConfig) bool {
+	got := info.Config
+	return info.NumWaiting == 0 && (info.Cluster == nil || info.Cluster.Leader != "") &&
+		got.AckWait == want.AckWait && got.MaxAckPending == want.MaxAckPending &&
+		got.DeliverPolicy == want.DeliverPolicy && got.AckPolicy == want.AckPolicy && got.MaxDeliver == want.MaxDeliver
+}
+
+// Takeovers returns how many partitions Add took over by resetting the
+// consumer found, and how many by creating it anew.
+func (c *Consumer) Takeovers() (reset, recreated uint64) { return c.resets.Load(), c.recreates.Load() }
 
 // waitLeader returns once a clustered consumer has a leader to take pull
 // requests: one sent before (a consumer just created) is lost without an

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -142,65 +144,107 @@ func TestNextLinger(t *testing.T) {
 	})
 }
 
-// TestATakeoverIsNotHeldByAFrozenOwner: a previous owner that is paused (its
-// connection alive, its process frozen) left a pull request and commands it
-// fetched and never acked; the new owner's Add must get every command at
-// once, not after AckWait: neither the commands the frozen owner holds nor
-// the new ones may go to its pull request.
-func TestATakeoverIsNotHeldByAFrozenOwner(t *testing.T) {
+// TestTakeover: a previous owner fetched a command and never acked it
+// (AckWait is a minute). Whatever became of that owner, the new owner's
+// Add must get every command at once, the unacked one and a new one, and
+// take the consumer over the cheap way (a reset of the consumer found)
+// unless another connection still pulls from it or its settings changed:
+//   - crashed: the old owner's connection is closed, its pull requests
+//     gone with it: reset;
+//   - handed over: the old owner stopped consuming (Remove) and lives on:
+//     reset;
+//   - frozen: a paused owner's connection is alive and its pull requests
+//     (with a prefetch) stay registered on the server, which would deliver
+//     to them: recreated, or the new owner would wait for the pause;
+//   - settings changed: the new owner's AckWait differs: recreated.
+func TestTakeover(t *testing.T) {
 	t.Parallel()
 	nats := testinfra.NATS(t)
 	js := nats.JetStream(t)
 	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	const p = 30
 	cfg := tjs.ConsumerConfig{AckWait: time.Minute, Linger: -1}
-	old, err := tjs.NewConsumer(js, cfg)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name      string
+		fate      func(old *tjs.Consumer, p int, closeConn func())
+		newAck    time.Duration // the new owner's AckWait
+		wantReset bool
+	}{
+		{"crashed", func(_ *tjs.Consumer, p int, closeConn func()) { closeConn(); noPulls(t, js, p) }, time.Minute, true},
+		{"handed over", func(old *tjs.Consumer, p int, _ func()) { old.Remove(p); noPulls(t, js, p) }, time.Minute, true},
+		{"frozen", func(*tjs.Consumer, int, func()) {}, time.Minute, false},
+		{"settings changed", func(old *tjs.Consumer, p int, _ func()) { old.Remove(p); noPulls(t, js, p) }, 2 * time.Minute, false},
 	}
-	if err := old.Add(t.Context(), p); err != nil {
-		t.Fatal(err)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := 30 + i
+			oldJS := nats.JetStream(t) // the old owner's connection of its own
+			old, err := tjs.NewConsumer(oldJS, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Add(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			keys := keysOf(t.Name(), p, 2)
+			if _, err := js.Publish(t.Context(), events.CommandSubject(keys[0]), []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if batch, err := old.Next(ctx); err != nil || len(batch) != 1 {
+				t.Fatalf("the old owner fetched %d, %v", len(batch), err)
+			}
+			tt.fate(old, p, oldJS.Conn().Close)
+			c, err := tjs.NewConsumer(js, tjs.ConsumerConfig{AckWait: tt.newAck, Linger: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if err := c.Add(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			if reset, recreated := c.Takeovers(); (reset == 1) != tt.wantReset || reset+recreated != 1 {
+				t.Errorf("Takeovers() = %d reset, %d recreated; want reset %v", reset, recreated, tt.wantReset)
+			}
+			if _, err := js.Publish(t.Context(), events.CommandSubject(keys[1]), []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			deadline := time.Now().Add(5 * time.Second)
+			for len(got) < 2 && time.Now().Before(deadline) {
+				nctx, ncancel := context.WithDeadline(t.Context(), deadline)
+				batch, err := c.Next(nctx)
+				ncancel()
+				if err != nil {
+					break
+				}
+				for _, m := range batch {
+					got[m.Subject()] = true
+					_ = m.Ack()
+				}
+			}
+			if !got[events.PartitionedCommandSubject(keys[0])] || !got[events.PartitionedCommandSubject(keys[1])] {
+				t.Fatalf("the new owner got %v within 5 s, want both commands (the old owner's unacked one and a new one)", got)
+			}
+		})
 	}
-	keys := keysOf(t.Name(), p, 2)
-	if _, err := js.Publish(t.Context(), events.CommandSubject(keys[0]), []byte(`{}`)); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if batch, err := old.Next(ctx); err != nil || len(batch) != 1 {
-		t.Fatalf("the old owner fetched %d, %v", len(batch), err)
-	}
-	// The old owner freezes: it acks nothing, and its consumption (pull
-	// requests with a prefetch) stays registered on the server, as a paused
-	// process's would. The new owner takes over.
-	c, err := tjs.NewConsumer(js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Add(t.Context(), p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(t.Context(), events.CommandSubject(keys[1]), []byte(`{}`)); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(got) < 2 && time.Now().Before(deadline) {
-		nctx, ncancel := context.WithDeadline(t.Context(), deadline)
-		batch, err := c.Next(nctx)
-		ncancel()
-		if err != nil {
-			break
+}
+
+// noPulls waits until partition p's consumer has no pull request waiting:
+// the server learns of a closed connection, or a stopped consumption's
+// unsubscription, on the old owner's connection, not the test's.
+func noPulls(t *testing.T, js jetstream.JetStream, p int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := js.Consumer(t.Context(), events.CommandStream(p), tjs.DurableName(p))
+		if err == nil && c.CachedInfo().NumWaiting == 0 {
+			return
 		}
-		for _, m := range batch {
-			got[m.Subject()] = true
-			_ = m.Ack()
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d's consumer still has pull requests waiting after 5 s (%v)", p, err)
 		}
-	}
-	if !got[events.PartitionedCommandSubject(keys[0])] || !got[events.PartitionedCommandSubject(keys[1])] {
-		t.Fatalf("the new owner got %v within 5 s, want both commands (the frozen owner's unacked one and a new one)", got)
 	}
 }
