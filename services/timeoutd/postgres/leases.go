@@ -55,7 +55,7 @@ const sessionlessSQL = `beat_at > pg_postmaster_start_time() AND app <> ''
 // is dead: longer than a live instance takes to reconnect after its
 // connections were reset (it probes every 100 ms), short beside the lease
 // TTL a paused or cut-off instance is judged by.
-const CrashGrace = 400 * time.Millisecond
+const CrashGrace = 250 * time.Millisecond
 
 var goneSQL = fmt.Sprintf(`gone_at <= now() - interval '%d milliseconds' AND %s`, CrashGrace.Milliseconds(), sessionlessSQL)
 
