@@ -239,11 +239,21 @@ CHAOS_SEED ?=
 CHAOS_RUNS ?= 1
 CHAOS_KINDS ?=
 CHAOS_REPORT ?= build/chaos-report.txt
+CHAOS_DURATION ?=
+CHAOS_TIMEOUT ?= $$((6 * $(CHAOS_RUNS) + 10))m
 
 .PHONY: chaos
 chaos: images ## the cluster under a seeded nemesis: 80 s of load, 8 faults; CHAOS_SEED=N replays, CHAOS_RUNS=10 runs 10 seeds; rows in CHAOS_REPORT
 	mkdir -p $(dir $(abspath $(CHAOS_REPORT))) && CHAOS=long CHAOS_SEED=$(CHAOS_SEED) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_KINDS=$(CHAOS_KINDS) \
-		CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) $(GO) test -count=1 -timeout $$((6 * $(CHAOS_RUNS) + 10))m -v -run '^TestChaos$$' ./e2e
+		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
+		$(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaos$$' ./e2e
+
+# make chaos-soak: one seeded run of SOAK_MINUTES of load (default 60)
+# with the long run's pace of faults, one every 10 s.
+SOAK_MINUTES ?= 60
+.PHONY: chaos-soak
+chaos-soak: ## the cluster under the nemesis for SOAK_MINUTES (60) of load, a fault every 10 s; CHAOS_SEED=N replays
+	$(MAKE) chaos CHAOS_RUNS=1 CHAOS_DURATION=$(SOAK_MINUTES)m CHAOS_TIMEOUT=$$(($(SOAK_MINUTES) + 20))m CHAOS_REPORT=build/chaos-soak-report.txt
 
 .PHONY: fuzz
 fuzz: ## every Go fuzz target (scripts/fuzz.sh) for FUZZTIME each (default 10s)

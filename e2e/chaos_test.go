@@ -154,14 +154,26 @@ func chaosSeeds(t *testing.T) []uint64 {
 	return out
 }
 
+// chaosFaultEvery is the long run's pace of faults: one per 10 s of load.
+var chaosFaultEvery = chaosLong.Load.Duration / time.Duration(chaosLong.Faults)
+
 // chaosConfigFromEnv returns the short run, or the long one with
-// CHAOS=long; CHAOS_KINDS (comma-separated names of chaosKinds) replaces
-// the mix.
+// CHAOS=long; CHAOS_DURATION (a Go duration, at least 30 s) replaces the
+// load's duration, with one fault per chaosFaultEvery of it (the soak:
+// `make chaos-soak`); CHAOS_KINDS (comma-separated names of chaosKinds)
+// replaces the mix.
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	t.Helper()
 	cfg := chaosShort
 	if os.Getenv("CHAOS") == "long" {
 		cfg = chaosLong
+	}
+	if v := os.Getenv("CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 30*time.Second {
+			t.Fatalf("CHAOS_DURATION %q: want a duration of at least 30s", v)
+		}
+		cfg.Load.Duration, cfg.Faults = d, max(1, int(d/chaosFaultEvery))
 	}
 	if v := os.Getenv("CHAOS_KINDS"); v != "" {
 		cfg.Kinds = nil
