@@ -233,19 +233,21 @@ soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faul
 # docs/RELIABILITY.md "The chaos run"). CHAOS_SEED replays a run (empty: a
 # seed from the clock, printed); CHAOS_RUNS runs that many seeds in a row
 # (CHAOS_SEED, +1, …), one report row each; CHAOS_KINDS replaces the mix of
-# faults (comma-separated kinds, e.g. clock-skew). A short run (40 s, 4
-# faults) is part of `make test`.
+# faults (comma-separated kinds, e.g. clock-skew); CHAOS_SINGLE=1 runs the
+# single-instance stack under the same schedule, for the comparison. A
+# short run (40 s, 4 faults) is part of `make test`.
 CHAOS_SEED ?=
 CHAOS_RUNS ?= 1
 CHAOS_KINDS ?=
 CHAOS_REPORT ?= build/chaos-report.txt
 CHAOS_DURATION ?=
+CHAOS_SINGLE ?=
 CHAOS_TIMEOUT ?= $$((6 * $(CHAOS_RUNS) + 10))m
 
 .PHONY: chaos
 chaos: images ## the cluster under a seeded nemesis: 80 s of load, 8 faults; CHAOS_SEED=N replays, CHAOS_RUNS=10 runs 10 seeds; rows in CHAOS_REPORT
 	mkdir -p $(dir $(abspath $(CHAOS_REPORT))) && CHAOS=long CHAOS_SEED=$(CHAOS_SEED) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_KINDS=$(CHAOS_KINDS) \
-		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
+		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SINGLE=$(CHAOS_SINGLE) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
 		$(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaos$$' ./e2e
 
 # make chaos-soak: one seeded run of SOAK_MINUTES of load (default 60)

@@ -160,8 +160,10 @@ var chaosFaultEvery = chaosLong.Load.Duration / time.Duration(chaosLong.Faults)
 // chaosConfigFromEnv returns the short run, or the long one with
 // CHAOS=long; CHAOS_DURATION (a Go duration, at least 30 s) replaces the
 // load's duration, with one fault per chaosFaultEvery of it (the soak:
-// `make chaos-soak`); CHAOS_KINDS (comma-separated names of chaosKinds)
-// replaces the mix.
+// `make chaos-soak`); CHAOS_SINGLE=1 runs the single-instance stack (one
+// timeoutd, behind the fault proxy, one NATS server, one orders) under the
+// seed's same schedule, for the comparison; CHAOS_KINDS (comma-separated
+// names of chaosKinds) replaces the mix.
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	t.Helper()
 	cfg := chaosShort
@@ -174,6 +176,9 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 			t.Fatalf("CHAOS_DURATION %q: want a duration of at least 30s", v)
 		}
 		cfg.Load.Duration, cfg.Faults = d, max(1, int(d/chaosFaultEvery))
+	}
+	if os.Getenv("CHAOS_SINGLE") == "1" {
+		cfg.Load.HA = false
 	}
 	if v := os.Getenv("CHAOS_KINDS"); v != "" {
 		cfg.Kinds = nil
@@ -217,6 +222,9 @@ type plannedFault struct {
 func drawPlan(cfg chaosConfig, seed uint64) chaosPlan {
 	r := chaosRand(seed)
 	p := chaosPlan{Proxied: names(svcTimeoutd, 3)[r.IntN(3)]}
+	if !cfg.Load.HA {
+		p.Proxied = svcTimeoutd // the only one; the draw above keeps the seed's schedule
+	}
 	total := 0
 	for _, k := range cfg.Kinds {
 		total += k.Weight
@@ -366,8 +374,12 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) string {
 		t.Logf("fault window %-16s %s – %s (+%s)", w.Kind, w.From.Format("15:04:05.000"), w.Till.Format("15:04:05.000"), chaosWindowMargin)
 	}
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	return fmt.Sprintf("%d | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
-		seed, plan.kinds(), a.Lost+a.Reconciled, a.Early, a.PaidCancelled, a.FiredTwice, len(wa.Unfenced), a.Reconciled,
+	stack := ""
+	if !cfg.Load.HA {
+		stack = " (single)"
+	}
+	return fmt.Sprintf("%d%s | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
+		seed, stack, plan.kinds(), a.Lost+a.Reconciled, a.Early, a.PaidCancelled, a.FiredTwice, len(wa.Unfenced), a.Reconciled,
 		ms(all.P50), ms(all.P99), ms(all.Max), ms(outside.P99), outside.N, all.N, worst,
 		res.Acked, a.CancelEvents, machine.CPUModel())
 }
@@ -472,6 +484,14 @@ func (c *chaos) planNetcut(r *rand.Rand) func(*testing.T) string {
 		parts := c.owned(t.Context(), name)
 		at := time.Now()
 		c.s.Disconnect(t, name)
+		if len(c.s.Timeoutds) == 1 { // alone: nobody to move to
+			time.Sleep(hold)
+			c.s.Reconnect(t, name)
+			back := time.Now()
+			ready := waitReady(t, c.s.readyURL(name), 2*time.Minute)
+			return fmt.Sprintf("%s cut off %s; reconnected, ready %s later", name, back.Sub(at).Round(time.Millisecond),
+				ready.Sub(back).Round(time.Millisecond))
+		}
 		moved, ok := c.movedFrom(t.Context(), name, parts, at, netcutBound)
 		if !ok {
 			c.problem("netcut of %s: its %d partitions not all held by others %s after the cut", name, len(parts), netcutBound)
@@ -602,6 +622,11 @@ func TestChaosPlanIsSeeded(t *testing.T) {
 	}
 	if p := drawPlan(chaosLong, 7); len(p.Faults) != chaosLong.Faults || p.Faults[len(p.Faults)-1].At >= chaosLong.Load.Duration {
 		t.Errorf("seed 7: %s; want %d faults within %s", p, chaosLong.Faults, chaosLong.Load.Duration)
+	}
+	single := chaosLong
+	single.Load.HA = false
+	if a, b := drawPlan(chaosLong, 42), drawPlan(single, 42); a.kinds() != b.kinds() || a.Faults[3].At != b.Faults[3].At || b.Proxied != svcTimeoutd {
+		t.Errorf("seed 42 on one instance drew %s, want the cluster's schedule %s behind %s", b, a, svcTimeoutd)
 	}
 	for seed := range uint64(50) {
 		if p := drawPlan(chaosShort, seed); !strings.Contains(p.kinds(), "netcut-timeoutd") {
