@@ -260,30 +260,54 @@ func (m *membership) round(ctx context.Context) time.Duration {
 		wake = m.now().Add(beat.NextExpiry + expiryMargin)
 	}
 	defer m.readView(rctx)
-	if len(m.held) > 0 {
-		renewed, err := m.leases.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.LeaseTTL)
-		if err != nil {
-			m.unproven(ctx, "renew leases", err)
-			return m.cfg.LeaseProbeInterval
-		}
-		var lost []Lease
-		for _, l := range m.held {
-			if !slices.Contains(renewed, l) {
-				lost = append(lost, l)
-			}
-		}
-		if len(lost) > 0 {
-			m.cfg.Logger.Warn("leases lost", "partitions", partitionsOf(lost))
-			m.stats.partitionsLost.Add(uint64(len(lost)))
-			m.drop(lost)
-		}
-		m.trust(sent)
+	if len(m.held) > 0 && !m.renew(ctx, rctx, sent) {
+		return m.cfg.LeaseProbeInterval
 	}
 	if m.leaving.Load() {
 		return m.cfg.LeaseRenewInterval
 	}
-	m.share = shareOf(beat.Live)
-	if !m.brokerHealthy() && beat.Live > 1 {
+	m.rebalance(ctx, rctx, beat.Live, sent)
+	if !m.firstDone {
+		m.firstDone = true // nothing to take over: ready at once
+		m.ready(0)
+		m.caughtUp()
+	}
+	if !wake.IsZero() {
+		return max(min(m.cfg.LeaseRenewInterval, wake.Sub(m.now())), expiryMargin)
+	}
+	return m.cfg.LeaseRenewInterval
+}
+
+// renew renews the leases held, drops those the renewal did not return,
+// and trusts the rest from sent; it reports false when the renewal failed
+// (see unproven).
+func (m *membership) renew(ctx, rctx context.Context, sent time.Time) bool {
+	renewed, err := m.leases.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.LeaseTTL)
+	if err != nil {
+		m.unproven(ctx, "renew leases", err)
+		return false
+	}
+	var lost []Lease
+	for _, l := range m.held {
+		if !slices.Contains(renewed, l) {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) > 0 {
+		m.cfg.Logger.Warn("leases lost", "partitions", partitionsOf(lost))
+		m.stats.partitionsLost.Add(uint64(len(lost)))
+		m.drop(lost)
+	}
+	m.trust(sent)
+	return true
+}
+
+// rebalance brings the leases held to this instance's share among live
+// instances: it hands the extra over, or acquires up to the share and
+// takes the partitions over (trusting the first leases from sent).
+func (m *membership) rebalance(ctx, rctx context.Context, live int, sent time.Time) {
+	m.share = shareOf(live)
+	if !m.brokerHealthy() && live > 1 {
 		// Cut off from NATS, this instance can neither ingest nor publish:
 		// its partitions go to the other instances, which may. (Alone, it
 		// keeps them: nobody else could fire them, and it would reload
@@ -301,12 +325,12 @@ func (m *membership) round(ctx context.Context) time.Duration {
 			m.cfg.Logger.Warn("release leases", "err", err) // they expire instead
 		}
 		m.stats.partitionsReleased.Add(uint64(len(extra)))
-		m.cfg.Logger.Info("partitions handed over", "partitions", partitionsOf(extra), "live", beat.Live, "share", m.share)
+		m.cfg.Logger.Info("partitions handed over", "partitions", partitionsOf(extra), "live", live, "share", m.share)
 	case len(m.held) < m.share && !m.now().Before(m.acquireAt):
 		got, err := m.leases.Acquire(rctx, m.cfg.InstanceID, m.share-len(m.held), partitionsOf(m.held), m.cfg.LeaseTTL)
 		if err != nil {
 			m.cfg.Logger.Warn("acquire leases", "err", err)
-			break
+			return
 		}
 		if len(got) > 0 {
 			if len(m.held) == 0 {
@@ -316,15 +340,6 @@ func (m *membership) round(ctx context.Context) time.Duration {
 			m.firstDone = true
 		}
 	}
-	if !m.firstDone {
-		m.firstDone = true // nothing to take over: ready at once
-		m.ready(0)
-		m.caughtUp()
-	}
-	if !wake.IsZero() {
-		return max(min(m.cfg.LeaseRenewInterval, wake.Sub(m.now())), expiryMargin)
-	}
-	return m.cfg.LeaseRenewInterval
 }
 
 // trust records a renewal sent at sent: the leases are trusted here until
