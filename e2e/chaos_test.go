@@ -284,14 +284,17 @@ func TestChaos(t *testing.T) {
 	}
 	cfg := chaosConfigFromEnv(t)
 	var rows []string
+	var opens []time.Duration // every killed partition's kill to opening, over the runs
 	for _, seed := range chaosSeeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			row := runChaos(t, cfg, seed)
-			rows = append(rows, row)
+			row, o := runChaos(t, cfg, seed)
+			rows, opens = append(rows, row), append(opens, o...)
 			fmt.Println("CHAOS " + row)
 		})
 	}
 	report := append([]string{chaosHeader}, rows...)
+	report = append(report, "crash failover over the runs (kill to the new owner's opening, each partition of each SIGKILLed timeoutd): "+
+		spreadOf(opens))
 	t.Log("\n" + strings.Join(report, "\n"))
 	if out := os.Getenv("CHAOS_REPORT"); out != "" {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -304,10 +307,21 @@ func TestChaos(t *testing.T) {
 }
 
 // chaosHeader names the columns of a run's row (chaosRow).
-const chaosHeader = "seed | faults | lost/early/paid-cancelled/fired-twice/unfenced/reconciled | lateness p50/p99/max | p99 outside fault windows | worst failover | load | CPU"
+const chaosHeader = "seed | faults | lost/early/paid-cancelled/fired-twice/unfenced/reconciled | lateness p50/p99/max | p99 outside fault windows | crash failover: kill to opening; worst kill to first fire | load | CPU"
 
-// runChaos runs one seeded run and returns its row.
-func runChaos(t *testing.T, cfg chaosConfig, seed uint64) string {
+// spreadOf returns the count, p50, p99 and max of ds, or "none".
+func spreadOf(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	ds = slices.Sorted(slices.Values(ds))
+	at := func(q float64) string { return ds[int(q*float64(len(ds)-1))].Round(time.Millisecond).String() }
+	return fmt.Sprintf("n=%d p50 %s p99 %s max %s", len(ds), at(0.5), at(0.99), at(1))
+}
+
+// runChaos runs one seeded run and returns its row and every killed
+// partition's kill to opening by its new owner.
+func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Duration) {
 	plan := drawPlan(cfg, seed)
 	t.Logf("chaos seed %d (replay: CHAOS_SEED=%d): %s", seed, seed, plan)
 	fmt.Printf("CHAOS seed %d: %s\n", seed, plan)
@@ -357,8 +371,9 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) string {
 	}
 	worst := "none"
 	var worstD, worstLate time.Duration
+	var opens []time.Duration
 	for _, k := range c.kills {
-		f, err := failoverOf(t.Context(), db, k.Name, k.At, k.Parts, res.Events)
+		f, err := failoverOf(t.Context(), db, k.Name, k.At, k.Parts, res.Events, openedSince(t.Context(), s, k.Parts, k.At))
 		if err != nil {
 			t.Errorf("failover of %s: %v", k.Name, err)
 			continue
@@ -368,7 +383,9 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) string {
 			worstD = f.Worst
 		}
 		worstLate = max(worstLate, f.LateP99)
-		worst = fmt.Sprintf("%s (due meanwhile: late p99 %s)", worstD.Round(time.Millisecond), worstLate.Round(time.Millisecond))
+		opens = append(opens, f.Opens...)
+		worst = fmt.Sprintf("opening %s; first fire %s (due meanwhile: late p99 %s)", spreadOf(opens),
+			worstD.Round(time.Millisecond), worstLate.Round(time.Millisecond))
 	}
 	for _, w := range c.windows {
 		t.Logf("fault window %-16s %s – %s (+%s)", w.Kind, w.From.Format("15:04:05.000"), w.Till.Format("15:04:05.000"), chaosWindowMargin)
@@ -381,7 +398,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) string {
 	return fmt.Sprintf("%d%s | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
 		seed, stack, plan.kinds(), a.Lost+a.Reconciled, a.Early, a.PaidCancelled, a.FiredTwice, len(wa.Unfenced), a.Reconciled,
 		ms(all.P50), ms(all.P99), ms(all.Max), ms(outside.P99), outside.N, all.N, worst,
-		res.Acked, a.CancelEvents, machine.CPUModel())
+		res.Acked, a.CancelEvents, machine.CPUModel()), opens
 }
 
 // recorded wraps a fault's action so that its window is recorded.

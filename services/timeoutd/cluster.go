@@ -53,11 +53,14 @@ func (o *ownership) lose(p int) {
 	o.changed.Add(1)
 }
 
-// openAt opens partition p's fires if it is still owned at epoch.
-func (o *ownership) openAt(p int, epoch int64) {
-	if o.epochs[p].Load() == epoch {
-		o.opened[p].Store(true)
+// openAt opens partition p's fires if it is still owned at epoch, and
+// reports whether it did.
+func (o *ownership) openAt(p int, epoch int64) bool {
+	if o.epochs[p].Load() != epoch {
+		return false
 	}
+	o.opened[p].Store(true)
+	return true
 }
 
 func (o *ownership) owns(p int) bool   { return o.epochs[p].Load() != 0 }

@@ -188,10 +188,13 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 		}
 	}
 	released := r.sched.Release(t.held, r.cfg.Now(), r.cfg.OverdueRate)
+	var opened []int // the partitions still owned at their takeover's epoch
 	for _, l := range t.leases {
-		r.own.openAt(l.Partition, l.Epoch)
+		if r.own.openAt(l.Partition, l.Epoch) {
+			opened = append(opened, l.Partition)
+		}
 	}
-	r.cfg.Logger.Info("partitions open", "partitions", len(t.parts), "pending", t.loaded, "overdue", len(t.held),
+	r.cfg.Logger.Info("partitions open", "partitions", opened, "pending", t.loaded, "overdue", len(t.held),
 		"released", released, "waited", time.Since(start))
 	return true
 }
