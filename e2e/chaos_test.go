@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -113,10 +114,14 @@ type chaos struct {
 	problems []string
 }
 
-// faultWindow is when a fault ran, from its start to its end.
+// faultWindow is when a fault ran, from its start to its end, and how
+// many partitions acquired anew meanwhile (the leases' epochs' growth; -1
+// when the leases could not be read at either end, as across a Postgres
+// restart's start).
 type faultWindow struct {
 	Kind       string
 	From, Till time.Time
+	Moves      int64
 }
 
 // chaosKill is a SIGKILLed timeoutd and the partitions it owned then, for
@@ -388,8 +393,11 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 			worstD.Round(time.Millisecond), worstLate.Round(time.Millisecond))
 	}
 	for _, w := range c.windows {
-		t.Logf("fault window %-16s %s – %s (+%s)", w.Kind, w.From.Format("15:04:05.000"), w.Till.Format("15:04:05.000"), chaosWindowMargin)
+		t.Logf("fault window %-16s %s – %s (+%s), %d partitions acquired anew", w.Kind, w.From.Format("15:04:05.000"),
+			w.Till.Format("15:04:05.000"), chaosWindowMargin, w.Moves)
 	}
+	t.Logf("partition leases acquired anew during each kind of fault: %s", movesByKind(c.windows))
+	fmt.Printf("CHAOS seed %d moves: %s\n", seed, movesByKind(c.windows))
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	stack := ""
 	if !cfg.Load.HA {
@@ -405,12 +413,45 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 func (c *chaos) recorded(kind string, do func(*testing.T) string) func(*testing.T) string {
 	return func(t *testing.T) string {
 		from := time.Now()
+		before := c.epochs(t.Context())
 		out := do(t)
+		w := faultWindow{kind, from, time.Now(), -1}
+		if after := c.epochs(t.Context()); before >= 0 && after >= 0 {
+			w.Moves = after - before
+		}
 		c.mu.Lock()
-		c.windows = append(c.windows, faultWindow{kind, from, time.Now()})
+		c.windows = append(c.windows, w)
 		c.mu.Unlock()
-		return out
+		return fmt.Sprintf("%s; %d partitions acquired anew", out, w.Moves)
 	}
+}
+
+// epochs returns the sum of the leases' epochs, which grows by one each
+// time a partition is acquired, or -1 when the leases cannot be read.
+func (c *chaos) epochs(ctx context.Context) int64 {
+	var sum int64
+	if err := c.db.QueryRow(ctx, `SELECT coalesce(sum(epoch), 0) FROM timeout_leases`).Scan(&sum); err != nil {
+		return -1
+	}
+	return sum
+}
+
+// movesByKind returns, for each kind of fault in the windows, how many
+// partitions acquired anew during its faults (the faults whose leases
+// could be read), e.g. "kill-nats 0 in 2".
+func movesByKind(windows []faultWindow) string {
+	moves, n := map[string]int64{}, map[string]int{}
+	for _, w := range windows {
+		if w.Moves >= 0 {
+			moves[w.Kind] += w.Moves
+			n[w.Kind]++
+		}
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		out = append(out, fmt.Sprintf("%s %d in %d", k, moves[k], n[k]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // inWindow reports whether a deadline fell inside a fault's window (its
