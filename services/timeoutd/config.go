@@ -214,53 +214,58 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c, c.validate()
+}
+
+// validate reports the first setting of c, defaults applied, out of range.
+func (c Config) validate() error {
 	for _, p := range c.FireSubjectPrefixes {
 		if !strings.HasSuffix(p, ".") || !events.ValidSubject(strings.TrimSuffix(p, ".")) {
-			return c, fmt.Errorf("timeoutd: FireSubjectPrefixes: %q must be a literal subject followed by '.'", p)
+			return fmt.Errorf("timeoutd: FireSubjectPrefixes: %q must be a literal subject followed by '.'", p)
 		}
 	}
 	switch {
 	case c.Tick < 0:
-		return c, fmt.Errorf("timeoutd: Tick must be positive, got %v", c.Tick)
+		return fmt.Errorf("timeoutd: Tick must be positive, got %v", c.Tick)
 	case c.MaxPending < 1:
-		return c, fmt.Errorf("timeoutd: MaxPending must be positive, got %d", c.MaxPending)
+		return fmt.Errorf("timeoutd: MaxPending must be positive, got %d", c.MaxPending)
 	case c.MaxHorizon < 0:
-		return c, fmt.Errorf("timeoutd: MaxHorizon must be positive, got %v", c.MaxHorizon)
+		return fmt.Errorf("timeoutd: MaxHorizon must be positive, got %v", c.MaxHorizon)
 	case c.FireBatch < 1:
-		return c, fmt.Errorf("timeoutd: FireBatch must be positive, got %d", c.FireBatch)
+		return fmt.Errorf("timeoutd: FireBatch must be positive, got %d", c.FireBatch)
 	case c.FireConcurrency < 1 || c.FireConcurrency > 64:
-		return c, fmt.Errorf("timeoutd: FireConcurrency must be in [1, 64], got %d", c.FireConcurrency)
+		return fmt.Errorf("timeoutd: FireConcurrency must be in [1, 64], got %d", c.FireConcurrency)
 	case c.IngestLanes < 1 || c.IngestLanes > 64:
-		return c, fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
+		return fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
 	case c.RecoveryBatch < 1:
-		return c, fmt.Errorf("timeoutd: RecoveryBatch must be positive, got %d", c.RecoveryBatch)
+		return fmt.Errorf("timeoutd: RecoveryBatch must be positive, got %d", c.RecoveryBatch)
 	case c.OverdueRate < 1:
-		return c, fmt.Errorf("timeoutd: OverdueRate must be positive, got %d", c.OverdueRate)
+		return fmt.Errorf("timeoutd: OverdueRate must be positive, got %d", c.OverdueRate)
 	case c.RecoveryCatchupMax < 0:
-		return c, fmt.Errorf("timeoutd: RecoveryCatchupMax must be positive, got %v", c.RecoveryCatchupMax)
+		return fmt.Errorf("timeoutd: RecoveryCatchupMax must be positive, got %v", c.RecoveryCatchupMax)
 	case c.TombstoneTTL < 0:
-		return c, fmt.Errorf("timeoutd: TombstoneTTL must be positive, got %v", c.TombstoneTTL)
+		return fmt.Errorf("timeoutd: TombstoneTTL must be positive, got %v", c.TombstoneTTL)
 	case c.MarkRetention != 0 && c.MarkRetention < MarkRetentionMin:
-		return c, fmt.Errorf("timeoutd: MarkRetention must be 0 (keep marks for good) or at least %v, got %v", MarkRetentionMin, c.MarkRetention)
+		return fmt.Errorf("timeoutd: MarkRetention must be 0 (keep marks for good) or at least %v, got %v", MarkRetentionMin, c.MarkRetention)
 	case c.JanitorInterval < 0:
-		return c, fmt.Errorf("timeoutd: JanitorInterval must be positive, got %v", c.JanitorInterval)
+		return fmt.Errorf("timeoutd: JanitorInterval must be positive, got %v", c.JanitorInterval)
 	case c.JanitorBatch < 1:
-		return c, fmt.Errorf("timeoutd: JanitorBatch must be positive, got %d", c.JanitorBatch)
+		return fmt.Errorf("timeoutd: JanitorBatch must be positive, got %d", c.JanitorBatch)
 	case c.RetryDelay < 0:
-		return c, fmt.Errorf("timeoutd: RetryDelay must be positive, got %v", c.RetryDelay)
+		return fmt.Errorf("timeoutd: RetryDelay must be positive, got %v", c.RetryDelay)
 	case c.LeaseTTL < 300*time.Millisecond:
-		return c, fmt.Errorf("timeoutd: LeaseTTL must be at least 300ms, got %v", c.LeaseTTL)
+		return fmt.Errorf("timeoutd: LeaseTTL must be at least 300ms, got %v", c.LeaseTTL)
 	case c.LeaseRenewInterval <= 0 || c.LeaseRenewInterval >= c.renewDeadline():
-		return c, fmt.Errorf("timeoutd: LeaseRenewInterval must be positive and below two thirds of LeaseTTL (%v), got %v",
+		return fmt.Errorf("timeoutd: LeaseRenewInterval must be positive and below two thirds of LeaseTTL (%v), got %v",
 			c.renewDeadline(), c.LeaseRenewInterval)
 	case c.LeaseProbeInterval < time.Millisecond:
-		return c, fmt.Errorf("timeoutd: LeaseProbeInterval must be at least 1ms, got %v", c.LeaseProbeInterval)
+		return fmt.Errorf("timeoutd: LeaseProbeInterval must be at least 1ms, got %v", c.LeaseProbeInterval)
 	case len(c.InstanceID) > 200:
-		return c, fmt.Errorf("timeoutd: InstanceID must be at most 200 bytes, got %d", len(c.InstanceID))
+		return fmt.Errorf("timeoutd: InstanceID must be at most 200 bytes, got %d", len(c.InstanceID))
 	case c.Recent < 1:
-		return c, fmt.Errorf("timeoutd: Recent must be positive, got %d", c.Recent)
+		return fmt.Errorf("timeoutd: Recent must be positive, got %d", c.Recent)
 	}
-	return c, nil
+	return nil
 }
 
 // renewDeadline is how long after sending a renewal the leases are trusted
