@@ -244,6 +244,54 @@ type Main struct {
 	natsOK atomic.Int64
 }
 
+// connectPostgres opens the three pools (data, reads, leases), waits for
+// Postgres and applies the migrations.
+func (m *Main) connectPostgres(ctx context.Context) (err error) {
+	cfg := m.cfg
+	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns, false, nil); err != nil {
+		return err
+	}
+	if size := m.pool.Config().MaxConns; size < 2 {
+		return fmt.Errorf("daemon: pool_max_conns in TIMEOUTD_DATABASE_URL (DatabaseURL) must be at least 2, got %d", size)
+	}
+	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns, true, nil); err != nil {
+		return err
+	}
+	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, true, postgres.LeasePoolConfig); err != nil {
+		return err
+	}
+	// Postgres, NATS and the streams may come up after timeoutd.
+	if err := retry.Startup(ctx, cfg.Logger, "postgres", m.pool.Ping); err != nil {
+		return fmt.Errorf("connect postgres: %w", err)
+	}
+	return postgres.Migrate(ctx, m.pool)
+}
+
+// connectNATS connects to NATS and verifies the streams; it returns the
+// JetStream client, with room for every fire batch in flight.
+func (m *Main) connectNATS(ctx context.Context, natsTLS []nats.Option) (_ jetstream.JetStream, err error) {
+	cfg := m.cfg
+	m.nc, err = nats.Connect(cfg.NATSURL, append(natsTLS, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect nats: %w", err)
+	}
+	fire := cmp.Or(cfg.Service.FireBatch, timeoutd.FireBatchDefault) * cmp.Or(cfg.Service.FireConcurrency, timeoutd.FireConcurrencyDefault)
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(fire))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	// The streams bootstrap (deploy/streams) creates the streams; timeoutd
+	// may only read them, and checks they capture its fire subjects.
+	if err := retry.Startup(ctx, cfg.Logger, "streams", func(ctx context.Context) error {
+		return streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes},
+			append(events.CommandStreams(), events.StreamExpiries, events.StreamDeadLetters)...)
+	}); err != nil {
+		return nil, err
+	}
+	return js, nil
+}
+
 // New connects to Postgres and NATS, applies the migrations, verifies the
 // streams (created beforehand by the bootstrap step, deploy/streams),
 // ensures the consumer, and listens on HTTPAddr. Nothing is consumed or
@@ -263,42 +311,11 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 			m.Close()
 		}
 	}()
-	if m.pool, err = openPool(ctx, cfg, cfg.DBMaxConns, false, nil); err != nil {
+	if err := m.connectPostgres(ctx); err != nil {
 		return nil, err
 	}
-	if size := m.pool.Config().MaxConns; size < 2 {
-		return nil, fmt.Errorf("daemon: pool_max_conns in TIMEOUTD_DATABASE_URL (DatabaseURL) must be at least 2, got %d", size)
-	}
-	if m.reads, err = openPool(ctx, cfg, cfg.ReadDBMaxConns, true, nil); err != nil {
-		return nil, err
-	}
-	if m.leases, err = openPool(ctx, cfg, postgres.LeasePoolConns, true, postgres.LeasePoolConfig); err != nil {
-		return nil, err
-	}
-	// Postgres, NATS and the streams may come up after timeoutd.
-	if err := retry.Startup(ctx, cfg.Logger, "postgres", m.pool.Ping); err != nil {
-		return nil, fmt.Errorf("connect postgres: %w", err)
-	}
-	if err := postgres.Migrate(ctx, m.pool); err != nil {
-		return nil, err
-	}
-	m.nc, err = nats.Connect(cfg.NATSURL, append(natsTLS, nats.Name("timeoutd"), nats.CustomInboxPrefix(streams.InboxTimeoutd), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))...)
+	js, err := m.connectNATS(ctx, natsTLS)
 	if err != nil {
-		return nil, fmt.Errorf("connect nats: %w", err)
-	}
-	// Room for every fire batch in flight.
-	fire := cmp.Or(cfg.Service.FireBatch, timeoutd.FireBatchDefault) * cmp.Or(cfg.Service.FireConcurrency, timeoutd.FireConcurrencyDefault)
-	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncMaxPending(fire))
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	// The streams bootstrap (deploy/streams) creates the streams; timeoutd
-	// may only read them, and checks they capture its fire subjects.
-	if err := retry.Startup(ctx, cfg.Logger, "streams", func(ctx context.Context) error {
-		return streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: cfg.Service.FireSubjectPrefixes},
-			append(events.CommandStreams(), events.StreamExpiries, events.StreamDeadLetters)...)
-	}); err != nil {
 		return nil, err
 	}
 	src, err := tjs.NewConsumer(js, cfg.Consumer)
