@@ -393,8 +393,10 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 			worstD.Round(time.Millisecond), worstLate.Round(time.Millisecond))
 	}
 	for _, w := range c.windows {
-		t.Logf("fault window %-16s %s – %s (+%s), %d partitions acquired anew", w.Kind, w.From.Format("15:04:05.000"),
-			w.Till.Format("15:04:05.000"), chaosWindowMargin, w.Moves)
+		in, _ := summarise(a.Samples, func(ls lateSample) bool { return !ls.PayBy.Before(w.From) && !ls.PayBy.After(w.Till) })
+		t.Logf("fault window %-16s %s – %s (%s; +%s), %d partitions acquired anew; the %d deadlines due in it late by at most %s",
+			w.Kind, w.From.Format("15:04:05.000"), w.Till.Format("15:04:05.000"), w.Till.Sub(w.From).Round(time.Millisecond),
+			chaosWindowMargin, w.Moves, in.N, in.Max.Round(time.Millisecond))
 	}
 	t.Logf("partition leases acquired anew during each kind of fault: %s", movesByKind(c.windows))
 	fmt.Printf("CHAOS seed %d moves: %s\n", seed, movesByKind(c.windows))
