@@ -125,11 +125,14 @@ type faultWindow struct {
 }
 
 // chaosKill is a SIGKILLed timeoutd and the partitions it owned then, for
-// the failover.
+// the failover, with when each was opened by its new owner (openedSince,
+// read once the killed instance is ready again: a later clock-skew fault
+// replaces a container, and its log with it).
 type chaosKill struct {
-	Name  string
-	At    time.Time
-	Parts []int
+	Name   string
+	At     time.Time
+	Parts  []int
+	Opened map[int]time.Time
 }
 
 // chaosSeeds returns the seeds of the runs: CHAOS_SEED (or one from the
@@ -378,7 +381,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 	var worstD, worstLate time.Duration
 	var opens []time.Duration
 	for _, k := range c.kills {
-		f, err := failoverOf(t.Context(), db, k.Name, k.At, k.Parts, res.Events, openedSince(t.Context(), s, k.Parts, k.At))
+		f, err := failoverOf(t.Context(), db, k.Name, k.At, k.Parts, res.Events, k.Opened)
 		if err != nil {
 			t.Errorf("failover of %s: %v", k.Name, err)
 			continue
@@ -506,12 +509,12 @@ func (c *chaos) planKillTimeoutd(r *rand.Rand) func(*testing.T) string {
 		parts := c.owned(t.Context(), name)
 		at := time.Now()
 		c.s.Kill(t, name)
-		c.mu.Lock()
-		c.kills = append(c.kills, chaosKill{name, at, parts})
-		c.mu.Unlock()
 		time.Sleep(3 * time.Second)
 		started := c.s.Start(t, name)
 		ready := waitReady(t, c.s.readyURL(name), 2*time.Minute)
+		c.mu.Lock()
+		c.kills = append(c.kills, chaosKill{name, at, parts, openedSince(t.Context(), c.s, parts, at)})
+		c.mu.Unlock()
 		return fmt.Sprintf("%s (%d partitions) SIGKILLed, started 3 s later, ready %s after its start",
 			name, len(parts), ready.Sub(started).Round(time.Millisecond))
 	}
