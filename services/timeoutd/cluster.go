@@ -252,7 +252,7 @@ func (m *membership) round(ctx context.Context) time.Duration {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
 	defer cancel()
 	info, _ := json.Marshal(m.info()) // cannot fail: plain fields
-	beat, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info)
+	beat, err := m.leases.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.LeaseTTL, info, m.brokerHealthy() && !m.leaving.Load())
 	if err != nil {
 		m.unproven(ctx, "heartbeat", err)
 		return m.cfg.LeaseProbeInterval // the database is back: renew at once

@@ -28,13 +28,15 @@ type leaseTable struct {
 	acquires int
 	released []Lease
 	left     bool
+	serving  bool // as the last heartbeat said
 }
 
 func newLeaseTable() *leaseTable { return &leaseTable{live: 1} }
 
-func (l *leaseTable) Heartbeat(context.Context, string, time.Duration, []byte) (Beat, error) {
+func (l *leaseTable) Heartbeat(_ context.Context, _ string, _ time.Duration, _ []byte, serving bool) (Beat, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.serving = serving
 	if l.failBeat != nil {
 		return Beat{}, l.failBeat
 	}
@@ -446,14 +448,23 @@ func TestAnInstanceCutOffFromNATSHandsItsPartitionsOver(t *testing.T) {
 	}
 	mt.round(t)
 	mt.leases.mu.Lock()
-	again := mt.leases.acquires
+	again, serving := mt.leases.acquires, mt.leases.serving
 	mt.leases.mu.Unlock()
 	if again != acquires {
 		t.Fatal("acquired partitions while cut off from NATS")
 	}
+	if serving {
+		t.Fatal("the heartbeat says serving while cut off from NATS: the others' share would leave no room for its partitions")
+	}
 	cut.Store(false)
 	if got := mt.round(t); len(got) != events.Partitions/2 {
 		t.Fatalf("NATS back: owns %d partitions, want its share, %d", len(got), events.Partitions/2)
+	}
+	mt.leases.mu.Lock()
+	serving = mt.leases.serving
+	mt.leases.mu.Unlock()
+	if !serving {
+		t.Fatal("NATS back: the heartbeat says not serving")
 	}
 	// Alone, it keeps its partitions: nobody else could fire them.
 	mt.leases.set(func(l *leaseTable) { l.live = 1 })

@@ -80,9 +80,13 @@ type Fence struct {
 // methods are safe for concurrent use.
 type Leases interface {
 	// Heartbeat records instance id as live until ttl from now, with info
-	// (what the cluster view shows of it), and returns what it learnt of
-	// the cluster.
-	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (Beat, error)
+	// (what the cluster view shows of it) and whether it is serving (it
+	// can take partitions: false while it cannot reach NATS or shuts
+	// down), and returns what it learnt of the cluster. Beat.Live, and
+	// Probe's live, count only the serving instances besides the caller,
+	// so that the partitions one that is not serving hands over find room
+	// in the others' share.
+	Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte, serving bool) (Beat, error)
 	// Probe returns, writing nothing, the number of live instances and of
 	// partitions takeable at once, as Heartbeat would: a cheap look,
 	// between rounds, for partitions released or orphaned by a crash, to
@@ -111,7 +115,8 @@ type Leases interface {
 
 // Beat is what a heartbeat learns of the cluster.
 type Beat struct {
-	// Live is the number of live instances, itself included.
+	// Live is the number of live instances serving (see
+	// Leases.Heartbeat), itself included.
 	Live int
 	// NextExpiry is how long until the first lease held by another
 	// instance expires (0 when none): the moment a dead instance's

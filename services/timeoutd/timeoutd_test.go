@@ -192,7 +192,7 @@ func (nopSource) Consumed(context.Context, int, uint64) (bool, error) { return t
 // of one.
 type soleLeases struct{}
 
-func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte) (Beat, error) {
+func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte, bool) (Beat, error) {
 	return Beat{Live: 1}, nil
 }
 func (soleLeases) Probe(context.Context, string, time.Duration) (int, int, error) { return 1, 0, nil }

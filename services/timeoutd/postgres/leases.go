@@ -83,7 +83,7 @@ var (
 other AS (SELECT %[2]s AS expiry, l.owner FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
 	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "$2"))
 	clusterSelect = fmt.Sprintf(`
-	1 + (SELECT count(*) FROM timeoutd_instances WHERE id <> $1 AND %[1]s > now() AND id NOT IN (SELECT id FROM gone)),
+	1 + (SELECT count(*) FROM timeoutd_instances WHERE id <> $1 AND serving AND %[1]s > now() AND id NOT IN (SELECT id FROM gone)),
 	coalesce((SELECT ceil(extract(epoch FROM min(expiry) - now()) * 1000)::int8 FROM other WHERE expiry > now()), 0),
 	(SELECT count(*) FROM timeout_leases WHERE owner IS NULL OR owner IN (SELECT id FROM gone))`,
 		graceExpiry("expires_at", "beat_at", "$2"))
@@ -92,10 +92,10 @@ other AS (SELECT %[2]s AS expiry, l.owner FROM timeout_leases l LEFT JOIN timeou
 var (
 	heartbeatSQL = `
 WITH beat AS (
-	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at)
-	VALUES ($1, now() + $2 * interval '1 millisecond', $3, current_setting('application_name'), now())
+	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at, serving)
+	VALUES ($1, now() + $2 * interval '1 millisecond', $3, current_setting('application_name'), now(), $4)
 	ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at, info = EXCLUDED.info, app = EXCLUDED.app,
-		beat_at = EXCLUDED.beat_at, gone_at = NULL,
+		beat_at = EXCLUDED.beat_at, gone_at = NULL, serving = EXCLUDED.serving,
 		started_at = CASE WHEN i.expires_at > now() THEN i.started_at ELSE now() END
 	RETURNING id),
 ` + watchSQL + `,
@@ -107,10 +107,10 @@ SELECT ` + clusterSelect
 )
 
 // Heartbeat implements timeoutd.Leases.
-func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte) (timeoutd.Beat, error) {
+func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte, serving bool) (timeoutd.Beat, error) {
 	var b timeoutd.Beat
 	var nextMs int64
-	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime); err != nil {
+	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info, serving).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime); err != nil {
 		return timeoutd.Beat{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	b.NextExpiry = time.Duration(nextMs) * time.Millisecond

@@ -142,16 +142,30 @@ func TestMembership(t *testing.T) {
 	ctx := context.Background()
 	l := NewLeases(pool)
 	for _, id := range []string{"a", "b"} {
-		if _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`)); err != nil {
+		if _, err := l.Heartbeat(ctx, id, time.Hour, []byte(`{"pending":1}`), true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	beat, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`))
+	beat, err := l.Heartbeat(ctx, "c", 100*time.Millisecond, []byte(`{}`), true)
 	if err != nil || beat.Live != 3 || beat.NextExpiry != 0 || beat.Takeable != events.Partitions {
 		t.Fatalf("heartbeat = %+v, %v; want 3 live, no next expiry, every partition free", beat, err)
 	}
 	if d := time.Since(beat.DBTime); d < -time.Minute || d > time.Minute {
 		t.Fatalf("the database's time %v is not now", beat.DBTime)
+	}
+	// b cannot reach NATS: it is not serving, and the others' share counts
+	// it out, so that the partitions it hands over find room.
+	if _, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`), false); err != nil {
+		t.Fatal(err)
+	}
+	if live, _, err := l.Probe(ctx, "a", time.Hour); err != nil || live != 2 {
+		t.Fatalf("with b not serving, a probes %d live, %v; want 2", live, err)
+	}
+	if _, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`), true); err != nil {
+		t.Fatal(err)
+	}
+	if live, _, err := l.Probe(ctx, "a", time.Hour); err != nil || live != 3 {
+		t.Fatalf("with b serving again, a probes %d live, %v; want 3", live, err)
 	}
 	got, err := l.Acquire(ctx, "a", 5, nil, time.Hour)
 	if err != nil || len(got) != 5 {
@@ -162,10 +176,10 @@ func TestMembership(t *testing.T) {
 	}
 	// The first lease of another instance to expire is b's, in about 2 s;
 	// a's own leases (an hour) do not count.
-	if b, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{"pending":1}`)); err != nil || b.NextExpiry <= time.Second || b.NextExpiry > 2*time.Second {
+	if b, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{"pending":1}`), true); err != nil || b.NextExpiry <= time.Second || b.NextExpiry > 2*time.Second {
 		t.Fatalf("a's next expiry = %v, %v; want b's lease, within (1s, 2s]", b.NextExpiry, err)
 	}
-	if b, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`)); err != nil || b.NextExpiry < 59*time.Minute {
+	if b, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`), true); err != nil || b.NextExpiry < 59*time.Minute {
 		t.Fatalf("b's next expiry = %v, %v; want a's, about an hour", b.NextExpiry, err)
 	}
 	if err := l.Release(ctx, "a", got[3:]); err != nil {
@@ -179,7 +193,7 @@ func TestMembership(t *testing.T) {
 	if err != nil || len(in) != 1 || in[0].ID != "a" || len(in[0].Partitions) != 3 || string(in[0].Info) != `{"pending": 1}` {
 		t.Fatalf("instances = %+v, %v; want a with 3 partitions", in, err)
 	}
-	if b, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil || b.Live != 1 {
+	if b, err := l.Heartbeat(ctx, "a", time.Hour, []byte(`{}`), true); err != nil || b.Live != 1 {
 		t.Fatalf("live = %d, %v; want 1", b.Live, err)
 	}
 }
@@ -266,14 +280,14 @@ func TestACrashedInstancesPartitionsAreOrphanedAtOnce(t *testing.T) {
 	}
 	deadPool, bPool := appPool(t, url, "timeoutd/dead"), appPool(t, url, "timeoutd/b")
 	dead, b := NewLeases(deadPool), NewLeases(bPool)
-	if _, err := dead.Heartbeat(ctx, "dead", time.Hour, []byte(`{}`)); err != nil {
+	if _, err := dead.Heartbeat(ctx, "dead", time.Hour, []byte(`{}`), true); err != nil {
 		t.Fatal(err)
 	}
 	held, err := dead.Acquire(ctx, "dead", 10, nil, time.Hour)
 	if err != nil || len(held) != 10 {
 		t.Fatalf("acquire: %v, %v", held, err)
 	}
-	beat, err := b.Heartbeat(ctx, "b", time.Hour, []byte(`{}`))
+	beat, err := b.Heartbeat(ctx, "b", time.Hour, []byte(`{}`), true)
 	if err != nil || beat.Live != 2 || beat.Takeable != events.Partitions-10 {
 		t.Fatalf("while dead lives: %+v, %v; want 2 live, only the free partitions takeable", beat, err)
 	}
@@ -381,7 +395,7 @@ func TestAResetIsNotACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
-	if _, err := a.Heartbeat(ctx, "a", time.Hour, []byte(`{}`)); err != nil {
+	if _, err := a.Heartbeat(ctx, "a", time.Hour, []byte(`{}`), true); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := a.Acquire(ctx, "a", events.Partitions, nil, time.Hour); err != nil || len(got) != events.Partitions {
