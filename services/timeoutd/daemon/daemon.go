@@ -335,7 +335,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	}
 	m.svc = svc
 	metrics.Watch(svc)
-	metrics.WatchTakeovers(src.Takeovers)
+	metrics.WatchConsumer(src)
 	h, err := thttp.NewHandler(thttp.Config{Service: svc, Registry: reg, DashboardDir: cfg.DashboardDir, Logger: cfg.Logger,
 		Operator:  thttp.Operator{Token: cfg.OperatorToken, OrdersURL: cfg.OrdersURL, OrdersToken: cfg.OrdersToken},
 		ReadToken: cfg.ReadToken, MaxStreams: cfg.MaxStreams, StreamWriteTimeout: cfg.StreamWriteTimeout,

@@ -46,20 +46,31 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return m
 }
 
-// WatchTakeovers registers timeoutd_consumer_takeovers_total, read from
-// takeovers (the command consumer's Takeovers): how each partition's
-// consumer was taken over, by kind, "reset" (kept and reset to its ack
-// floor: fast) or "recreated" (deleted and created anew: a new group and
-// its election on a cluster).
-func (m *Metrics) WatchTakeovers(takeovers func() (reset, recreated uint64)) {
+// consumerStats is what WatchConsumer reads of the command consumer (a
+// *jetstream.Consumer of package services/timeoutd/jetstream).
+type consumerStats interface {
+	Takeovers() (reset, recreated uint64)
+	Restarts() uint64
+}
+
+// WatchConsumer registers the command consumer's counters:
+// timeoutd_consumer_takeovers_total, how each partition's consumer was
+// taken over, by kind, "reset" (kept and reset to its ack floor: fast) or
+// "recreated" (deleted and created anew: a new group and its election on a
+// cluster), and timeoutd_consumer_restarts_total, the consumptions
+// restarted because their consumer was deleted under them.
+func (m *Metrics) WatchConsumer(c consumerStats) {
 	kind := func(name string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "timeoutd_consumer_takeovers_total",
 			Help:        "Partitions whose command consumer this instance took over, by kind: reset (the consumer found, reset to its ack floor) or recreated (deleted and created anew).",
 			ConstLabels: prometheus.Labels{"kind": name}}, f)
 	}
 	m.reg.MustRegister(
-		kind("reset", func() float64 { r, _ := takeovers(); return float64(r) }),
-		kind("recreated", func() float64 { _, c := takeovers(); return float64(c) }))
+		kind("reset", func() float64 { r, _ := c.Takeovers(); return float64(r) }),
+		kind("recreated", func() float64 { _, n := c.Takeovers(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "timeoutd_consumer_restarts_total",
+			Help: "Partition consumptions restarted because their consumer was deleted under them (by a former owner's late takeover)."},
+			func() float64 { return float64(c.Restarts()) }))
 }
 
 // OverdueBounds are the ages of timeoutd_overdue_timeouts' older_than

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -57,6 +58,8 @@ const (
 	pullExpiry = 5 * time.Second
 	// leaderPoll is how often waitLeader asks for a new consumer's leader.
 	leaderPoll = 20 * time.Millisecond
+	// restartDelay is the pause between two attempts of a restart.
+	restartDelay = 100 * time.Millisecond
 )
 
 // ConsumerConfig configures a Consumer.
@@ -95,14 +98,20 @@ type Consumer struct {
 	cfg  ConsumerConfig
 	js   jetstream.JetStream
 	msgs chan jetstream.Msg
+	// ctx is the life of the restarts (restart), ended by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu    sync.Mutex
 	parts map[int]partition
-	// resets and recreates count Add's takeovers by kind (Takeovers).
-	resets, recreates atomic.Uint64
+	// resets and recreates count the takeovers by kind (Takeovers);
+	// restarts the consumptions restarted after their consumer was
+	// deleted under them.
+	resets, recreates, restarts atomic.Uint64
 }
 
-// partition is one owned partition's consumer.
+// partition is one owned partition's consumer. Its cc is nil while its
+// consumption is being restarted (restart).
 type partition struct {
 	cons jetstream.Consumer
 	cc   jetstream.ConsumeContext
@@ -165,7 +174,9 @@ func NewConsumer(js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, events.Partitions*cfg.Prefetch/2), parts: map[int]partition{}}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Consumer{cfg: cfg, js: js, msgs: make(chan jetstream.Msg, events.Partitions*cfg.Prefetch/2), parts: map[int]partition{},
+		ctx: ctx, cancel: cancel}, nil
 }
 
 // Add implements timeoutd.Source: it takes partition p's durable consumer
@@ -180,24 +191,102 @@ func (c *Consumer) Add(ctx context.Context, p int) error {
 	// The calls to the server run outside the lock, so that a takeover
 	// adds its partitions concurrently (each takes round trips to the
 	// consumer's leader).
-	cons, err := c.takeOver(ctx, p)
+	part, err := c.start(ctx, p)
 	if err != nil {
 		return err
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
-		jetstream.PullMaxMessages(c.cfg.Prefetch),
-		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(c.cfg.PullHeartbeat))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", DurableName(p), err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.parts[p]; ok { // added meanwhile: one consumption is enough
-		cc.Stop()
+		part.cc.Stop()
 		return nil
 	}
-	c.parts[p] = partition{cons: cons, cc: cc}
+	c.parts[p] = part
 	return nil
+}
+
+// start takes partition p's consumer over and starts consuming it. A
+// consumption ends on its own when its consumer is deleted under it: by a
+// former owner's takeover that was still under way when it lost the
+// partition, whose delete and create reached the server after this
+// instance's takeover. The stream keeps every command not acknowledged,
+// so nothing is lost, but nobody would consume them: the error handler
+// restarts the consumption (restart) while the partition is still here.
+func (c *Consumer) start(ctx context.Context, p int) (partition, error) {
+	cons, err := c.takeOver(ctx, p)
+	if err != nil {
+		return partition{}, err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { c.msgs <- m },
+		jetstream.PullMaxMessages(c.cfg.Prefetch),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(c.cfg.PullHeartbeat),
+		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) { c.consumeFailed(p, cc, err) }))
+	if err != nil {
+		return partition{}, fmt.Errorf("consume %s: %w", DurableName(p), err)
+	}
+	return partition{cons: cons, cc: cc}, nil
+}
+
+// consumeFailed handles an error of partition p's consumption cc: a
+// deleted consumer ends it, and it is restarted; pulls that no server
+// answers may mean the consumer is gone (or only that its leader is being
+// elected): the consumer is looked up, and the consumption restarted if
+// it is not found.
+func (c *Consumer) consumeFailed(p int, cc jetstream.ConsumeContext, err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest):
+		c.restart(p, cc)
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoHeartbeat):
+		go func() {
+			ctx, cancel := context.WithTimeout(c.ctx, pullExpiry)
+			defer cancel()
+			if _, err := c.js.Consumer(ctx, events.CommandStream(p), DurableName(p)); errors.Is(err, jetstream.ErrConsumerNotFound) {
+				c.restart(p, cc)
+			}
+		}()
+	}
+}
+
+// restart consumes partition p anew, taking its consumer over again, if
+// cc is still its consumption; it retries until it succeeds, p is
+// removed, or Close.
+func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
+	c.mu.Lock()
+	part, ok := c.parts[p]
+	if !ok || part.cc != cc {
+		c.mu.Unlock()
+		return // removed, or restarted already
+	}
+	c.parts[p] = partition{} // still wanted: Remove ends the restart
+	c.mu.Unlock()
+	cc.Stop()
+	c.restarts.Add(1)
+	go func() {
+		for {
+			c.mu.Lock()
+			part, ok := c.parts[p]
+			c.mu.Unlock()
+			if !ok || part.cc != nil {
+				return
+			}
+			started, err := c.start(c.ctx, p)
+			if err == nil {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if part, ok := c.parts[p]; ok && part.cc == nil {
+					c.parts[p] = started
+				} else {
+					started.cc.Stop()
+				}
+				return
+			}
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-time.After(restartDelay):
+			}
+		}
+	}()
 }
 
 // takeOver returns partition p's consumer, delivering from the start every
@@ -258,6 +347,10 @@ func reusable(info *jetstream.ConsumerInfo, want jetstream.ConsumerConfig) bool 
 // consumer found, and how many by creating it anew.
 func (c *Consumer) Takeovers() (reset, recreated uint64) { return c.resets.Load(), c.recreates.Load() }
 
+// Restarts returns how many consumptions were restarted because their
+// consumer was deleted under them.
+func (c *Consumer) Restarts() uint64 { return c.restarts.Load() }
+
 // waitLeader returns once a clustered consumer has a leader to take pull
 // requests: one sent before (a consumer just created) is lost without an
 // error, and the client learns of it only from missing heartbeats. A
@@ -289,7 +382,7 @@ func (c *Consumer) Remove(p int) {
 	part, ok := c.parts[p]
 	delete(c.parts, p)
 	c.mu.Unlock()
-	if ok {
+	if ok && part.cc != nil {
 		part.cc.Stop()
 	}
 }
@@ -363,8 +456,8 @@ func (c *Consumer) Consumed(ctx context.Context, p int, mark uint64) (bool, erro
 	c.mu.Lock()
 	part, ok := c.parts[p]
 	c.mu.Unlock()
-	if !ok {
-		return false, fmt.Errorf("partition %d is not consumed here", p)
+	if !ok || part.cons == nil {
+		return false, fmt.Errorf("partition %d is not consumed here (or its consumption is restarting)", p)
 	}
 	info, err := part.cons.Info(ctx)
 	if err != nil {
@@ -376,15 +469,20 @@ func (c *Consumer) Consumed(ctx context.Context, p int, mark uint64) (bool, erro
 // Close implements timeoutd.Source: it stops every partition's consumer and
 // negatively acknowledges what was fetched and not returned by Next.
 func (c *Consumer) Close() error {
+	c.cancel()
 	c.mu.Lock()
 	parts := c.parts
 	c.parts = map[int]partition{}
 	c.mu.Unlock()
 	for _, part := range parts {
-		part.cc.Stop()
+		if part.cc != nil {
+			part.cc.Stop()
+		}
 	}
 	for _, part := range parts {
-		<-part.cc.Closed()
+		if part.cc != nil {
+			<-part.cc.Closed()
+		}
 	}
 	for {
 		select {

@@ -248,3 +248,77 @@ func noPulls(t *testing.T, js jetstream.JetStream, p int) {
 		}
 	}
 }
+
+// TestAConsumptionWhoseConsumerIsDeletedIsRestarted: a former owner's
+// takeover that was still under way when it lost the partition may delete
+// the consumer after the new owner took it over, and create it again. The
+// new owner's consumption then ends; it must consume again on its own, and
+// get the commands published since (the stream keeps them).
+func TestAConsumptionWhoseConsumerIsDeletedIsRestarted(t *testing.T) {
+	t.Parallel()
+	nats := testinfra.NATS(t)
+	js := nats.JetStream(t)
+	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tjs.ConsumerConfig{Linger: -1}
+	tests := []struct {
+		name     string
+		recreate bool // the former owner creates the consumer again after deleting it
+	}{
+		{"deleted", false},
+		{"deleted and created again", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := 40 + i
+			c, err := tjs.NewConsumer(js, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if err := c.Add(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			keys := keysOf(t.Name(), p, 2)
+			next := func(key string) {
+				t.Helper()
+				if _, err := js.Publish(t.Context(), events.CommandSubject(key), []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				// A command acked just before the delete may come again
+				// (its ack raced the delete): applying it twice is a no-op.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				for {
+					batch, err := c.Next(ctx)
+					if err != nil {
+						t.Fatalf("the command of %s did not come within 10 s: %v", key, err)
+					}
+					for _, m := range batch {
+						_ = m.Ack()
+						if m.Subject() == events.PartitionedCommandSubject(key) {
+							return
+						}
+					}
+				}
+			}
+			next(keys[0])
+			// The former owner's late takeover.
+			stream, durable := events.CommandStream(p), tjs.DurableName(p)
+			if err := js.DeleteConsumer(t.Context(), stream, durable); err != nil {
+				t.Fatal(err)
+			}
+			if tt.recreate {
+				if _, err := js.CreateConsumer(t.Context(), stream, tjs.ConsumerSettings(p, cfg)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			next(keys[1])
+			if n := c.Restarts(); n != 1 {
+				t.Errorf("Restarts() = %d, want 1", n)
+			}
+		})
+	}
+}
