@@ -149,6 +149,7 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 	for i := range waiting {
 		waiting[i] = i
 	}
+	warned := make([]bool, len(t.parts)) // a failed check is logged once a partition
 	for len(waiting) > 0 {
 		done := make([]bool, len(waiting))
 		var g errgroup.Group
@@ -160,8 +161,9 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 			}
 			g.Go(func() error {
 				ok, err := r.src.Consumed(ctx, t.parts[i], t.marks[i])
-				if err != nil && ctx.Err() == nil {
-					r.cfg.Logger.Warn("check the command backlog", "partition", t.parts[i], "err", err)
+				if err != nil && ctx.Err() == nil && !warned[i] {
+					warned[i] = true
+					r.cfg.Logger.Warn("check the command backlog; retrying", "partition", t.parts[i], "err", err)
 				}
 				done[j] = ok
 				return nil

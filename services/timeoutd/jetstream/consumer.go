@@ -60,6 +60,11 @@ const (
 	leaderPoll = 20 * time.Millisecond
 	// restartDelay is the pause between two attempts of a restart.
 	restartDelay = 100 * time.Millisecond
+	// resetTimeout bounds a takeover's lookup and reset of the consumer
+	// found, which take milliseconds: one that does not answer within it
+	// (its leader moving after a NATS node restart, the reset's proposal
+	// lost with it; the API's own timeout is 5 s) is created anew instead.
+	resetTimeout = time.Second
 )
 
 // ConsumerConfig configures a Consumer.
@@ -305,7 +310,8 @@ func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 //
 // Otherwise (a paused or cut-off owner's connection is alive, so the
 // server would go on delivering to it, and the new owner's fires would wait
-// for those commands until the pause ended), or when the reset fails, or
+// for those commands until the pause ended), or when the lookup or the
+// reset fails or does not answer within resetTimeout, or
 // when the consumer's settings changed, the consumer is deleted with what
 // it held and created anew: a new group, whose leader election takes far
 // longer on a cluster. Either way the stream is a work queue, so every
@@ -313,13 +319,16 @@ func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 // commit is then applied twice, which the version check makes a no-op.
 func (c *Consumer) takeOver(ctx context.Context, p int) (jetstream.Consumer, error) {
 	name, want := events.CommandStream(p), ConsumerSettings(p, c.cfg)
-	cons, err := c.js.Consumer(ctx, name, DurableName(p))
+	rctx, cancel := context.WithTimeout(ctx, resetTimeout)
+	cons, err := c.js.Consumer(rctx, name, DurableName(p))
 	if err == nil && reusable(cons.CachedInfo(), want) {
-		if _, err := c.js.ResetConsumer(ctx, name, DurableName(p)); err == nil {
+		if _, err := c.js.ResetConsumer(rctx, name, DurableName(p)); err == nil {
+			cancel()
 			c.resets.Add(1)
 			return cons, nil
 		}
 	}
+	cancel()
 	if err := c.js.DeleteConsumer(ctx, name, DurableName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("delete consumer %s: %w", DurableName(p), err)
 	}

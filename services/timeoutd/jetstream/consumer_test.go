@@ -322,3 +322,55 @@ func TestAConsumptionWhoseConsumerIsDeletedIsRestarted(t *testing.T) {
 		})
 	}
 }
+
+// stalledReset is a JetStream client whose consumer resets never answer,
+// as when the consumer's leader moves after a NATS node restart and the
+// reset's proposal is lost with it.
+type stalledReset struct{ jetstream.JetStream }
+
+func (stalledReset) ResetConsumer(ctx context.Context, _, _ string) (*jetstream.ConsumerResetResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestATakeoverWhoseResetDoesNotAnswerCreatesTheConsumer: a reset that
+// does not answer costs a takeover a second, not the API's timeout (5 s):
+// the consumer is then created anew, and delivers what the old owner held.
+func TestATakeoverWhoseResetDoesNotAnswerCreatesTheConsumer(t *testing.T) {
+	t.Parallel()
+	js := testinfra.NATS(t).JetStream(t)
+	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	const p = 50
+	cfg := tjs.ConsumerConfig{Linger: -1}
+	if _, err := js.CreateConsumer(t.Context(), events.CommandStream(p), tjs.ConsumerSettings(p, cfg)); err != nil {
+		t.Fatal(err) // the old owner's, nobody pulling from it
+	}
+	key := keysOf(t.Name(), p, 1)[0]
+	if _, err := js.Publish(t.Context(), events.CommandSubject(key), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tjs.NewConsumer(stalledReset{js}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	start := time.Now()
+	if err := c.Add(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Add took %s with a reset that never answers; want about a second", took.Round(time.Millisecond))
+	}
+	if reset, recreated := c.Takeovers(); reset != 0 || recreated != 1 {
+		t.Errorf("Takeovers() = %d reset, %d recreated; want the consumer created anew", reset, recreated)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	batch, err := c.Next(ctx)
+	if err != nil || len(batch) != 1 || batch[0].Subject() != events.PartitionedCommandSubject(key) {
+		t.Fatalf("Next = %d messages, %v; want the command of %s", len(batch), err, key)
+	}
+	_ = batch[0].Ack()
+}
