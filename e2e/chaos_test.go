@@ -519,8 +519,15 @@ func (c *chaos) planKillTimeoutd(r *rand.Rand) func(*testing.T) string {
 		time.Sleep(3 * time.Second)
 		started := c.s.Start(t, name)
 		ready := waitReady(t, c.s.readyURL(name), 2*time.Minute)
+		// Ready comes before the restarted instance's own partitions open
+		// (alone, it owns them all): wait a little for every opening.
+		opened := openedSince(t.Context(), c.s, parts, at)
+		for deadline := time.Now().Add(5 * time.Second); len(opened) < len(parts) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			opened = openedSince(t.Context(), c.s, parts, at)
+		}
 		c.mu.Lock()
-		c.kills = append(c.kills, chaosKill{name, at, parts, openedSince(t.Context(), c.s, parts, at)})
+		c.kills = append(c.kills, chaosKill{name, at, parts, opened})
 		c.mu.Unlock()
 		return fmt.Sprintf("%s (%d partitions) SIGKILLed, started 3 s later, ready %s after its start",
 			name, len(parts), ready.Sub(started).Round(time.Millisecond))
