@@ -299,3 +299,9 @@ func (s *Service) InstanceID() string { return s.cfg.InstanceID }
 
 // Owned returns the partitions this instance owns.
 func (s *Service) Owned() []int { return s.own.owned() }
+
+// Serves reports whether this instance owns partition p under leases it
+// still trusts (renewed within the renew deadline). A former owner whose
+// lease another instance took does not: that lease had to expire, or its
+// sessions to vanish, first, and either leaves its leases untrusted here.
+func (s *Service) Serves(p int) bool { return s.own.owns(p) && s.own.trusted() }

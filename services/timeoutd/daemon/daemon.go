@@ -334,6 +334,7 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 		return nil, err
 	}
 	m.svc = svc
+	src.KeepWhile(svc.Serves)
 	metrics.Watch(svc)
 	metrics.WatchConsumer(src)
 	h, err := thttp.NewHandler(thttp.Config{Service: svc, Registry: reg, DashboardDir: cfg.DashboardDir, Logger: cfg.Logger,

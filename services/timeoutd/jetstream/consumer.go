@@ -60,6 +60,9 @@ const (
 	leaderPoll = 20 * time.Millisecond
 	// restartDelay is the pause between two attempts of a restart.
 	restartDelay = 100 * time.Millisecond
+	// createAttempts is how many times a takeover creates a consumer
+	// before it fails.
+	createAttempts = 5
 	// resetTimeout bounds a takeover's lookup and reset of the consumer
 	// found, which take milliseconds: one that does not answer within it
 	// (its leader moving after a NATS node restart, the reset's proposal
@@ -109,6 +112,9 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[int]partition
+	// keep reports whether a partition's ended consumption may be
+	// restarted (KeepWhile); nil: always.
+	keep func(p int) bool
 	// resets and recreates count the takeovers by kind (Takeovers);
 	// restarts the consumptions restarted after their consumer was
 	// deleted under them.
@@ -252,9 +258,21 @@ func (c *Consumer) consumeFailed(p int, cc jetstream.ConsumeContext, err error) 
 	}
 }
 
+// KeepWhile makes the restart of an ended consumption ask serves first:
+// a former owner whose lease another instance took must not take the
+// consumer back from it (its restart would delete the new owner's
+// consumer, and theirs each other's). The daemon passes the service's
+// Serves; set it before the first Add.
+func (c *Consumer) KeepWhile(serves func(p int) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keep = serves
+}
+
 // restart consumes partition p anew, taking its consumer over again, if
-// cc is still its consumption; it retries until it succeeds, p is
-// removed, or Close.
+// cc is still its consumption, once the partition is served here
+// (KeepWhile: a lapse may end with the lease still this instance's); it
+// retries until it succeeds, p is removed, or Close.
 func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 	c.mu.Lock()
 	part, ok := c.parts[p]
@@ -270,20 +288,22 @@ func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 		for {
 			c.mu.Lock()
 			part, ok := c.parts[p]
+			served := c.keep == nil || c.keep(p)
 			c.mu.Unlock()
 			if !ok || part.cc != nil {
 				return
 			}
-			started, err := c.start(c.ctx, p)
-			if err == nil {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if part, ok := c.parts[p]; ok && part.cc == nil {
-					c.parts[p] = started
-				} else {
-					started.cc.Stop()
+			if served {
+				if started, err := c.start(c.ctx, p); err == nil {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					if part, ok := c.parts[p]; ok && part.cc == nil {
+						c.parts[p] = started
+					} else {
+						started.cc.Stop()
+					}
+					return
 				}
-				return
 			}
 			select {
 			case <-c.ctx.Done():
@@ -332,8 +352,20 @@ func (c *Consumer) takeOver(ctx context.Context, p int) (jetstream.Consumer, err
 	if err := c.js.DeleteConsumer(ctx, name, DurableName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("delete consumer %s: %w", DurableName(p), err)
 	}
-	if cons, err = c.js.CreateConsumer(ctx, name, want); err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", DurableName(p), err)
+	// A create right after the delete can fail while the server still
+	// removes the old consumer's files ("meta.inf.tmp: no such file or
+	// directory", seen on a busy machine): it is tried again.
+	for attempt := 1; ; attempt++ {
+		if cons, err = c.js.CreateConsumer(ctx, name, want); err == nil {
+			break
+		}
+		if attempt == createAttempts || ctx.Err() != nil {
+			return nil, fmt.Errorf("create consumer %s (%d attempts): %w", DurableName(p), attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(restartDelay):
+		}
 	}
 	if err := waitLeader(ctx, cons); err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", DurableName(p), err)

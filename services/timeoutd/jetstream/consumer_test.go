@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,6 +186,7 @@ func TestTakeover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			old.KeepWhile(func(int) bool { return false }) // it lost the partition
 			if err := old.Add(t.Context(), p); err != nil {
 				t.Fatal(err)
 			}
@@ -265,9 +267,11 @@ func TestAConsumptionWhoseConsumerIsDeletedIsRestarted(t *testing.T) {
 	tests := []struct {
 		name     string
 		recreate bool // the former owner creates the consumer again after deleting it
+		lapsed   bool // the owner's leases are not trusted when it happens, and are again 1 s later
 	}{
-		{"deleted", false},
-		{"deleted and created again", true},
+		{"deleted", false, false},
+		{"deleted and created again", true, false},
+		{"deleted during a lapse", false, true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -278,6 +282,8 @@ func TestAConsumptionWhoseConsumerIsDeletedIsRestarted(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = c.Close() })
+			var lapsed atomic.Bool
+			c.KeepWhile(func(int) bool { return !lapsed.Load() })
 			if err := c.Add(t.Context(), p); err != nil {
 				t.Fatal(err)
 			}
@@ -306,13 +312,32 @@ func TestAConsumptionWhoseConsumerIsDeletedIsRestarted(t *testing.T) {
 			}
 			next(keys[0])
 			// The former owner's late takeover.
+			lapsed.Store(tt.lapsed)
+			if tt.lapsed {
+				time.AfterFunc(time.Second, func() { lapsed.Store(false) })
+			}
 			stream, durable := events.CommandStream(p), tjs.DurableName(p)
 			if err := js.DeleteConsumer(t.Context(), stream, durable); err != nil {
 				t.Fatal(err)
 			}
 			if tt.recreate {
-				if _, err := js.CreateConsumer(t.Context(), stream, tjs.ConsumerSettings(p, cfg)); err != nil {
-					t.Fatal(err)
+				// A create right after a delete may fail while the server
+				// removes the old files (a busy machine): try again.
+				for attempt := 1; ; attempt++ {
+					_, err := js.CreateConsumer(t.Context(), stream, tjs.ConsumerSettings(p, cfg))
+					if err == nil {
+						break
+					}
+					if attempt == 5 {
+						t.Fatal(err)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			if tt.lapsed {
+				time.Sleep(500 * time.Millisecond)
+				if _, err := js.Consumer(t.Context(), stream, durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					t.Fatalf("during the lapse the consumer was taken over again (lookup: %v); want it left alone", err)
 				}
 			}
 			next(keys[1])
@@ -371,6 +396,54 @@ func TestATakeoverWhoseResetDoesNotAnswerCreatesTheConsumer(t *testing.T) {
 	batch, err := c.Next(ctx)
 	if err != nil || len(batch) != 1 || batch[0].Subject() != events.PartitionedCommandSubject(key) {
 		t.Fatalf("Next = %d messages, %v; want the command of %s", len(batch), err, key)
+	}
+	_ = batch[0].Ack()
+}
+
+// failingCreate is a JetStream client whose first consumer creates fail,
+// as one right after a delete does while the server still removes the old
+// consumer's files.
+type failingCreate struct {
+	jetstream.JetStream
+	failures atomic.Int32
+}
+
+func (f *failingCreate) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if f.failures.Add(-1) >= 0 {
+		return nil, errors.New("nats: API error: code=500 err_code=10012 description=open meta.inf.tmp: no such file or directory")
+	}
+	return f.JetStream.CreateConsumer(ctx, stream, cfg)
+}
+
+// TestATakeoverRetriesAFailedCreate: a takeover that must create the
+// consumer anew tries the create again rather than give its partitions up
+// at the first failure.
+func TestATakeoverRetriesAFailedCreate(t *testing.T) {
+	t.Parallel()
+	js := testinfra.NATS(t).JetStream(t)
+	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	const p = 51
+	fc := &failingCreate{JetStream: js}
+	fc.failures.Store(2)
+	c, err := tjs.NewConsumer(fc, tjs.ConsumerConfig{Linger: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Add(t.Context(), p); err != nil {
+		t.Fatalf("Add after two failed creates: %v", err)
+	}
+	key := keysOf(t.Name(), p, 1)[0]
+	if _, err := js.Publish(t.Context(), events.CommandSubject(key), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	batch, err := c.Next(ctx)
+	if err != nil || len(batch) != 1 {
+		t.Fatalf("Next = %d messages, %v; want the command", len(batch), err)
 	}
 	_ = batch[0].Ack()
 }
