@@ -93,8 +93,10 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 			}
 			m, err := r.src.Mark(gctx, p)
 			if err != nil {
-				// Without a mark the fires wait the whole RecoveryCatchupMax.
-				r.cfg.Logger.Warn("read the command backlog; fires wait RecoveryCatchupMax", "partition", p, "err", err)
+				// Without a mark the fires wait until the consumer has
+				// nothing pending or unacked (Consumed), at most
+				// RecoveryCatchupMax.
+				r.cfg.Logger.Warn("read the command backlog; fires wait for an empty backlog", "partition", p, "err", err)
 				m = math.MaxUint64
 			}
 			t.marks[i] = m

@@ -63,11 +63,13 @@ const (
 	// createAttempts is how many times a takeover creates a consumer
 	// before it fails.
 	createAttempts = 5
-	// resetTimeout bounds a takeover's lookup and reset of the consumer
-	// found, which take milliseconds: one that does not answer within it
-	// (its leader moving after a NATS node restart, the reset's proposal
-	// lost with it; the API's own timeout is 5 s) is created anew instead.
-	resetTimeout = time.Second
+	// lookupTimeout bounds a takeover's lookups, which take milliseconds:
+	// the consumer found and its reset (one that does not answer within
+	// it, its leader moving after a NATS node restart and the reset's
+	// proposal lost with it, is created anew instead), and the stream's
+	// last sequence (Mark). The API's own timeout, 5 s, held takeovers
+	// 5 s in chaos runs.
+	lookupTimeout = time.Second
 )
 
 // ConsumerConfig configures a Consumer.
@@ -331,7 +333,7 @@ func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 // Otherwise (a paused or cut-off owner's connection is alive, so the
 // server would go on delivering to it, and the new owner's fires would wait
 // for those commands until the pause ended), or when the lookup or the
-// reset fails or does not answer within resetTimeout, or
+// reset fails or does not answer within lookupTimeout, or
 // when the consumer's settings changed, the consumer is deleted with what
 // it held and created anew: a new group, whose leader election takes far
 // longer on a cluster. Either way the stream is a work queue, so every
@@ -339,7 +341,7 @@ func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 // commit is then applied twice, which the version check makes a no-op.
 func (c *Consumer) takeOver(ctx context.Context, p int) (jetstream.Consumer, error) {
 	name, want := events.CommandStream(p), ConsumerSettings(p, c.cfg)
-	rctx, cancel := context.WithTimeout(ctx, resetTimeout)
+	rctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	cons, err := c.js.Consumer(rctx, name, DurableName(p))
 	if err == nil && reusable(cons.CachedInfo(), want) {
 		if _, err := c.js.ResetConsumer(rctx, name, DurableName(p)); err == nil {
@@ -483,6 +485,8 @@ func commands(m jetstream.Msg) int { return events.BatchCount(m.Headers().Get(ev
 // Mark implements timeoutd.Source: the sequence of the last command stored
 // in partition p's stream now (0 when it has none), from the stream's info.
 func (c *Consumer) Mark(ctx context.Context, p int) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
 	s, err := c.js.Stream(ctx, events.CommandStream(p))
 	if err != nil {
 		return 0, fmt.Errorf("last command of partition %d: %w", p, err)

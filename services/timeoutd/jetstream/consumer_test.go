@@ -442,3 +442,30 @@ func TestATakeoverRetriesAFailedCreate(t *testing.T) {
 	}
 	_ = batch[0].Ack()
 }
+
+// stalledStream is a JetStream client whose stream lookups never answer,
+// as a stream's while its leader is elected after a NATS node restart.
+type stalledStream struct{ jetstream.JetStream }
+
+func (stalledStream) Stream(ctx context.Context, _ string) (jetstream.Stream, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestMarkIsBounded: a takeover's read of the command backlog that does
+// not answer costs it a second, not the API's timeout (5 s).
+func TestMarkIsBounded(t *testing.T) {
+	t.Parallel()
+	c, err := tjs.NewConsumer(stalledStream{}, tjs.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	start := time.Now()
+	if _, err := c.Mark(t.Context(), 7); err == nil {
+		t.Fatal("Mark answered from a stream that never does")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Mark took %s; want about a second", took.Round(time.Millisecond))
+	}
+}
