@@ -286,34 +286,54 @@ func (c *Consumer) restart(p int, cc jetstream.ConsumeContext) {
 	c.mu.Unlock()
 	cc.Stop()
 	c.restarts.Add(1)
-	go func() {
-		for {
-			c.mu.Lock()
-			part, ok := c.parts[p]
-			served := c.keep == nil || c.keep(p)
-			c.mu.Unlock()
-			if !ok || part.cc != nil {
+	go c.retake(p)
+}
+
+// retake is restart's loop: while partition p is still waiting for a
+// consumption here, it starts one once p is served, every restartDelay.
+func (c *Consumer) retake(p int) {
+	for {
+		c.mu.Lock()
+		part, ok := c.parts[p]
+		served := c.keep == nil || c.keep(p)
+		c.mu.Unlock()
+		if !ok || part.cc != nil {
+			return // removed, or consumed again by Add
+		}
+		if served {
+			if started, err := c.start(c.ctx, p); err == nil {
+				c.install(p, started)
 				return
-			}
-			if served {
-				if started, err := c.start(c.ctx, p); err == nil {
-					c.mu.Lock()
-					defer c.mu.Unlock()
-					if part, ok := c.parts[p]; ok && part.cc == nil {
-						c.parts[p] = started
-					} else {
-						started.cc.Stop()
-					}
-					return
-				}
-			}
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-time.After(restartDelay):
 			}
 		}
-	}()
+		if !pause(c.ctx, restartDelay) {
+			return
+		}
+	}
+}
+
+// install makes started partition p's consumption if p still waits for
+// one, and stops it otherwise.
+func (c *Consumer) install(p int, started partition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if part, ok := c.parts[p]; ok && part.cc == nil {
+		c.parts[p] = started
+		return
+	}
+	started.cc.Stop()
+}
+
+// pause waits d, and reports false if ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // takeOver returns partition p's consumer, delivering from the start every
@@ -361,12 +381,8 @@ func (c *Consumer) takeOver(ctx context.Context, p int) (jetstream.Consumer, err
 		if cons, err = c.js.CreateConsumer(ctx, name, want); err == nil {
 			break
 		}
-		if attempt == createAttempts || ctx.Err() != nil {
+		if attempt == createAttempts || !pause(ctx, restartDelay) {
 			return nil, fmt.Errorf("create consumer %s (%d attempts): %w", DurableName(p), attempt, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(restartDelay):
 		}
 	}
 	if err := waitLeader(ctx, cons); err != nil {
