@@ -196,10 +196,11 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 const leaderlessMax = 30 * time.Second
 
 // readEvents reads the cancel events, the orders.cancelled events and the
-// dead letters stored in the stack's JetStream.
-func readEvents(ctx context.Context, natsURL string) (seenEvents, error) {
+// dead letters stored in the stack's JetStream; opts adjust the connection
+// (a TLS stack's certificates and inbox).
+func readEvents(ctx context.Context, natsURL string, opts ...nats.Option) (seenEvents, error) {
 	ev := seenEvents{Expiries: map[string][]seenExpiry{}, Cancelled: map[string][]seenCancelled{}, DeadLetters: map[string]int{}}
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-auditor"))
+	nc, err := nats.Connect(natsURL, append([]nats.Option{nats.Name("e2e-auditor")}, opts...)...)
 	if err != nil {
 		return ev, fmt.Errorf("connect nats: %w", err)
 	}

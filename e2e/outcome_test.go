@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
@@ -47,6 +52,45 @@ func createOrder(t *testing.T, cl *ordersclient.ClientWithResponses, d orderscli
 		t.Fatalf("created order = %+v, want a pending_payment order with a valid id", o)
 	}
 	return o
+}
+
+// cancelTrail says where the cancellation of order o stands, hop by hop,
+// for a test whose order was not cancelled in time: whether timeoutd still
+// holds its deadline (its API), whether the cancel event is stored
+// (TIMEOUT_EXPIRIES) and when, and whether orders published orders.cancelled.
+// natsURL and opts connect a reader allowed on those streams.
+func (s *stack) cancelTrail(ctx context.Context, o ordersclient.Order, natsURL string, opts ...nats.Option) string {
+	hops := []string{"timeoutd: no pending timeout (fired, cleared, or never ingested)"}
+	if resp, err := http.Get(s.TimeoutdURL + "/api/v1/timeouts/" + o.ID); err != nil {
+		hops[0] = fmt.Sprintf("timeoutd: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			hops[0] = "timeoutd: pending " + strings.TrimSpace(string(body))
+		}
+	}
+	ev, err := readEvents(ctx, natsURL, opts...)
+	if err != nil {
+		return strings.Join(append(hops, fmt.Sprintf("streams: %v", err)), "; ")
+	}
+	if exps := ev.Expiries[o.ID]; len(exps) == 0 {
+		hops = append(hops, "cancel event: not stored")
+	} else {
+		for _, e := range exps {
+			hops = append(hops, fmt.Sprintf("cancel event v%d %s: fired %s, stored %s after the deadline", e.Version, e.Outcome,
+				e.FiredAt.Sub(e.Deadline).Round(time.Millisecond), e.Stored.Sub(o.PayBy).Round(time.Millisecond)))
+		}
+	}
+	if cs := ev.Cancelled[o.ID]; len(cs) == 0 {
+		hops = append(hops, "orders.cancelled: not published")
+	} else {
+		for _, c := range cs {
+			hops = append(hops, fmt.Sprintf("orders.cancelled v%d (%s): stored %s after the deadline", c.Version, c.Reason,
+				c.Stored.Sub(o.PayBy).Round(time.Millisecond)))
+		}
+	}
+	return strings.Join(hops, "; ")
 }
 
 // load describes orders created at a steady rate, some paid at a random

@@ -62,11 +62,7 @@ func TestTLS(t *testing.T) {
 		}
 	})
 	t.Run("nats accepts a client with the CA and a certificate", func(t *testing.T) {
-		opts, err := tlsclient.Files{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}.NATS("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc, err := nats.Connect(natsUserURL(s.NATSURL, userObserver), opts...)
+		nc, err := nats.Connect(natsUserURL(s.NATSURL, userObserver), observerTLS(t, certs)...)
 		if err != nil {
 			t.Fatalf("connect over TLS: %v", err)
 		}
@@ -87,13 +83,21 @@ func TestTLS(t *testing.T) {
 	cl := s.orders()
 	o := createOrder(t, cl, within(2*time.Second))
 	var got ordersclient.Order
-	waitFor(t, time.Until(o.PayBy.Add(10*time.Second)), "the order to be cancelled", func() bool {
+	for {
 		got, err = ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 		if err == nil && got.Status != events.StatusPendingPayment && time.Now().Before(o.PayBy) {
 			t.Fatalf("order %s is %s before its deadline %s", o.ID, got.Status, o.PayBy)
 		}
-		return err == nil && got.Status == events.StatusCancelled
-	})
+		if err == nil && got.Status == events.StatusCancelled {
+			break
+		}
+		if time.Now().After(o.PayBy.Add(tlsCancelBound)) {
+			t.Fatalf("order %s not cancelled %s after its deadline (last read: %+v, %v); %s", o.ID, tlsCancelBound, got, err,
+				s.cancelTrail(ctx, o, natsUserURL(s.NATSURL, userObserver), observerTLS(t, certs)...))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("order cancelled %s after its deadline (read by polling every 50 ms)", time.Since(o.PayBy).Round(time.Millisecond))
 	if got.CancelReason != events.CancelPaymentTimeout {
 		t.Fatalf("order cancelled with reason %q, want %q", got.CancelReason, events.CancelPaymentTimeout)
 	}
@@ -114,6 +118,23 @@ func TestTLS(t *testing.T) {
 	if services == 0 || plain != 0 {
 		t.Fatalf("%d connections of the services to Postgres, %d of them in plaintext; want some, none in plaintext", services, plain)
 	}
+}
+
+// tlsCancelBound bounds, after its deadline, the cancellation of TestTLS's
+// order. The test proves the chain works over TLS, not how fast: the bound
+// is generous for a loaded 2-core machine running another stack beside it
+// (the lateness is measured by the benchmarks and the chaos run).
+const tlsCancelBound = 30 * time.Second
+
+// observerTLS is the observer's NATS options on a TLS stack: the CA, the
+// client certificate and its inbox prefix.
+func observerTLS(t *testing.T, certs testcerts.Files) []nats.Option {
+	t.Helper()
+	opts, err := tlsclient.Files{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}.NATS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(opts, nats.CustomInboxPrefix(inboxOf[userObserver]))
 }
 
 // plaintextNATS speaks the NATS client protocol in plaintext to addr
