@@ -80,6 +80,12 @@ type Config struct {
 	// HTTPAddr is the HTTP listen address; default HTTPAddrDefault. Use
 	// "127.0.0.1:0" to pick a free port (see Main.Addr).
 	HTTPAddr string `env:"TIMEOUTD_HTTP_ADDR"`
+	// DebugAddr (TIMEOUTD_DEBUG_ADDR), when set, is a second listen address
+	// that serves Go's runtime profiles (net/http/pprof, /debug/pprof/) and
+	// nothing else; default empty: no profiles are served. Bind it where
+	// only operators reach it (127.0.0.1:6060, say): a profile shows the
+	// process's internals and a CPU profile costs CPU while it runs.
+	DebugAddr string `env:"TIMEOUTD_DEBUG_ADDR"`
 	// DashboardDir, when set, is served at /.
 	DashboardDir string `env:"TIMEOUTD_DASHBOARD_DIR"`
 	// OperatorToken (TIMEOUTD_OPERATOR_TOKEN), when set, enables the
@@ -239,6 +245,8 @@ type Main struct {
 	svc    *timeoutd.Service
 	srv    *http.Server
 	ln     net.Listener
+	dbg    *http.Server // the profiles, on DebugAddr; nil without it
+	dbgLn  net.Listener
 	once   sync.Once
 	// natsOK is when NATS last answered a ping (Unix ns).
 	natsOK atomic.Int64
@@ -354,6 +362,15 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	}
 	m.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	if cfg.DebugAddr != "" {
+		if m.dbgLn, err = net.Listen("tcp", cfg.DebugAddr); err != nil {
+			return nil, fmt.Errorf("listen on TIMEOUTD_DEBUG_ADDR %s: %w", cfg.DebugAddr, err)
+		}
+		// No write timeout: a CPU profile or a trace writes after the
+		// seconds it was asked for.
+		m.dbg = &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	}
 	return m, nil
 }
 
@@ -400,6 +417,15 @@ func (m *Main) pingNATS(ctx context.Context) {
 // Addr is the HTTP server's listen address (useful with port 0).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
+// DebugAddr is the profiles' listen address (useful with port 0), or ""
+// without Config.DebugAddr.
+func (m *Main) DebugAddr() string {
+	if m.dbgLn == nil {
+		return ""
+	}
+	return m.dbgLn.Addr().String()
+}
+
 // Service is the running service, for tests that inspect it.
 func (m *Main) Service() *timeoutd.Service { return m.svc }
 
@@ -423,6 +449,14 @@ func (m *Main) Run(ctx context.Context) error {
 	pctx, stopPings := context.WithCancel(gctx)
 	defer stopPings()
 	go m.pingNATS(pctx)
+	if m.dbg != nil {
+		// Profiles are served until Close; their failure stops nothing.
+		go func() {
+			if err := m.dbg.Serve(m.dbgLn); !errors.Is(err, http.ErrServerClosed) {
+				m.log.Warn("serve profiles on TIMEOUTD_DEBUG_ADDR", "err", err)
+			}
+		}()
+	}
 	g.Go(func() error {
 		if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
@@ -476,7 +510,7 @@ func (m *Main) Kill() {
 	_ = m.srv.Close()
 }
 
-// Close releases what New opened: the listener, the NATS connection
+// Close releases what New opened: the listeners, the NATS connection
 // (drained) and the pools. Run calls it when it returns; call it when Run
 // is not called. It may be called more than once.
 func (m *Main) Close() {
@@ -485,6 +519,12 @@ func (m *Main) Close() {
 			_ = m.srv.Close()
 		} else if m.ln != nil {
 			_ = m.ln.Close()
+		}
+		if m.dbg != nil {
+			_ = m.dbg.Close()
+		}
+		if m.dbgLn != nil {
+			_ = m.dbgLn.Close()
 		}
 		if m.nc != nil {
 			_ = m.nc.Drain()

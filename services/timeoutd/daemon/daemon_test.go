@@ -914,3 +914,27 @@ func TestSettingsValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestDebugAddrServesProfilesApartFromTheAPI: with DebugAddr the runtime
+// profiles answer there (a CPU profile among them) and never on the API's
+// port; without it no listener is opened.
+func TestDebugAddrServesProfilesApartFromTheAPI(t *testing.T) {
+	e := newEnv(t)
+	d := e.start(t, func(c *daemon.Config) { c.DebugAddr = "127.0.0.1:0" })
+	if d.DebugAddr() == "" || d.DebugAddr() == d.Addr() {
+		t.Fatalf("DebugAddr() = %q beside Addr() %q, want a listener of its own", d.DebugAddr(), d.Addr())
+	}
+	if code, body := get(t, "http://"+d.DebugAddr()+"/debug/pprof/profile?seconds=1"); code != http.StatusOK || len(body) == 0 {
+		t.Fatalf("CPU profile on DebugAddr: %d, %d bytes", code, len(body))
+	}
+	if code, body := get(t, "http://"+d.DebugAddr()+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("profile index on DebugAddr: %d %.200q", code, body)
+	}
+	if code, _ := get(t, "http://"+d.Addr()+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("profile index on the API's port: %d, want 404", code)
+	}
+	d.stop(t)
+	if without := e.start(t, nil); without.DebugAddr() != "" {
+		t.Fatalf("DebugAddr() without the setting = %q, want none", without.DebugAddr())
+	}
+}
