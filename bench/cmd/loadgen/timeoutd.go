@@ -41,6 +41,9 @@ type timeoutdWorkload struct {
 	sustainedStormN int
 
 	sustained timeoutdbench.SustainedConfig
+
+	// stormProfiles is -storm-profiles (timeoutdbench.Config.ProfileDir).
+	stormProfiles string
 }
 
 // stepsFlag is the set of -steps.
@@ -96,6 +99,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.IntVar(&w.sustainedStormN, "sustained-storm-n", 100_000, "sustained: deadlines of each storm")
 	fs.DurationVar(&w.sustained.Interval, "sustained-interval", timeoutdbench.SustainedIntervalDefault, "sustained: CPU, table and stream sampling interval")
 	fs.StringVar(&w.sustained.ProfileDir, "sustained-profiles", "", "sustained: directory (created) for two nats-server CPU profiles per storm, the churn's just before it and its expiries'; the storms start 10 s later")
+	fs.StringVar(&w.stormProfiles, "storm-profiles", "", "storm, capacity: directory (created) for each timeoutd storm's CPU profiles of timeoutd and nats-server over its deadlines (storm-<i>-<process>.pprof), and its Postgres statements' cost per expiry in the report (pg_stat_statements, then preloaded); not with sustained")
 	return w
 }
 
@@ -131,6 +135,15 @@ func uuidKey(prefix string, i int, base time.Time) string {
 }
 
 func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Report) error {
+	if w.stormProfiles != "" {
+		if w.steps["sustained"] {
+			return errors.New("-storm-profiles and the sustained step both take nats-server's one CPU profile at a time: use -sustained-profiles")
+		}
+		if err := os.MkdirAll(w.stormProfiles, 0o755); err != nil {
+			return err
+		}
+		harness.PostgresArgs = append(harness.PostgresArgs, harness.StatementsArgs...)
+	}
 	in, cleanup, err := startInfra(ctx, o, rep, true)
 	defer cleanup()
 	if err != nil {
@@ -213,7 +226,7 @@ func (w *timeoutdWorkload) startTimeoutd(ctx context.Context, o options, rep *ha
 	}
 	return timeoutdbench.New(ctx, timeoutdbench.Config{
 		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, NATSProfileURL: in.nats.ProfileURL, LogPath: filepath.Join(o.work, "timeoutd.log"),
-		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch,
+		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch, ProfileDir: w.stormProfiles,
 	}, rep)
 }
 

@@ -39,6 +39,11 @@ var PostgresArgs = []string{
 	"-c", "track_wal_io_timing=on",
 }
 
+// StatementsArgs preload pg_stat_statements, for a run that reports what
+// Postgres's statements cost (loadgen -storm-profiles); the other runs
+// leave them out, unslowed by its bookkeeping.
+var StatementsArgs = []string{"-c", "shared_preload_libraries=pg_stat_statements"}
+
 // Container is a running container started by the harness.
 type Container struct {
 	// Name is the docker container name.

@@ -63,8 +63,18 @@ func (b *Bench) Storm(ctx context.Context, keys []string, deadlines []time.Time,
 	if err != nil {
 		return StormResult{}, err
 	}
+	var prof *stormProfile
+	if b.cfg.ProfileDir != "" {
+		prof = b.profileStorm(ctx, b.profiled, deadlines[0], deadlines[len(deadlines)-1], len(keys))
+		b.profiled++
+	}
 	if err := b.stormExpiry(ctx, w, &r, deadlines[0], deadlines[len(deadlines)-1].Add(grace), stopSampling); err != nil {
 		return StormResult{}, err
+	}
+	if prof != nil {
+		if err := prof.Wait(); err != nil {
+			return StormResult{}, err
+		}
 	}
 	b.awaitPubAcks(ctx, &r, len(keys))
 	return b.reportStorm(w, &r, keys, deadlines, grace)

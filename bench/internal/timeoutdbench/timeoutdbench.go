@@ -60,6 +60,16 @@ type Config struct {
 	// publishing them, as the orders relay packs the rows of a claim; 0 or 1
 	// publishes one message per command.
 	CommandBatch int
+	// ProfileDir, when set, receives the profiles of each Storm's expiry
+	// window (from its first deadline over its span and a second more):
+	// timeoutd's CPU (the binary started with TIMEOUTD_DEBUG_ADDR),
+	// nats-server's (NATSProfileURL, required then), as
+	// storm-<i>-<process>.pprof for go tool pprof, and Postgres's
+	// statements in timeoutd's database (pg_stat_statements, preloaded by
+	// harness.PostgresArgs) as report lines. Not with the sustained step,
+	// whose own profiles (SustainedConfig.ProfileDir) would race for
+	// nats-server's one CPU profile at a time.
+	ProfileDir string
 	// CPUs are the platform's processes beside timeoutd (the Postgres and
 	// NATS containers) whose CPU time Storm divides by its commands and
 	// expiries.
@@ -76,6 +86,10 @@ type Bench struct {
 	js    jetstream.JetStream
 	http  *http.Client
 	ready time.Duration
+	// debugURL is timeoutd's net/http/pprof root, with ProfileDir.
+	debugURL string
+	// profiled counts the storms profiled, to name their files.
+	profiled int
 	// pubErrs counts async publishes that got no PubAck.
 	pubErrs atomic.Int64
 }
@@ -84,6 +98,9 @@ type Bench struct {
 func New(ctx context.Context, cfg Config, rep *harness.Report) (*Bench, error) {
 	if cfg.Bin == "" || cfg.DatabaseURL == "" || cfg.NATSURL == "" {
 		return nil, errors.New("timeoutdbench: Bin, DatabaseURL and NATSURL are required")
+	}
+	if cfg.ProfileDir != "" && cfg.NATSProfileURL == "" {
+		return nil, errors.New("timeoutdbench: ProfileDir needs NATSProfileURL")
 	}
 	cfg.MaxPending = cmp.Or(cfg.MaxPending, MaxPendingDefault)
 	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, ReadyTimeoutDefault)
@@ -114,13 +131,21 @@ func New(ctx context.Context, cfg Config, rep *harness.Report) (*Bench, error) {
 
 // start runs the binary and waits for /readyz, recording how long it took.
 func (b *Bench) start(ctx context.Context) error {
+	var debug []string
+	if b.cfg.ProfileDir != "" {
+		addr, err := harness.FreeAddr()
+		if err != nil {
+			return err
+		}
+		debug, b.debugURL = []string{"TIMEOUTD_DEBUG_ADDR=" + addr}, "http://"+addr+"/debug/pprof/"
+	}
 	svc, err := harness.StartService(ctx, b.cfg.Bin, func(addr string) []string {
-		return []string{
+		return append([]string{
 			"TIMEOUTD_DATABASE_URL=" + b.cfg.DatabaseURL,
 			"TIMEOUTD_NATS_URL=" + b.cfg.NATSURL,
 			"TIMEOUTD_HTTP_ADDR=" + addr,
 			"TIMEOUTD_LOG_LEVEL=warn",
-		}
+		}, debug...)
 	}, b.cfg.LogPath, b.cfg.ReadyTimeout)
 	if err != nil {
 		return fmt.Errorf("start timeoutd: %w", err)
