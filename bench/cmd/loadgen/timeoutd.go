@@ -44,6 +44,21 @@ type timeoutdWorkload struct {
 
 	// stormProfiles is -storm-profiles (timeoutdbench.Config.ProfileDir).
 	stormProfiles string
+	// timeoutdEnv is -timeoutd-env (timeoutdbench.Config.Env).
+	timeoutdEnv envFlag
+}
+
+// envFlag is a repeatable flag of TIMEOUTD_* settings, KEY=VALUE each.
+type envFlag []string
+
+func (e *envFlag) String() string { return strings.Join(*e, " ") }
+
+func (e *envFlag) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || !strings.HasPrefix(k, "TIMEOUTD_") {
+		return fmt.Errorf("%q: want TIMEOUTD_<NAME>=<value>", v)
+	}
+	*e = append(*e, v)
+	return nil
 }
 
 // stepsFlag is the set of -steps.
@@ -99,6 +114,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.IntVar(&w.sustainedStormN, "sustained-storm-n", 100_000, "sustained: deadlines of each storm")
 	fs.DurationVar(&w.sustained.Interval, "sustained-interval", timeoutdbench.SustainedIntervalDefault, "sustained: CPU, table and stream sampling interval")
 	fs.StringVar(&w.sustained.ProfileDir, "sustained-profiles", "", "sustained: directory (created) for two nats-server CPU profiles per storm, the churn's just before it and its expiries'; the storms start 10 s later")
+	fs.Var(&w.timeoutdEnv, "timeoutd-env", "a setting of the timeoutd measured, TIMEOUTD_<NAME>=<value> (repeatable; e.g. TIMEOUTD_TICK=5ms), printed in the workload line")
 	fs.StringVar(&w.stormProfiles, "storm-profiles", "", "storm, capacity: directory (created) for each timeoutd storm's CPU profiles of timeoutd and nats-server over its deadlines (storm-<i>-<process>.pprof), and its Postgres statements' cost per expiry in the report (pg_stat_statements, then preloaded); not with sustained")
 	return w
 }
@@ -149,7 +165,7 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	if err != nil {
 		return err
 	}
-	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers, "command_batch", w.commandBatch)
+	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers, "command_batch", w.commandBatch, "timeoutd_env", w.timeoutdEnv.String())
 	pgCPU, err := in.pg.CPU(ctx)
 	if err != nil {
 		return err
@@ -226,7 +242,7 @@ func (w *timeoutdWorkload) startTimeoutd(ctx context.Context, o options, rep *ha
 	}
 	return timeoutdbench.New(ctx, timeoutdbench.Config{
 		Bin: bin, DatabaseURL: db, NATSURL: in.nats.URL, NATSProfileURL: in.nats.ProfileURL, LogPath: filepath.Join(o.work, "timeoutd.log"),
-		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch, ProfileDir: w.stormProfiles,
+		ReadyTimeout: w.readyTimeout, CPUs: cpus, CommandBatch: w.commandBatch, ProfileDir: w.stormProfiles, Env: w.timeoutdEnv,
 	}, rep)
 }
 

@@ -54,3 +54,26 @@ func TestSpread(t *testing.T) {
 		})
 	}
 }
+
+func TestEnvFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		arg  string
+		want bool
+	}{
+		{"TIMEOUTD_TICK=5ms", true},
+		{"TIMEOUTD_FIRE_BATCH=", true},
+		{"TICK=5ms", false},
+		{"TIMEOUTD_TICK", false},
+		{"PATH=/bin", false},
+	}
+	for _, tt := range tests {
+		var e envFlag
+		if err := e.Set(tt.arg); (err == nil) != tt.want {
+			t.Errorf("Set(%q) = %v, want accepted %v", tt.arg, err, tt.want)
+		}
+		if tt.want && e.String() != tt.arg {
+			t.Errorf("after Set(%q) the flag reads %q", tt.arg, e.String())
+		}
+	}
+}

@@ -60,6 +60,9 @@ type Config struct {
 	// publishing them, as the orders relay packs the rows of a claim; 0 or 1
 	// publishes one message per command.
 	CommandBatch int
+	// Env are settings of timeoutd beyond the bench's own, KEY=VALUE each
+	// (TIMEOUTD_TICK=5ms, say), added to its environment.
+	Env []string
 	// ProfileDir, when set, receives the profiles of each Storm's expiry
 	// window (from its first deadline over its span and a second more):
 	// timeoutd's CPU (the binary started with TIMEOUTD_DEBUG_ADDR),
@@ -145,7 +148,7 @@ func (b *Bench) start(ctx context.Context) error {
 			"TIMEOUTD_NATS_URL=" + b.cfg.NATSURL,
 			"TIMEOUTD_HTTP_ADDR=" + addr,
 			"TIMEOUTD_LOG_LEVEL=warn",
-		}, debug...)
+		}, append(debug, b.cfg.Env...)...)
 	}, b.cfg.LogPath, b.cfg.ReadyTimeout)
 	if err != nil {
 		return fmt.Errorf("start timeoutd: %w", err)
