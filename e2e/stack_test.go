@@ -758,9 +758,19 @@ func tail(text string, n int) string {
 // timeout.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	waitForExplained(t, timeout, what, cond, nil)
+}
+
+// waitForExplained is waitFor whose failure also says what explain, when
+// given, finds (where the awaited thing stands).
+func waitForExplained(t testing.TB, timeout time.Duration, what string, cond func() bool, explain func() string) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if explain != nil {
+				t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, explain())
+			}
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -83,20 +83,16 @@ func TestTLS(t *testing.T) {
 	cl := s.orders()
 	o := createOrder(t, cl, within(2*time.Second))
 	var got ordersclient.Order
-	for {
+	waitForExplained(t, time.Until(o.PayBy.Add(tlsCancelBound)), "the order to be cancelled", func() bool {
 		got, err = ordersclient.OrderOf(cl.GetOrderWithResponse(ctx, o.ID))
 		if err == nil && got.Status != events.StatusPendingPayment && time.Now().Before(o.PayBy) {
 			t.Fatalf("order %s is %s before its deadline %s", o.ID, got.Status, o.PayBy)
 		}
-		if err == nil && got.Status == events.StatusCancelled {
-			break
-		}
-		if time.Now().After(o.PayBy.Add(tlsCancelBound)) {
-			t.Fatalf("order %s not cancelled %s after its deadline (last read: %+v, %v); %s", o.ID, tlsCancelBound, got, err,
-				s.cancelTrail(ctx, o, natsUserURL(s.NATSURL, userObserver), observerTLS(t, certs)...))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && got.Status == events.StatusCancelled
+	}, func() string {
+		return fmt.Sprintf("order %s, last read %+v, %v; %s", o.ID, got, err,
+			s.cancelTrail(ctx, o, natsUserURL(s.NATSURL, userObserver), observerTLS(t, certs)...))
+	})
 	t.Logf("order cancelled %s after its deadline (read by polling every 50 ms)", time.Since(o.PayBy).Round(time.Millisecond))
 	if got.CancelReason != events.CancelPaymentTimeout {
 		t.Fatalf("order cancelled with reason %q, want %q", got.CancelReason, events.CancelPaymentTimeout)
