@@ -19,8 +19,9 @@ import (
 
 // firer is the fire path: it receives the schedule's due timeouts in
 // batches of at most FireBatch, at most FireConcurrency in flight; for each
-// batch it reads the rows still pending, publishes their expiry events and
-// waits for the PubAcks. That frees the batch's slot; the rows are then
+// batch it reads the rows still pending of the timeouts that are not plain
+// (a plain one's event is made from what the schedule holds), publishes
+// their expiry events and waits for the PubAcks. That frees the batch's slot; the rows are then
 // marked fired (fenced) together with those of every other batch published
 // meanwhile, in one transaction, and each outcome is reported to the
 // schedule. The timeout row is the outbox: it stays pending until its
@@ -125,7 +126,7 @@ func (f *firer) onDue(due []schedule.Due) {
 	}
 }
 
-// publish reads the rows of due still pending, publishes their expiry
+// publish takes the rows of due to fire (rows), publishes their expiry
 // events and waits for the PubAcks; it returns the batch to mark, or nil
 // when a step failed: then due is re-armed to be retried after RetryDelay
 // (unless a newer command replaced it meanwhile). The timeouts never left
@@ -134,11 +135,10 @@ func (f *firer) onDue(due []schedule.Due) {
 // the same Nats-Msg-Id, which JetStream deduplicates.
 func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	p := &published{fl: f.track(len(due), now), refs: make([]schedule.Ref, len(due)), keys: make([]string, len(due)), firedAt: now}
-	rows := make([]Due, len(due))
 	for i, d := range due {
-		rows[i], p.refs[i], p.keys[i] = Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline}, d.Ref, d.Key
+		p.refs[i], p.keys[i] = d.Ref, d.Key
 	}
-	found, err := f.store.DueRows(f.hard, rows)
+	found, err := f.rows(due)
 	if err != nil {
 		f.retry(p, "read", err)
 		return nil
@@ -196,6 +196,34 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	}
 	f.m.BatchSize("fire", len(due))
 	return p
+}
+
+// rows returns the rows of due to fire: a plain timeout's made from what
+// the schedule holds, the others' read from the store, which leaves out
+// those no longer pending at their version. A plain timeout cleared or
+// replaced by a command committed and not yet applied to the schedule
+// fires: its event is one the read could have missed as well (the command
+// may commit just after it), which consumers apply conditionally; its
+// mark, which matches the version and the pending state, changes nothing.
+func (f *firer) rows(due []schedule.Due) ([]Timeout, error) {
+	found := make([]Timeout, 0, len(due))
+	var read []Due
+	for _, d := range due {
+		if d.Plain {
+			found = append(found, Timeout{Key: d.Key, Partition: events.PartitionOf(d.Key), Version: d.Version,
+				State: StatePending, Deadline: d.Deadline, FireSubject: events.OrderCancelSubject(d.Key), Plain: true})
+			continue
+		}
+		read = append(read, Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline})
+	}
+	if len(read) == 0 {
+		return found, nil
+	}
+	rows, err := f.store.DueRows(f.hard, read)
+	if err != nil {
+		return nil, err
+	}
+	return append(found, rows...), nil
 }
 
 // startFireSpan starts the span of t's fire, which ends with its PubAck:

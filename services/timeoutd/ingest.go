@@ -340,7 +340,7 @@ func (in *ingester) apply(changes []Change) {
 		if !in.own.owns(events.PartitionOf(c.Key)) {
 			continue // lost since the commit: the new owner loads it
 		}
-		sc = append(sc, schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline}, Clear: c.State != StatePending})
+		sc = append(sc, schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline, Plain: c.Plain}, Clear: c.State != StatePending})
 	}
 	set, cleared := in.sched.Apply(sc)
 	in.stats.scheduled.Add(uint64(set))

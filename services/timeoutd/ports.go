@@ -23,8 +23,9 @@ type Store interface {
 	// deadline is now.
 	Apply(ctx context.Context, fence Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error)
 	// DueRows returns the rows of due still pending at their version, with
-	// what their expiry events carry. It writes nothing:
-	// the fire path publishes the events, then calls MarkFired.
+	// what their expiry events carry. It writes nothing: the fire path
+	// reads the rows of the timeouts that are not plain, publishes the
+	// events, then calls MarkFired.
 	DueRows(ctx context.Context, due []Due) ([]Timeout, error)
 	// MarkFired, in one transaction fenced as Apply is, marks fired at
 	// firedAt (their tombstone time) the rows of due still pending at that
@@ -34,7 +35,8 @@ type Store interface {
 	// timeout row is the outbox).
 	MarkFired(ctx context.Context, fence Fence, due []Due, firedAt time.Time) (refused []int, err error)
 	// LoadPending returns up to limit pending rows of partition with key >
-	// afterKey, in key order (only Key, Version and Deadline are set).
+	// afterKey, in key order (only Key, Version, Deadline and Plain are
+	// set).
 	LoadPending(ctx context.Context, partition int, afterKey string, limit int) ([]Timeout, error)
 	// RetireTombstones turns up to limit tombstones older than before into
 	// version marks (StateRetired: the key's version and nothing else) and

@@ -59,7 +59,7 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 	for rows := range pages {
 		entries := make([]schedule.Entry, len(rows))
 		for i, row := range rows {
-			entries[i] = schedule.Entry{Key: row.Key, Version: row.Version, Deadline: row.Deadline}
+			entries[i] = schedule.Entry{Key: row.Key, Version: row.Version, Deadline: row.Deadline, Plain: row.Plain}
 		}
 		held, err := r.sched.Load(entries, r.cfg.Now())
 		t.held = append(t.held, held...)

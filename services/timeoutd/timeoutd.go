@@ -46,6 +46,11 @@ type Timeout struct {
 	// timeout (its ingest span), "" when it was set untraced; the fire's
 	// span links to it.
 	TraceParent string
+	// Plain reports that the row holds nothing its expiry event needs
+	// beyond the key, version and deadline: no payload, the default fire
+	// subject, no misfire bound, no trace context. The fire path publishes
+	// a plain timeout's event without reading its row. Set by LoadPending.
+	Plain bool
 }
 
 // Change is a row that an Apply really changed: its new version, state and
@@ -55,6 +60,8 @@ type Change struct {
 	Version  int64
 	State    State
 	Deadline time.Time
+	// Plain is Timeout.Plain of a pending row.
+	Plain bool
 }
 
 // Due is a timeout the scheduler fires: key and version identify the row,

@@ -33,6 +33,7 @@ type fakeStore struct {
 	// while the fire would be in flight.
 	beforeFire func()
 	fireCalls  int
+	read       []string // the keys DueRows was asked for
 	// markGate, when set, holds every MarkFired until it is closed;
 	// markSizes records the rows of each MarkFired call.
 	markGate  chan struct{}
@@ -76,6 +77,9 @@ func (f *fakeStore) DueRows(_ context.Context, due []Due) ([]Timeout, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fireCalls++
+	for _, d := range due {
+		f.read = append(f.read, d.Key)
+	}
 	if f.failRead != nil {
 		return nil, f.failRead
 	}
@@ -466,6 +470,44 @@ func TestNeverEarlyByWallClock(t *testing.T) {
 	var e events.Expiry
 	if err := json.Unmarshal(st.built[0].Data, &e); err != nil || e.FiredAt.Before(e.Deadline) || st.built[0].MsgID != "fired:k:1" {
 		t.Fatalf("event = %+v (%v), id %s", e, err, st.built[0].MsgID)
+	}
+}
+
+// TestPlainTimeoutsFireWithoutARead: a plain timeout's event is made from
+// what the schedule holds, with no read of its row; one that is not plain,
+// fired in the same batch, is read for its payload.
+func TestPlainTimeoutsFireWithoutARead(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().UTC()
+	s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
+	st.rows["with-payload"] = Timeout{Payload: []byte(`{"sku":"x"}`)}
+	s.ingest.apply([]Change{{Key: "plain", Version: 3, Deadline: deadline, Plain: true},
+		{Key: "with-payload", Version: 1, Deadline: deadline}})
+	waitFor(t, "both fired", func() bool { return len(st.firedKeys()) == 2 && s.Pending() == 0 })
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !slices.Equal(st.read, []string{"with-payload"}) {
+		t.Fatalf("DueRows read %v, want only with-payload", st.read)
+	}
+	for _, ev := range st.built {
+		var e events.Expiry
+		if err := json.Unmarshal(ev.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		switch e.Key {
+		case "plain":
+			if ev.Subject != "orders.cancel.plain" || ev.MsgID != "fired:plain:3" || e.Version != 3 || !e.Deadline.Equal(deadline) ||
+				e.FiredAt.Before(deadline) || e.Outcome != events.OutcomeFired || len(e.Payload) != 0 {
+				t.Errorf("plain's event: %s %s %+v", ev.Subject, ev.MsgID, e)
+			}
+		case "with-payload":
+			if string(e.Payload) != `{"sku":"x"}` {
+				t.Errorf("with-payload's event carries %s, want its stored payload", e.Payload)
+			}
+		}
+	}
+	if len(st.built) != 2 {
+		t.Fatalf("published %d events, want 2", len(st.built))
 	}
 }
 

@@ -67,11 +67,17 @@ FOR KEY SHARE OF l`
 // and another state (a set whose timeout fired, or was retired to a mark)
 // is not returned.
 const appliedSQL = `
-SELECT t.key, t.version, t.state, t.deadline_ns FROM timeouts t
+SELECT t.key, t.version, t.state, t.deadline_ns, ` + plainSQL + ` FROM timeouts t
 JOIN unnest($1::bytea[], $2::int8[], $3::int2[]) AS u(k, v, s) ON t.key = u.k AND t.version = u.v AND t.state = u.s
 WHERE t.part IN (SELECT l.part FROM timeout_leases l
 	JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
 	WHERE l.owner = $6 AND l.expires_at > now())`
+
+// plainSQL is timeoutd.Timeout.Plain of the row t: it stores nothing the
+// expiry event needs beyond its key, version and deadline (a misfire bound
+// of 0, the default fire subject and a set without trace context are
+// stored as NULL).
+const plainSQL = `(t.payload IS NULL AND t.fire_subject IS NULL AND t.max_lateness_ms IS NULL AND t.traceparent IS NULL)`
 
 // applySQL upserts the commands of the partitions whose lease rows fenceSQL
 // locked earlier in the same transaction (the same condition, on $9..$11),
@@ -92,7 +98,7 @@ ON CONFLICT (key) DO UPDATE SET
 	payload = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.payload ELSE t.payload END,
 	traceparent = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.traceparent ELSE t.traceparent END
 WHERE t.version < EXCLUDED.version
-RETURNING key, version, state, deadline_ns`
+RETURNING key, version, state, deadline_ns, ` + plainSQL
 
 // Apply implements timeoutd.Store: in one transaction, pipelined in one
 // round trip, the fence (fenceSQL) and one INSERT … ON CONFLICT DO UPDATE …
@@ -156,7 +162,7 @@ func collectChanges(out *[]timeoutd.Change) func(pgx.Rows) error {
 			var c timeoutd.Change
 			var state int16
 			var deadline int64
-			err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline)
+			err := r.Scan((*keyDest)(&c.Key), &c.Version, &state, &deadline, &c.Plain)
 			c.State, c.Deadline = timeoutd.State(state), time.Unix(0, deadline).UTC()
 			return c, err
 		})
@@ -312,8 +318,8 @@ func fireSubject(key string, stored *string) string {
 	return events.OrderCancelSubject(key)
 }
 
-const loadPendingSQL = `SELECT key, version, deadline_ns FROM timeouts
-	WHERE (part, key) > ($1, $2) AND part = $1 AND state = 0 ORDER BY part, key LIMIT $3`
+const loadPendingSQL = `SELECT t.key, t.version, t.deadline_ns, ` + plainSQL + ` FROM timeouts t
+	WHERE (t.part, t.key) > ($1, $2) AND t.part = $1 AND t.state = 0 ORDER BY t.part, t.key LIMIT $3`
 
 // LoadPending implements timeoutd.Store with a keyset scan of the
 // partition's pending rows (index timeouts_pending_part; the row
@@ -326,7 +332,7 @@ func (s *Store) LoadPending(ctx context.Context, partition int, afterKey string,
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 		var t timeoutd.Timeout
 		var deadline int64
-		err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline)
+		err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline, &t.Plain)
 		t.Deadline = time.Unix(0, deadline).UTC()
 		return t, err
 	})

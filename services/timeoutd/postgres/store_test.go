@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -547,6 +548,59 @@ func TestDueRowsAndMarkFired(t *testing.T) {
 	if rows, err := s.DueRows(ctx, due); err != nil || len(rows) != 0 {
 		t.Fatalf("DueRows after the mark = %+v, %v; want none", rows, err)
 	}
+}
+
+// TestPlainRows: Apply (a first commit and its retry after a lost reply)
+// and LoadPending report as plain the rows that store nothing the expiry
+// event needs beyond the key, version and deadline, and no other.
+func TestPlainRows(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	d := time.Now().Add(time.Hour).UTC()
+	cmd := func(key string, change func(*events.Command)) events.Command {
+		c := setCmd(key, 1, d, 0)
+		if change != nil {
+			change(&c)
+		}
+		return c
+	}
+	cmds := []events.Command{
+		cmd("plain", nil),
+		cmd("payload", func(c *events.Command) { c.Payload = []byte(`{"sku":1}`) }),
+		cmd("subject", func(c *events.Command) { c.FireSubject = "orders.cancel.elsewhere" }),
+		cmd("bounded", func(c *events.Command) { c.MaxLatenessMs = 100 }),
+		cmd("traced", func(c *events.Command) { c.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" }),
+	}
+	want := map[string]bool{"plain": true, "payload": false, "subject": false, "bounded": false, "traced": false}
+	check := func(what string, got map[string]bool) {
+		t.Helper()
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: plain %v, want %v", what, got, want)
+		}
+	}
+	for _, attempt := range []string{"Apply", "Apply retried"} {
+		changes, _, err := s.Apply(ctx, fenceAll(t, s), cmds, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, c := range changes {
+			got[c.Key] = c.Plain
+		}
+		check(attempt, got)
+	}
+	got := map[string]bool{}
+	for p := range events.Partitions {
+		rows, err := s.LoadPending(ctx, p, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			got[r.Key] = r.Plain
+		}
+	}
+	check("LoadPending", got)
 }
 
 // TestMigrationRepublishesTheOutbox: 00006 turns the expiry events an

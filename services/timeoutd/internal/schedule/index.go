@@ -44,18 +44,34 @@ type slot struct {
 	h        uint64 // wheel.Handle of its timer; 0 when none (held)
 	// meta packs the key's arena offset (bits 0–31), the key's length
 	// (bits 32–39, 0 when the slot is free: then the offset field holds
-	// the next free index + 1) and the slot's generation (bits 40–63),
+	// the next free index + 1), the slot's generation (bits 40–62),
 	// bumped whenever the slot's timer is replaced or the slot is freed, so
-	// that a stale reference held by the wheel is recognised.
+	// that a stale reference held by the wheel is recognised, and
+	// Entry.Plain (bit 63).
 	meta uint64
 }
 
+const (
+	genShift = 40
+	genMask  = (1<<23 - 1) << genShift
+	plainBit = 1 << 63
+)
+
 func (s *slot) keyOff() uint32 { return uint32(s.meta) }
 func (s *slot) keyLen() int    { return int(uint8(s.meta >> 32)) }
-func (s *slot) gen() uint32    { return uint32(s.meta >> 40) }
+func (s *slot) gen() uint32    { return uint32(s.meta & genMask >> genShift) }
+func (s *slot) plain() bool    { return s.meta&plainBit != 0 }
 
 // bumpGen invalidates every reference to the slot.
-func (s *slot) bumpGen() { s.meta += 1 << 40 }
+func (s *slot) bumpGen() { s.meta = s.meta&^genMask | (s.meta+1<<genShift)&genMask }
+
+// setPlain records Entry.Plain.
+func (s *slot) setPlain(plain bool) {
+	s.meta &^= plainBit
+	if plain {
+		s.meta |= plainBit
+	}
+}
 
 // ref is what the wheel holds for a slot: its generation (high 32 bits)
 // and its index (low 32 bits).
@@ -92,7 +108,7 @@ func (b *slab) alloc() (uint32, error) {
 func (b *slab) release(i uint32) {
 	s := b.at(i)
 	s.bumpGen()
-	s.meta = s.meta&^(1<<40-1) | uint64(b.free)
+	s.meta = s.meta&genMask | uint64(b.free)
 	s.deadline, s.version, s.h = 0, 0, 0
 	b.free = i + 1
 }
@@ -263,7 +279,7 @@ func (x *index) add(key string) (uint32, error) {
 		return 0, err
 	}
 	s := x.slots.at(i)
-	s.meta = s.meta&^(1<<40-1) | uint64(len(key))<<32 | uint64(off)
+	s.meta = s.meta&genMask | uint64(len(key))<<32 | uint64(off)
 	x.t.insert(tableEntry(x.hash(key), i))
 	return i, nil
 }

@@ -29,11 +29,14 @@ import (
 // newer command replaces or clears the timeout, or when it fired.
 type Ref uint64
 
-// Entry is a pending timeout: its key, version and deadline.
+// Entry is a pending timeout: its key, version and deadline, and whether
+// its stored row holds nothing else its expiry event needs (timeoutd's
+// Timeout.Plain), so that it fires without a read of the row.
 type Entry struct {
 	Key      string
 	Version  int64
 	Deadline time.Time
+	Plain    bool
 }
 
 // Due is a timeout whose deadline passed by the wall clock, handed to the
@@ -375,7 +378,7 @@ func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
 		// under a new Ref that the fire's outcome is applied to.
 		sl.bumpGen()
 		sl.h = 0
-		due = append(due, Due{Entry: Entry{Key: s.x.key(i), Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC()},
+		due = append(due, Due{Entry: Entry{Key: s.x.key(i), Version: sl.version, Deadline: time.Unix(0, sl.deadline).UTC(), Plain: sl.plain()},
 			Ref: Ref(ref(i, sl))})
 	}
 	s.mu.Unlock()
@@ -396,6 +399,7 @@ func (s *Schedule) setLocked(e Entry, at time.Time, limit int) error {
 		}
 		s.count(sl.deadline, -1)
 		sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
+		sl.setPlain(e.Plain)
 		s.count(sl.deadline, 1)
 		if s.w.Reset(wheel.Handle(sl.h), at) {
 			return nil
@@ -415,6 +419,7 @@ func (s *Schedule) setLocked(e Entry, at time.Time, limit int) error {
 	}
 	sl := s.x.slots.at(i)
 	sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
+	sl.setPlain(e.Plain)
 	s.count(sl.deadline, 1)
 	if err := s.arm(i, sl, at); err != nil {
 		s.removeLocked(s.x.pos(i), i)
@@ -462,6 +467,7 @@ func (s *Schedule) holdLocked(e Entry, limit int) (_ Ref, ok bool, _ error) {
 	}
 	sl := s.x.slots.at(i)
 	sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
+	sl.setPlain(e.Plain)
 	s.count(sl.deadline, 1)
 	return Ref(ref(i, sl)), true, nil
 }

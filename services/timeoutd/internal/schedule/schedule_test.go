@@ -392,3 +392,54 @@ func TestReleaseInDeadlineOrder(t *testing.T) {
 		t.Fatalf("released in order %v, want b c a (oldest deadline first)", order)
 	}
 }
+
+// TestPlainIsHandedOutAsHeld: a timeout is handed out as plain as the last
+// change or load of its key said, whichever path put it in (Apply, Load's
+// timer, Load's hold and Release), and as many generations of its slot
+// as a wrap of the generation leave the flag as it was.
+func TestPlainIsHandedOutAsHeld(t *testing.T) {
+	t.Parallel()
+	base := time.Now()
+	s, r := newTest(t, 100, time.Now)
+	plain := func(key string, v int64, d time.Time) Change {
+		c := set(key, v, d)
+		c.Plain = true
+		return c
+	}
+	soon := base.Add(20 * time.Millisecond)
+	s.Apply([]Change{plain("applied-plain", 1, soon), set("applied-read", 1, soon),
+		plain("became-read", 1, soon), set("became-plain", 1, soon)})
+	s.Apply([]Change{set("became-read", 2, soon), plain("became-plain", 2, soon)})
+	held, err := s.Load([]Entry{{Key: "loaded-plain", Version: 1, Deadline: soon, Plain: true},
+		{Key: "held-plain", Version: 1, Deadline: base.Add(-time.Second), Plain: true},
+		{Key: "held-read", Version: 1, Deadline: base.Add(-time.Second)}}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(held, time.Now(), 1000)
+	want := map[string]bool{"applied-plain": true, "applied-read": false, "became-read": false, "became-plain": true,
+		"loaded-plain": true, "held-plain": true, "held-read": false}
+	for _, d := range r.waitDue(t, len(want)) {
+		if d.Plain != want[d.Key] {
+			t.Errorf("%s handed out with Plain %v, want %v", d.Key, d.Plain, want[d.Key])
+		}
+	}
+
+	x := newIndex()
+	i, err := x.add("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := x.slots.at(i)
+	sl.setPlain(true)
+	for range 1 << 23 {
+		sl.bumpGen()
+	}
+	if !sl.plain() || sl.gen() != 0 || sl.keyLen() != 1 {
+		t.Fatalf("after a wrap of the generation: plain %v, generation %d, key length %d; want true, 0, 1", sl.plain(), sl.gen(), sl.keyLen())
+	}
+	x.remove(x.pos(i), i)
+	if j, _ := x.add("k2"); j != i || x.slots.at(j).plain() {
+		t.Fatalf("a reused slot (%d, was %d) keeps its former key's Plain", j, i)
+	}
+}
