@@ -24,6 +24,9 @@ const (
 	FireBatchDefault = 5000
 	// FireConcurrencyDefault is the most fire transactions in flight.
 	FireConcurrencyDefault = 2
+	// MarkDelayDefault is how long the fire path gathers published
+	// batches before marking them fired in one transaction.
+	MarkDelayDefault = 5 * time.Millisecond
 	// IngestLanesDefault is the number of sub-batches of a command batch
 	// upserted concurrently, split by key partition.
 	IngestLanesDefault = 2
@@ -97,6 +100,13 @@ type Config struct {
 	// the batches published meanwhile go in one transaction. Default
 	// FireConcurrencyDefault.
 	FireConcurrency int `env:"FIRE_CONCURRENCY"`
+	// MarkDelay is how long the fire path gathers the batches whose events
+	// are stored before it marks their rows fired, in one fenced
+	// transaction: fewer, larger marks cost Postgres and timeoutd less per
+	// expiry. It delays no event (they are published already), only the
+	// moment their rows stop being pending: a crash in between publishes
+	// them again under the same Nats-Msg-Id. Default MarkDelayDefault.
+	MarkDelay time.Duration `env:"MARK_DELAY"`
 	// RecoveryBatch is the page size of the recovery load; default
 	// RecoveryBatchDefault.
 	RecoveryBatch int
@@ -185,6 +195,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, MaxHorizonDefault)
 	c.FireBatch = cmp.Or(c.FireBatch, FireBatchDefault)
 	c.FireConcurrency = cmp.Or(c.FireConcurrency, FireConcurrencyDefault)
+	c.MarkDelay = cmp.Or(c.MarkDelay, MarkDelayDefault)
 	c.IngestLanes = cmp.Or(c.IngestLanes, IngestLanesDefault)
 	c.RecoveryBatch = cmp.Or(c.RecoveryBatch, RecoveryBatchDefault)
 	c.OverdueRate = cmp.Or(c.OverdueRate, OverdueRateDefault)
@@ -235,6 +246,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("timeoutd: FireBatch must be positive, got %d", c.FireBatch)
 	case c.FireConcurrency < 1 || c.FireConcurrency > 64:
 		return fmt.Errorf("timeoutd: FireConcurrency must be in [1, 64], got %d", c.FireConcurrency)
+	case c.MarkDelay < 0 || c.MarkDelay > time.Second:
+		return fmt.Errorf("timeoutd: MarkDelay must be in [0, 1s], got %v", c.MarkDelay)
 	case c.IngestLanes < 1 || c.IngestLanes > 64:
 		return fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
 	case c.RecoveryBatch < 1:

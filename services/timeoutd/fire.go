@@ -249,10 +249,11 @@ func startFireSpan(ctx context.Context, t Timeout, e events.Expiry, subject stri
 }
 
 // mark queues p to be marked fired. The first caller finding no mark in
-// progress marks, in one fenced transaction, every batch queued until
-// then, and again until the queue is empty, so marks never wait for each
-// other's commits one batch at a time: under load the transactions grow
-// instead of multiplying.
+// progress waits MarkDelay, then marks, in one fenced transaction, every
+// batch queued until then, and again until the queue is empty, so marks
+// never wait for each other's commits one batch at a time: under load the
+// transactions grow instead of multiplying. Its batch's slot is already
+// free: the wait holds up no publish.
 func (f *firer) mark(p *published) {
 	f.markMu.Lock()
 	f.marks = append(f.marks, p)
@@ -262,6 +263,9 @@ func (f *firer) mark(p *published) {
 	}
 	f.marking = true
 	for {
+		f.markMu.Unlock()
+		f.gather()
+		f.markMu.Lock()
 		batch := f.marks
 		f.marks = nil
 		f.markMu.Unlock()
@@ -272,6 +276,17 @@ func (f *firer) mark(p *published) {
 			f.markMu.Unlock()
 			return
 		}
+	}
+}
+
+// gather waits MarkDelay for more published batches to mark, or until the
+// process is killed (the mark then fails, and the rows stay pending).
+func (f *firer) gather() {
+	t := time.NewTimer(f.cfg.MarkDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-f.hard.Done():
 	}
 }
 

@@ -637,7 +637,7 @@ func TestSlowMarkDoesNotHoldPublishing(t *testing.T) {
 	t.Parallel()
 	deadline := time.Now().UTC()
 	st := &fakeStore{rows: map[string]Timeout{}, markGate: make(chan struct{})}
-	s, err := New(Config{Now: newClock(deadline.Add(time.Millisecond)).Now, FireBatch: 1, FireConcurrency: 1},
+	s, err := New(Config{Now: newClock(deadline.Add(time.Millisecond)).Now, FireBatch: 1, FireConcurrency: 1, MarkDelay: time.Nanosecond},
 		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
 	if err != nil {
 		t.Fatal(err)
@@ -665,6 +665,40 @@ func TestSlowMarkDoesNotHoldPublishing(t *testing.T) {
 	}
 }
 
+// TestMarksGatherForMarkDelay: batches published within MarkDelay of the
+// first are marked fired in one transaction, after the delay; none is
+// marked before it.
+func TestMarksGatherForMarkDelay(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().UTC()
+	st := &fakeStore{rows: map[string]Timeout{}}
+	s, err := New(Config{Now: time.Now, FireBatch: 1, MarkDelay: time.Second},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.Stop)
+	ownAll(s)
+	start := time.Now()
+	s.ingest.apply([]Change{{Key: "a", Version: 1, Deadline: deadline}, {Key: "b", Version: 1, Deadline: deadline.Add(20 * time.Millisecond)},
+		{Key: "c", Version: 1, Deadline: deadline.Add(40 * time.Millisecond)}})
+	waitFor(t, "three timeouts published", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.built) == 3
+	})
+	st.mu.Lock()
+	early := slices.Clone(st.markSizes)
+	st.mu.Unlock()
+	waitFor(t, "every timeout marked", func() bool { return len(st.firedKeys()) == 3 && s.Pending() == 0 })
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if took := time.Since(start); len(early) != 0 || !slices.Equal(st.markSizes, []int{3}) || took < time.Second {
+		t.Fatalf("marks of %v rows (%v when the three were published), done after %v; want [3], none before, after MarkDelay (1s)",
+			st.markSizes, early, took)
+	}
+}
+
 // errIf returns err if on, else nil.
 func errIf(on bool, err error) error {
 	if on {
@@ -684,6 +718,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		{"max pending", Config{MaxPending: -5}, "MaxPending"},
 		{"mark retention below a day", Config{MarkRetention: time.Hour}, "MarkRetention"},
 		{"fire batch", Config{FireBatch: -1}, "FireBatch"},
+		{"mark delay beyond a second", Config{MarkDelay: 2 * time.Second}, "MarkDelay"},
 		{"recovery catch-up", Config{RecoveryCatchupMax: -time.Second}, "RecoveryCatchupMax"},
 	}
 	for _, tt := range tests {
