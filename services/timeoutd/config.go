@@ -26,7 +26,7 @@ const (
 	FireConcurrencyDefault = 2
 	// MarkDelayDefault is how long the fire path gathers published
 	// batches before marking them fired in one transaction.
-	MarkDelayDefault = 5 * time.Millisecond
+	MarkDelayDefault = 20 * time.Millisecond
 	// IngestLanesDefault is the number of sub-batches of a command batch
 	// upserted concurrently, split by key partition.
 	IngestLanesDefault = 2
