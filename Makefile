@@ -209,7 +209,7 @@ figures: ## the storm table of docs/BENCHMARKS.md from the newest bench-storms r
 	$(GO) run ./scripts/figures
 
 .PHONY: bench
-bench: bench-wheel bench-timeoutd bench-orders bench-dashboard ## every benchmark
+bench: bench-wheel bench-timeoutd bench-storms bench-orders bench-dashboard ## every benchmark (the headline storms among them)
 
 # Reliability and security (docs/RELIABILITY.md). The short soak also runs in
 # `make test` (package e2e); the long one only here. SOAK_REPORT receives
