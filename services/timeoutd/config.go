@@ -247,7 +247,7 @@ func (c Config) validate() error {
 	case c.FireConcurrency < 1 || c.FireConcurrency > 64:
 		return fmt.Errorf("timeoutd: FireConcurrency must be in [1, 64], got %d", c.FireConcurrency)
 	case c.MarkDelay < 0 || c.MarkDelay > time.Second:
-		return fmt.Errorf("timeoutd: MarkDelay must be in [0, 1s], got %v", c.MarkDelay)
+		return fmt.Errorf("timeoutd: MarkDelay must be positive and at most 1s, got %v", c.MarkDelay)
 	case c.IngestLanes < 1 || c.IngestLanes > 64:
 		return fmt.Errorf("timeoutd: IngestLanes must be in [1, 64], got %d", c.IngestLanes)
 	case c.RecoveryBatch < 1:

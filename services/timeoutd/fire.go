@@ -21,10 +21,10 @@ import (
 // batches of at most FireBatch, at most FireConcurrency in flight; for each
 // batch it reads the rows still pending of the timeouts that are not plain
 // (a plain one's event is made from what the schedule holds), publishes
-// their expiry events and waits for the PubAcks. That frees the batch's slot; the rows are then
-// marked fired (fenced) together with those of every other batch published
-// meanwhile, in one transaction, and each outcome is reported to the
-// schedule. The timeout row is the outbox: it stays pending until its
+// their expiry events and waits for the PubAcks. That frees the batch's
+// slot; the rows are then marked fired (fenced) together with those of
+// every other batch published within MarkDelay, in one transaction, and
+// each outcome is reported to the schedule. The timeout row is the outbox: it stays pending until its
 // event is stored in JetStream and the mark is committed, so a crash at any
 // point leaves it to be published again, under the same Nats-Msg-Id.
 type firer struct {
@@ -126,8 +126,8 @@ func (f *firer) onDue(due []schedule.Due) {
 	}
 }
 
-// publish takes the rows of due to fire (rows), publishes their expiry
-// events and waits for the PubAcks; it returns the batch to mark, or nil
+// publish gets the rows of due to fire (firer.rows), publishes their
+// expiry events and waits for the PubAcks; it returns the batch to mark, or nil
 // when a step failed: then due is re-armed to be retried after RetryDelay
 // (unless a newer command replaced it meanwhile). The timeouts never left
 // the schedule, so re-arming needs no room that ingest could have taken in
