@@ -127,12 +127,12 @@ func (f *firer) onDue(due []schedule.Due) {
 }
 
 // publish gets the rows of due to fire (firer.rows), publishes their
-// expiry events and waits for the PubAcks; it returns the batch to mark, or nil
-// when a step failed: then due is re-armed to be retried after RetryDelay
-// (unless a newer command replaced it meanwhile). The timeouts never left
-// the schedule, so re-arming needs no room that ingest could have taken in
-// between. Events published before a failure are published again under
-// the same Nats-Msg-Id, which JetStream deduplicates.
+// expiry events and waits for the PubAcks; it returns the batch to mark,
+// or nil when a step failed: then due is re-armed to be retried after
+// RetryDelay (unless a newer command replaced it meanwhile). The timeouts
+// never left the schedule, so re-arming needs no room that ingest could
+// have taken in between. Events published before a failure are published
+// again under the same Nats-Msg-Id, which JetStream deduplicates.
 func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	p := &published{fl: f.track(len(due), now), refs: make([]schedule.Ref, len(due)), keys: make([]string, len(due)), firedAt: now}
 	for i, d := range due {
