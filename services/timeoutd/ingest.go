@@ -185,7 +185,7 @@ func (in *ingester) collect(ctx context.Context, msgs []Message, now time.Time) 
 // write commits cmds behind the fence: only the partitions this instance
 // owns, at their epoch, are written. It returns the committed changes and
 // the partitions the fence refused, whose commands are to be handed back
-// acknowledged at once, so their owner gets them.
+// (see settle), so their owner gets them.
 func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.Time) ([]Change, map[int]bool, error) {
 	var parts []int
 	for _, c := range cmds {

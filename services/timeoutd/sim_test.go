@@ -53,16 +53,16 @@ const (
 
 // The kinds of fault the nemesis draws.
 const (
-	faultCrash      = "crash"         // SIGKILL, restarted later under the same id
-	faultDBCut      = "db-cut"        // statements hang; the database keeps the sessions
-	faultDBCutDrop  = "db-cut-drop"   // statements hang; the database dropped the sessions
-	faultNATSCut    = "nats-cut"      // fetch, ack and publish hang
-	faultClockStep  = "clock-step"    // the wall clock steps forward or back
-	faultSlowNATS   = "slow-nats"     // publishes take tens to hundreds of ms
-	faultSlowDB     = "slow-db"       // statements take up to 200 ms
-	faultAmbiguous  = "ambiguous"     // writes commit and lose their reply
-	faultPause      = "pause"         // cut from both, as a paused process
-	faultRestart    = "restart"       // graceful stop, then start again
+	faultCrash     = "crash"       // SIGKILL, restarted later under the same id
+	faultDBCut     = "db-cut"      // statements hang; the database keeps the sessions
+	faultDBCutDrop = "db-cut-drop" // statements hang; the database dropped the sessions
+	faultNATSCut   = "nats-cut"    // fetch, ack and publish hang
+	faultClockStep = "clock-step"  // the wall clock steps forward or back
+	faultSlowNATS  = "slow-nats"   // publishes take tens to hundreds of ms
+	faultSlowDB    = "slow-db"     // statements take up to 200 ms
+	faultAmbiguous = "ambiguous"   // writes commit and lose their reply
+	faultPause     = "pause"       // cut from both, as a paused process
+	faultRestart   = "restart"     // graceful stop, then start again
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,

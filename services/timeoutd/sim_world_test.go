@@ -314,10 +314,12 @@ func (s simStore) LoadPending(ctx context.Context, partition int, afterKey strin
 	return out, err
 }
 
-func (s simStore) RetireTombstones(context.Context, Fence, time.Time, int) (int, error) { return 0, nil }
-func (s simStore) ForgetMarks(context.Context, Fence, time.Time, int) (int, error)      { return 0, nil }
-func (s simStore) ListPending(context.Context, Query) ([]Timeout, error)                { return nil, nil }
-func (s simStore) GetPending(context.Context, string) (Timeout, error)                  { return Timeout{}, ErrNotFound }
+func (s simStore) RetireTombstones(context.Context, Fence, time.Time, int) (int, error) {
+	return 0, nil
+}
+func (s simStore) ForgetMarks(context.Context, Fence, time.Time, int) (int, error) { return 0, nil }
+func (s simStore) ListPending(context.Context, Query) ([]Timeout, error)           { return nil, nil }
+func (s simStore) GetPending(context.Context, string) (Timeout, error)             { return Timeout{}, ErrNotFound }
 func (s simStore) Ping(ctx context.Context) error {
 	return s.w.statement(ctx, s.id, false, func(time.Time) error { return nil })
 }
@@ -572,10 +574,10 @@ type simMessage struct {
 	id string
 }
 
-func (m simMessage) Subject() string     { return m.m.subject }
-func (m simMessage) Data() []byte        { return m.m.data }
+func (m simMessage) Subject() string      { return m.m.subject }
+func (m simMessage) Data() []byte         { return m.m.data }
 func (m simMessage) Header(string) string { return "" }
-func (m simMessage) Seq() uint64         { return m.m.seq }
+func (m simMessage) Seq() uint64          { return m.m.seq }
 
 func (m simMessage) settle(what string, f func(now time.Time)) error {
 	m.w.mu.Lock()
