@@ -128,7 +128,7 @@ lint: generate-check ## generated client fresh, go.mod tidy, go vet and staticch
 	cd bench && $(GO) run $(STATICCHECK) ./...
 
 .PHONY: test-e2e
-test-e2e: images chromium ## only the end-to-end suite against the built containers
+test-e2e: images chromium node ## only the end-to-end suite against the built containers
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
 
 .PHONY: test-short
