@@ -94,7 +94,7 @@ test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) an
 test test-e2e: TRACING = 1
 
 .PHONY: test
-test: images chromium node wasm test-wasm test-alerts test-contract ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
+test: images chromium node wasm test-wasm test-alerts test-contract ## every test: unit, integration, e2e (short soak, hostile inputs), browser, the AsyncAPI contract, a short fuzz, the bench module's
 	GO=$(GO) scripts/gotest.sh $(TEST_FLAGS) ./...
 	cd bench && GO=$(GO) ../scripts/gotest.sh $(TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) scripts/fuzz.sh
