@@ -91,6 +91,11 @@ type stackOptions struct {
 	// the compose configuration rendered with TLS, Postgres refusing
 	// plaintext, every client with verify-full. Not with Proxied.
 	TLS *testcerts.Files
+	// Auth runs the single NATS node with the compose stack's users and
+	// permissions (deploy/compose/nats.conf) without TLS; every service
+	// connects as its user, with natsPassword (natsUserURL gives a
+	// client's URL). With TLS, users are always on.
+	Auth bool
 }
 
 // names returns the container names of n instances of svc: svc alone for

@@ -158,7 +158,7 @@ func natsUserURL(urls, user string) string {
 	return strings.ReplaceAll(urls, "nats://", fmt.Sprintf("nats://%s:%s@", user, natsPassword(user)))
 }
 
-// natsPassword is the password of a TLS stack's NATS user (one of
+// natsPassword is the password of a TLS or Auth stack's NATS user (one of
 // deploy/compose/nats.conf, or route).
 func natsPassword(user string) string { return "tls-" + user + "-pw" }
 
@@ -171,9 +171,14 @@ const tlsDir = "/tls"
 
 // stackTLS makes the containers' options of a stack with TLS
 // (stackOptions.TLS); without TLS (certs nil) each adds nothing.
-type stackTLS struct{ certs *testcerts.Files }
+type stackTLS struct {
+	certs *testcerts.Files
+	// auth: NATS with the compose configuration's users and permissions
+	// also without TLS (stackOptions.Auth).
+	auth bool
+}
 
-func (o stackOptions) tls() stackTLS { return stackTLS{o.TLS} }
+func (o stackOptions) tls() stackTLS { return stackTLS{certs: o.TLS, auth: o.Auth} }
 
 // noop is an option that changes nothing.
 func noop(*testcontainers.GenericContainerRequest) error { return nil }
@@ -214,6 +219,9 @@ func (c stackTLS) postgres() testcontainers.CustomizeRequestOption {
 // routes need TLS and the route user) at /etc/nats/tls.conf, the server's
 // certificate, and the passwords of every user it names.
 func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, error) {
+	if c.certs == nil && c.auth {
+		return natsAuth()
+	}
 	if c.certs == nil {
 		return noop, nil
 	}
@@ -239,6 +247,27 @@ func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, err
 	}, nil
 }
 
+// natsAuth is the option of a NATS node of a stack with Auth: the compose
+// configuration, deploy/compose/nats.conf, in place of the image's, with
+// the passwords of every user it names.
+func natsAuth() (testcontainers.CustomizeRequestOption, error) {
+	conf, err := os.ReadFile("../deploy/compose/nats.conf")
+	if err != nil {
+		return nil, err
+	}
+	passwords := map[string]string{}
+	for _, m := range natsPasswordVar.FindAllStringSubmatch(string(conf), -1) {
+		passwords[m[0][1:]] = natsPassword(strings.ToLower(m[1]))
+	}
+	return testcontainers.CustomizeRequestOption(func(req *testcontainers.GenericContainerRequest) error {
+		if err := testcontainers.WithFiles(testcontainers.ContainerFile{Reader: bytes.NewReader(conf),
+			ContainerFilePath: "/etc/nats/nats.conf", FileMode: 0o644})(req); err != nil {
+			return err
+		}
+		return testcontainers.WithEnv(passwords)(req)
+	}), nil
+}
+
 // natsArgs are the command line of the NATS node name of nodes with TLS:
 // its name and, in a cluster, its routes to the others as the route user
 // (the configuration holds the rest of the cluster block).
@@ -257,10 +286,11 @@ func (c stackTLS) natsArgs(name string, nodes []string) []string {
 }
 
 // natsURL returns the NATS URL of a client of the stack from the nodes'
-// host:port: as user (with its password) with TLS, anonymous without.
+// host:port: as user (with its password) with TLS or Auth, anonymous
+// without.
 func (c stackTLS) natsURL(hostPorts []string, user string) string {
 	urls := "nats://" + strings.Join(hostPorts, ",nats://")
-	if c.certs == nil {
+	if c.certs == nil && !c.auth {
 		return urls
 	}
 	return natsUserURL(urls, user)
