@@ -30,6 +30,49 @@ type ownership struct {
 	// (contact.go).
 	contact       atomic.Pointer[time.Time]
 	contactWindow time.Duration
+	// pins counts, per partition, the fire batches publishing its events
+	// (pin): a partition handed over is released only once none is left.
+	pins [events.Partitions]atomic.Int32
+}
+
+// pin marks parts as being published for, and reports which of them are
+// open here: the others are unpinned at once, and their events must not
+// be published. A partition lost after pin reported it open waits, before
+// its release, for unpin (see settled).
+func (o *ownership) pin(parts []int) (open []bool) {
+	open = make([]bool, len(parts))
+	for i, p := range parts {
+		o.pins[p].Add(1)
+		if open[i] = o.isOpen(p); !open[i] {
+			o.pins[p].Add(-1)
+		}
+	}
+	return open
+}
+
+// unpin ends the publish pin reported open for parts.
+func (o *ownership) unpin(parts []int) {
+	for _, p := range parts {
+		o.pins[p].Add(-1)
+	}
+}
+
+// settled waits, up to wait, until no fire batch publishes for the
+// partitions of leases (lost here already: pin refuses them), and returns
+// those still published for then.
+func (o *ownership) settled(ctx context.Context, leases []Lease, wait time.Duration) (busy []Lease) {
+	deadline := o.now().Add(wait)
+	for {
+		busy = busy[:0]
+		for _, l := range leases {
+			if o.pins[l.Partition].Load() > 0 {
+				busy = append(busy, l)
+			}
+		}
+		if len(busy) == 0 || !o.now().Before(deadline) || !sleep(ctx, time.Millisecond) {
+			return busy
+		}
+	}
 }
 
 // trustUntil records when the leases stop being trusted without a renewal.
@@ -247,6 +290,10 @@ func (m *membership) leave() { m.leaving.Store(true) }
 // rather than up to a renew interval later.
 const expiryMargin = 20 * time.Millisecond
 
+// handoverWait bounds the wait, before partitions handed over are
+// released, for the fire batches publishing their events.
+const handoverWait = 100 * time.Millisecond
+
 // aheadSamples is how many heartbeats the clock's offset is taken over.
 const aheadSamples = 5
 
@@ -336,7 +383,15 @@ func (m *membership) rebalance(ctx, rctx context.Context, live int, sent time.Ti
 	case len(m.held) > m.share:
 		extra := slices.Clone(m.held[m.share:])
 		m.drop(extra)
-		if err := m.leases.Release(rctx, m.cfg.InstanceID, extra); err != nil {
+		// A fire batch may still be publishing for them: released once it
+		// is done, so no event of theirs follows the release; a publish
+		// that hangs leaves its leases to expire instead.
+		release := extra
+		if busy := m.own.settled(ctx, extra, handoverWait); len(busy) > 0 {
+			m.cfg.Logger.Warn("partitions still publishing; their leases expire instead", "partitions", partitionsOf(busy))
+			release = slices.DeleteFunc(slices.Clone(extra), func(l Lease) bool { return slices.Contains(busy, l) })
+		}
+		if err := m.leases.Release(rctx, m.cfg.InstanceID, release); err != nil {
 			m.cfg.Logger.Warn("release leases", "err", err) // they expire instead
 		}
 		m.stats.partitionsReleased.Add(uint64(len(extra)))

@@ -155,10 +155,24 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		f.retry(p, "contact", errOutOfContact)
 		return nil
 	}
+	// Pin the partitions still open here: one handed over since the
+	// hand-out is not published for, and one handed over from now on is
+	// released only after this publish (ownership.settled).
+	var parts []int
+	for _, t := range found {
+		parts = appendPartitions(parts, events.PartitionOf(t.Key))
+	}
+	open := f.own.pin(parts)
+	defer f.own.unpin(keep(slices.Clone(parts), open))
 	// Claim what is still current: a timeout replaced or cleared by a
 	// command applied since the hand-out is not published, and the
 	// commands applied from now on wait for the PubAcks of those claimed
 	// before they are acknowledged.
+	inOpen := make([]bool, len(found))
+	for i, t := range found {
+		inOpen[i] = open[slices.Index(parts, events.PartitionOf(t.Key))]
+	}
+	found, refs = keep(found, inOpen), keep(refs, inOpen)
 	keys := make([]string, len(found))
 	for i, t := range found {
 		keys[i] = t.Key
