@@ -231,7 +231,8 @@ func runSeed(t *testing.T, seed uint64) simResult {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	worldRng := rand.New(rand.NewPCG(seed, 0x3041d))
 	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault,
-		batch: 1 + rng.IntN(64), pubAckLossP: 0.02 * rng.Float64(), rand: worldRng.Float64})
+		batch: 1 + rng.IntN(64), pubAckLossP: 0.02 * rng.Float64(), latency: time.Duration(rng.IntN(5000)) * time.Microsecond,
+		rand: worldRng.Float64})
 	res := simResult{faults: map[string]int{}}
 
 	var logs strings.Builder
@@ -240,11 +241,17 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	nodes := make([]*simNode, 2+rng.IntN(2))
-	settings := []string{fmt.Sprintf("instances %d, fetch batch %d", len(nodes), w.cfg.batch)}
+	// Some seeds run with schedules small enough to fill: sets deferred,
+	// takeovers failing, moves of timeouts in flight at MaxPending.
+	maxPending := func() int { return 40 + rng.IntN(300) }
+	if rng.Float64() < 0.3 {
+		maxPending = func() int { return 8 + rng.IntN(24) }
+	}
+	settings := []string{fmt.Sprintf("instances %d, fetch batch %d, latency up to %v", len(nodes), w.cfg.batch, w.cfg.latency)}
 	for i := range nodes {
 		n := newSimNode(w, fmt.Sprintf("t%d", i+1))
 		n.cfg = Config{InstanceID: n.id, Now: n.wall, Logger: logger.With("instance", n.id),
-			MaxPending: 40 + rng.IntN(300), FireBatch: 1 + rng.IntN(32), FireConcurrency: 1 + rng.IntN(3),
+			MaxPending: maxPending(), FireBatch: 1 + rng.IntN(32), FireConcurrency: 1 + rng.IntN(3),
 			MarkDelay: time.Duration(1+rng.IntN(30)) * time.Millisecond, IngestLanes: 1 + rng.IntN(4),
 			RetryDelay: 200 * time.Millisecond, RecoveryCatchupMax: 2 * time.Second}
 		n.skew.Store(int64(time.Duration(rng.IntN(2001)-1000) * time.Millisecond))

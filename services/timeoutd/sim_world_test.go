@@ -59,7 +59,10 @@ type worldConfig struct {
 	crashGrace  time.Duration // sessions gone this long: dead
 	batch       int           // the most commands one Next returns
 	pubAckLossP float64       // per publish, a PubAck lost after the store
-	rand        func() float64
+	// latency is the most a statement or a publish takes on a healthy
+	// link (each draws up to it).
+	latency time.Duration
+	rand    func() float64
 }
 
 type simRow struct {
@@ -148,6 +151,11 @@ func (w *world) loseSessions(id string) {
 	}
 }
 
+// draw returns a healthy link's latency, up to cfg.latency, under w.mu.
+func (w *world) draw() time.Duration {
+	return time.Duration(w.cfg.rand() * float64(w.cfg.latency))
+}
+
 // hang blocks until ctx ends or the link changes, and fails.
 func hang(ctx context.Context, healed <-chan struct{}) error {
 	select {
@@ -164,7 +172,7 @@ func hang(ctx context.Context, healed <-chan struct{}) error {
 func (w *world) statement(ctx context.Context, id string, write bool, fn func(now time.Time) error) error {
 	w.mu.Lock()
 	l := w.linkOf(id)
-	cut, healed, latency, ambiguous := l.dbCut, l.healed, l.dbLatency, l.ambiguousP
+	cut, healed, latency, ambiguous := l.dbCut, l.healed, l.dbLatency+w.draw(), l.ambiguousP
 	w.mu.Unlock()
 	if cut {
 		return hang(ctx, healed)
@@ -628,7 +636,7 @@ func (p simPublisher) Publish(ctx context.Context, evs []Event) (time.Time, erro
 	now := time.Now() // the moment of the publish: the checks judge it
 	p.w.mu.Lock()
 	l := p.w.linkOf(p.id)
-	cut, healed, latency := l.natsCut, l.healed, l.natsLatency
+	cut, healed, latency := l.natsCut, l.healed, l.natsLatency+p.w.draw()
 	for _, ev := range evs {
 		e, err := events.DecodeExpiry(ev.Data)
 		if err != nil {
