@@ -91,6 +91,12 @@ type stackOptions struct {
 	// the compose configuration rendered with TLS, Postgres refusing
 	// plaintext, every client with verify-full. Not with Proxied.
 	TLS *testcerts.Files
+	// ShippedNATSConf runs NATS, without TLS, with the configuration the
+	// project ships, deploy/compose/nats.conf (its users and their
+	// permissions), instead of the image's, which lets anyone do anything:
+	// every client of the stack connects as its user (NATSURL stays
+	// anonymous, so a test connects with natsUserURL). TLS implies it.
+	ShippedNATSConf bool
 }
 
 // names returns the container names of n instances of svc: svc alone for
