@@ -180,7 +180,9 @@ type stackTLS struct {
 	auth bool
 }
 
-func (o stackOptions) tls() stackTLS { return stackTLS{certs: o.TLS, auth: o.TLS != nil || o.ShippedNATSConf} }
+func (o stackOptions) tls() stackTLS {
+	return stackTLS{certs: o.TLS, auth: o.TLS != nil || o.ShippedNATSConf}
+}
 
 // noop is an option that changes nothing.
 func noop(*testcontainers.GenericContainerRequest) error { return nil }
