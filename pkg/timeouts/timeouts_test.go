@@ -286,7 +286,7 @@ func TestAConsumerKeepsSlowWorkAndACrashCostsSeconds(t *testing.T) {
 	}
 	var mu sync.Mutex
 	calls := map[string]map[string]int{} // instance → key → Handle calls
-	got := make(chan string, 8)           // "instance key" as Handle starts
+	got := make(chan string, 8)          // "instance key" as Handle starts
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	// instance runs a Consumer on a connection of its own until its
