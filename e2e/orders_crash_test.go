@@ -88,8 +88,8 @@ func TestOrdersCrashWithEventsInFlight(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the observation's sampling, not a wait for a result
 	}
 
+	killedAt := time.Now() // the SIGKILL is sent now; Kill returns once the container exited
 	s.Kill(t, holder)
-	killedAt := time.Now()
 	t.Logf("%s SIGKILLed holding %d events for %s", holder, n, killedAt.Sub(inFlight).Round(time.Millisecond))
 	if err := lock.Commit(ctx); err != nil {
 		t.Fatal(err)
