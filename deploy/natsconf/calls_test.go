@@ -19,6 +19,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testcerts"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 	ojs "github.com/ordertimeout/ordertimeout/services/orders/jetstream"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -36,9 +37,11 @@ import (
 // progress, a fire batch and the lookup of a stored event, a dead letter;
 // orders' streams and mapping checks, its relay's publishes, its consumer
 // created, pulling, acking, naking an early event, marking one in progress
-// and dead-lettering one. The server must refuse none of them, and every
-// recorded subject must be allowed to its user by each rendering
-// (plaintext, TLS, cluster), whose permissions nats-server itself parses.
+// and dead-lettering one; and pkg/timeouts' Consumer as the example
+// producer's user (examples/reservations). The server must refuse none of
+// them, and every recorded subject must be allowed to its user by each
+// rendering (plaintext, TLS, cluster), whose permissions nats-server
+// itself parses.
 func TestServicesCallsAreAllowed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a NATS server")
@@ -80,6 +83,7 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 
 	driveTimeoutd(ctx, t, connect, fire)
 	driveOrders(ctx, t, connect("orders", streams.InboxOrders), connect("timeoutd", streams.InboxTimeoutd))
+	driveLibrary(ctx, t, connect("reservations", "_INBOX_reservations"), connect("timeoutd", streams.InboxTimeoutd))
 
 	if v := rec.violations(); len(v) > 0 {
 		t.Errorf("the server refused the services' calls:\n%s", strings.Join(v, "\n"))
@@ -100,11 +104,13 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 	// calling the API).
 	want := map[string][]string{
 		"timeoutd": {"$JS.API.STREAM.INFO.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DELETE.", "$JS.API.CONSUMER.INFO.",
-			"$JS.API.CONSUMER.RESET.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "$JS.API.STREAM.MSG.GET.", "orders.cancel.", "dlq.timeoutd."},
+			"$JS.API.CONSUMER.RESET.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "$JS.API.STREAM.MSG.GET.", "orders.cancel.",
+			"timeouts.missed.", "reservations.expire.", "dlq.timeoutd."},
 		"orders": {"$JS.API.STREAM.INFO.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.",
-			"timeouts.cmd.", "orders.created.", "dlq.orders."},
+			"timeouts.cmd.", "orders.created.", "orders.paid.", "orders.cancelled.", "dlq.orders."},
+		"reservations": {"$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "dlq.reservations."},
 	}
-	for _, user := range []string{"timeoutd", "orders"} {
+	for _, user := range []string{"timeoutd", "orders", "reservations"} {
 		pubs, subs := rec.subjects(user)
 		t.Logf("%s publishes to %d subjects, subscribes on %d:\n  %s", user, len(pubs), len(subs), strings.Join(pubs, "\n  "))
 		for _, prefix := range want[user] {
@@ -203,8 +209,12 @@ func driveTimeoutd(ctx context.Context, t *testing.T, connect func(user, inbox s
 
 	pub := tjs.NewPublisher(js, 0)
 	ev := timeoutd.Event{Subject: events.OrderCancelSubject(key), MsgID: key + "-fired", Data: []byte(`{}`)}
-	if _, err := pub.Publish(ctx, []timeoutd.Event{ev}); err != nil {
-		t.Fatalf("publish a fire: %v", err)
+	others := []timeoutd.Event{ // a missed event, a fire on another allowed prefix
+		{Subject: events.MissedSubject(key), MsgID: key + "-missed", Data: []byte(`{}`)},
+		{Subject: fire[1] + key, MsgID: key + "-reservation", Data: []byte(`{}`)},
+	}
+	if _, err := pub.Publish(ctx, append([]timeoutd.Event{ev}, others...)); err != nil {
+		t.Fatalf("publish fires: %v", err)
 	}
 	if ok, err := pub.Stored(ctx, ev.Subject, ev.MsgID); err != nil || !ok {
 		t.Fatalf("stored = %v, %v; want the fire found", ok, err)
@@ -226,7 +236,8 @@ func driveOrders(ctx context.Context, t *testing.T, js, fires jetstream.JetStrea
 		t.Fatalf("orders verifies the mapping: %v", err)
 	}
 	// What the relay publishes: commands and order events, asynchronously.
-	for _, subj := range []string{events.CommandSubject("calls-2"), events.OrderEventSubject(events.OrderCreated, "calls-2")} {
+	for _, subj := range []string{events.CommandSubject("calls-2"), events.OrderEventSubject(events.OrderCreated, "calls-2"),
+		events.OrderEventSubject(events.OrderPaid, "calls-2"), events.OrderEventSubject(events.OrderCancelled, "calls-3")} {
 		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: []byte(`{}`), Header: nats.Header{jetstream.MsgIDHeader: {subj}}})
 		if err != nil {
 			t.Fatalf("publish %s: %v", subj, err)
@@ -270,6 +281,54 @@ func driveOrders(ctx context.Context, t *testing.T, js, fires jetstream.JetStrea
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
+}
+
+// driveLibrary runs pkg/timeouts' Consumer as the example producer's user
+// (examples/reservations) through its calls: its durable created, events
+// pulled, a slow one kept in progress and acked, one dead-lettered;
+// timeoutd publishes the events.
+func driveLibrary(ctx context.Context, t *testing.T, js, fires jetstream.JetStream) {
+	t.Helper()
+	var mu sync.Mutex
+	handled := 0
+	c, err := timeouts.NewConsumer(ctx, js, timeouts.ConsumerConfig[events.Expiry]{
+		Durable: "reservations", FilterSubject: "reservations.expire.>", Decode: timeouts.DecodeExpiry, AckWait: time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+		Handle: func(context.Context, events.Expiry) error {
+			time.Sleep(1500 * time.Millisecond) // the handler's work, kept in progress
+			mu.Lock()
+			handled++
+			mu.Unlock()
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("the library creates its consumer: %v", err)
+	}
+	d := time.Now().UTC()
+	data, _ := json.Marshal(events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: "calls-r", Version: 1, Deadline: d, FiredAt: d})
+	for _, m := range [][]byte{data, []byte(`{`)} {
+		if _, err := fires.Publish(ctx, "reservations.expire.calls-r", m); err != nil {
+			t.Fatalf("timeoutd publishes a reservation's expiry: %v", err)
+		}
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	cons, err := js.Consumer(ctx, events.StreamExpiries, "reservations")
+	if err != nil {
+		t.Fatalf("the library reads its consumer: %v", err)
+	}
+	pollFor(t, "the library to settle its events", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		info, err := cons.Info(ctx)
+		return handled > 0 && err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("the library's Run: %v", err)
+	}
 }
 
 // scriptedExpirer applies every cancel event, but calls one early the
