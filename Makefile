@@ -77,6 +77,14 @@ promtool: ## make sure promtool is installed for the alert rules' tests (apt-get
 
 PROMTOOL ?= promtool
 
+.PHONY: node
+node: ## make sure Node.js and npm are installed (apt-get on Debian)
+	@scripts/ensure-node.sh
+
+.PHONY: test-contract
+test-contract: node ## validate the AsyncAPI document docs/contract/asyncapi.yaml with the AsyncAPI parser (npm ci)
+	@scripts/contract.sh
+
 .PHONY: test-alerts
 test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) and run their unit tests
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
@@ -86,7 +94,7 @@ test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) an
 test test-e2e: TRACING = 1
 
 .PHONY: test
-test: images chromium wasm test-wasm test-alerts ## every test: unit, integration, e2e (short soak, hostile inputs), browser, a short fuzz, the bench module's
+test: images chromium node wasm test-wasm test-alerts test-contract ## every test: unit, integration, e2e (short soak, hostile inputs), browser, the AsyncAPI contract, a short fuzz, the bench module's
 	GO=$(GO) scripts/gotest.sh $(TEST_FLAGS) ./...
 	cd bench && GO=$(GO) ../scripts/gotest.sh $(TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) scripts/fuzz.sh
@@ -120,7 +128,7 @@ lint: generate-check ## generated client fresh, go.mod tidy, go vet and staticch
 	cd bench && $(GO) run $(STATICCHECK) ./...
 
 .PHONY: test-e2e
-test-e2e: images chromium ## only the end-to-end suite against the built containers
+test-e2e: images chromium node ## only the end-to-end suite against the built containers
 	$(GO) test $(TEST_FLAGS) -v ./e2e/...
 
 .PHONY: test-short

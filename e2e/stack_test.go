@@ -94,8 +94,9 @@ type stackOptions struct {
 	// ShippedNATSConf runs NATS, without TLS, with the configuration the
 	// project ships, deploy/compose/nats.conf (its users and their
 	// permissions), instead of the image's, which lets anyone do anything:
-	// every client of the stack connects as its user (NATSURL stays
-	// anonymous, so a test connects with natsUserURL). TLS implies it.
+	// every service of the stack connects as its user, with natsPassword.
+	// NATSURL stays anonymous, so a test connects with natsUserURL (or
+	// passes a user and natsPassword to its client). TLS implies it.
 	ShippedNATSConf bool
 }
 

@@ -111,6 +111,23 @@ func (c *ConsumerConfig[T]) setDefaults() error {
 	return nil
 }
 
+// jetStream is the durable consumer's configuration. Every instance of a
+// service creates or updates the one consumer with it, so it must be the
+// same everywhere; docs/contract/asyncapi.yaml gives it to producers in
+// other languages (channel fired, x-jetstream.consumer), and a test keeps
+// the two in step.
+func (c *ConsumerConfig[T]) jetStream() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       c.Durable,
+		FilterSubject: c.FilterSubject,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: c.MaxAckPending,
+	}
+}
+
 // Consumer consumes events durably: a JetStream durable consumer with
 // explicit acks, an event acked only after Handle returned nil, a failed
 // one redelivered, one that does not decode dead-lettered (published to
@@ -132,15 +149,7 @@ func NewConsumer[T any](ctx context.Context, js jetstream.JetStream, cfg Consume
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       cfg.Durable,
-		FilterSubject: cfg.FilterSubject,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: cfg.MaxAckPending,
-	})
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, cfg.jetStream())
 	if err != nil {
 		return nil, fmt.Errorf("timeouts: create consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
 	}

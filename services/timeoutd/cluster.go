@@ -25,6 +25,11 @@ type ownership struct {
 	// until is when the leases stop being trusted without a renewal (the
 	// membership's validUntil), read by the fire path before it publishes.
 	until atomic.Pointer[time.Time]
+	// contact is the send time of the last statement that reached the
+	// database, and contactWindow how long after it fires are published
+	// (contact.go).
+	contact       atomic.Pointer[time.Time]
+	contactWindow time.Duration
 }
 
 // trustUntil records when the leases stop being trusted without a renewal.
@@ -136,8 +141,11 @@ type membership struct {
 	caughtUp func()
 	// now is the clock the lease deadlines are measured on (monotonic).
 	now func() time.Time
+	// clock is the schedule's clock; the heartbeats measure it against
+	// Postgres's.
+	clock *monoClock
 
-	mu   sync.Mutex // guards what follows: the loop, takeovers, releaseAll
+	mu   waitLock // guards what follows: the loop, takeovers, releaseAll
 	held []Lease
 	// validUntil is when the leases stop being trusted here without a
 	// renewal: the last renewal's send time plus the renew deadline.
@@ -211,6 +219,10 @@ func (m *membership) wait(ctx context.Context, d time.Duration) bool {
 			return true
 		case err == nil && takeable > 0 && m.heldCount() < shareOf(live) && m.brokerHealthy() && !m.leaving.Load():
 			return true
+		case err == nil && !m.own.trusted() && m.heldCount() > 0:
+			// Back in contact after a gap (see ownership.contacted): a
+			// renewal proves the leases, and the fires resume.
+			return true
 		}
 	}
 }
@@ -248,7 +260,7 @@ func (m *membership) round(ctx context.Context) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sent := m.now()
-	wallSent := m.cfg.Now()
+	clockSent := m.clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
 	defer cancel()
 	info, _ := json.Marshal(m.info()) // cannot fail: plain fields
@@ -257,7 +269,7 @@ func (m *membership) round(ctx context.Context) time.Duration {
 		m.unproven(ctx, "heartbeat", err)
 		return m.cfg.LeaseProbeInterval // the database is back: renew at once
 	}
-	m.measureClock(wallSent, m.cfg.Now(), beat.DBTime)
+	m.measureClock(clockSent, m.clock.Now(), beat.DBTime)
 	var wake time.Time // when another instance's first lease has expired
 	if beat.NextExpiry > 0 {
 		wake = m.now().Add(beat.NextExpiry + expiryMargin)
@@ -357,11 +369,14 @@ func (m *membership) trust(sent time.Time) {
 }
 
 // measureClock takes one heartbeat's reading of the database's clock,
-// dbTime, between the wall clock's sent and received: received minus
-// dbTime bounds how far this clock is ahead of the database's. The fires
-// are held by the least such bound of the last aheadSamples heartbeats (the
-// one whose round trip was the shortest), so that an instance whose clock
-// runs ahead never fires before a deadline by the database's clock.
+// dbTime, between the schedule's clock's readings sent and received:
+// received minus dbTime bounds how far that clock is ahead of the
+// database's (it may be negative: behind). The schedule holds every
+// deadline by the least such bound of the last aheadSamples heartbeats
+// (the one whose round trip was the shortest), so that it judges deadlines
+// by a clock that never runs ahead of the database's and none fires early.
+// The schedule's clock runs on the monotonic clock: a step of the host's
+// wall clock changes none of the samples, so none of them goes stale.
 func (m *membership) measureClock(sent, received, dbTime time.Time) {
 	if dbTime.IsZero() {
 		return
@@ -370,8 +385,7 @@ func (m *membership) measureClock(sent, received, dbTime time.Time) {
 	if len(m.aheads) > aheadSamples {
 		m.aheads = m.aheads[1:]
 	}
-	ahead := slices.Min(m.aheads)
-	m.sched.Hold(max(ahead, 0))
+	m.sched.Hold(slices.Min(m.aheads))
 	m.stats.clockAhead.Store(int64(received.Sub(sent)/2 + sent.Sub(dbTime)))
 }
 

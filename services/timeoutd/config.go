@@ -67,6 +67,10 @@ const (
 	// LeaseProbeIntervalDefault is how often, between rounds, an instance
 	// looks for the partitions of a crashed instance to take over.
 	LeaseProbeIntervalDefault = 100 * time.Millisecond
+	// CrashGraceDefault is the store's crash grace: how long an instance's
+	// database sessions stay gone before the others take its partitions
+	// (postgres.CrashGrace).
+	CrashGraceDefault = 250 * time.Millisecond
 	// RecentDefault is the number of recent expiries kept for the API.
 	RecentDefault = 200
 )
@@ -163,12 +167,23 @@ type Config struct {
 	// are all gone: it crashed) to take over at once; at most
 	// LeaseRenewInterval. Default LeaseProbeIntervalDefault.
 	LeaseProbeInterval time.Duration `env:"LEASE_PROBE_INTERVAL"`
-	// Now is the wall clock; default time.Now.
+	// CrashGrace is how long after this instance's database sessions are
+	// all gone the others may take its partitions (the Leases' crash
+	// detection; the daemon passes postgres.CrashGrace). Fires are
+	// published only within four fifths of it after the sending of the
+	// last statement that reached the database, so that an instance cut
+	// off from it stops publishing before its partitions can move. At
+	// least twice LeaseProbeInterval; default CrashGraceDefault.
+	CrashGrace time.Duration
+	// Now is the wall clock; default time.Now. Deadlines are judged by a
+	// clock that runs on the monotonic clock from one reading of Now at
+	// start, corrected by the heartbeats' measure of Postgres's clock
+	// (refClock): a later step of the wall clock moves nothing.
 	Now func() time.Time
-	// ClockSkew (TIMEOUTD_CLOCK_SKEW) moves this instance's clock, the
-	// wall clock Now and the wheel's alike, as a host clock set wrong
-	// would: for fault injection only (a chaos run skews one instance to
-	// show that it never fires early by Postgres's clock). Default 0.
+	// ClockSkew (TIMEOUTD_CLOCK_SKEW) moves this instance's wall clock
+	// Now, as a host clock set wrong would: for fault injection only (a
+	// chaos run skews one instance to show that it never fires early by
+	// Postgres's clock). Default 0.
 	ClockSkew time.Duration `env:"CLOCK_SKEW"`
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
@@ -208,6 +223,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, LeaseRenewIntervalDefault)
 	c.LeaseProbeInterval = min(cmp.Or(c.LeaseProbeInterval, LeaseProbeIntervalDefault), c.LeaseRenewInterval)
+	c.CrashGrace = cmp.Or(c.CrashGrace, CrashGraceDefault)
 	if c.InstanceID == "" {
 		id, err := DefaultInstanceID()
 		if err != nil {
@@ -273,6 +289,8 @@ func (c Config) validate() error {
 			c.renewDeadline(), c.LeaseRenewInterval)
 	case c.LeaseProbeInterval < time.Millisecond:
 		return fmt.Errorf("timeoutd: LeaseProbeInterval must be at least 1ms, got %v", c.LeaseProbeInterval)
+	case c.LeaseProbeInterval > c.CrashGrace/2:
+		return fmt.Errorf("timeoutd: LeaseProbeInterval must be at most half of CrashGrace (%v), got %v", c.CrashGrace, c.LeaseProbeInterval)
 	case len(c.InstanceID) > 200:
 		return fmt.Errorf("timeoutd: InstanceID must be at most 200 bytes, got %d", len(c.InstanceID))
 	case c.Recent < 1:
@@ -284,3 +302,8 @@ func (c Config) validate() error {
 // renewDeadline is how long after sending a renewal the leases are trusted
 // here without another: two thirds of LeaseTTL.
 func (c Config) renewDeadline() time.Duration { return c.LeaseTTL * 2 / 3 }
+
+// contactWindow is how long after sending the last statement that reached
+// the database this instance publishes fires: four fifths of CrashGrace,
+// the rest a margin for the publish in transit.
+func (c Config) contactWindow() time.Duration { return c.CrashGrace * 4 / 5 }

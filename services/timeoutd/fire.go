@@ -37,7 +37,7 @@ type firer struct {
 	m     Metrics
 	// hard is the context of every fire's I/O; Kill cancels it.
 	hard     context.Context
-	mu       sync.Mutex     // held by an onDue call in progress
+	mu       waitLock       // held by an onDue call in progress
 	slots    chan struct{}  // one per batch in flight
 	inFlight sync.WaitGroup // the batches in flight
 	stopping atomic.Bool
@@ -87,7 +87,7 @@ func (f *firer) onDue(due []schedule.Due) {
 	if f.stopping.Load() {
 		return // still pending in Postgres; the next process fires them
 	}
-	now := f.cfg.Now()
+	now := f.sched.Now()
 	var wait, gone []schedule.Ref
 	ready := due[:0]
 	for _, d := range due {
@@ -108,12 +108,12 @@ func (f *firer) onDue(due []schedule.Due) {
 		chunk := due[:n]
 		due = due[n:]
 		f.slots <- struct{}{}
-		// The schedule checked the wall clock before now; a later reading
-		// (the wait for a slot) is a truer fire time, an earlier one (a
-		// clock stepped back) is not used, so firedAt stays at or after
-		// every deadline.
+		// The schedule checked the clock before now; a later reading (the
+		// wait for a slot) is a truer fire time, an earlier one (a lower
+		// bound of Postgres's clock measured anew) is not used, so firedAt
+		// stays at or after every deadline.
 		firedAt := now
-		if t := f.cfg.Now(); t.After(now) {
+		if t := f.sched.Now(); t.After(now) {
 			firedAt = t
 		}
 		f.inFlight.Go(func() {
@@ -138,17 +138,34 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	for i, d := range due {
 		p.refs[i], p.keys[i] = d.Ref, d.Key
 	}
-	found, err := f.rows(due)
+	found, refs, err := f.rows(due)
 	if err != nil {
 		f.retry(p, "read", err)
 		return nil
 	}
-	if !f.own.trusted() {
+	switch {
+	case !f.own.trusted():
 		// The leases were not renewed in time: publish nothing a new owner
 		// may be publishing too; the membership drops them or renews.
 		f.retry(p, "lease", errLeasesUntrusted)
 		return nil
+	case !f.own.inContact():
+		// Cut off from the database long enough for the others to read
+		// this instance as crashed and take its partitions.
+		f.retry(p, "contact", errOutOfContact)
+		return nil
 	}
+	// Claim what is still current: a timeout replaced or cleared by a
+	// command applied since the hand-out is not published, and the
+	// commands applied from now on wait for the PubAcks of those claimed
+	// before they are acknowledged.
+	keys := make([]string, len(found))
+	for i, t := range found {
+		keys[i] = t.Key
+	}
+	claimed := f.sched.Claim(refs, keys)
+	found, keys = keep(found, claimed), keep(keys, claimed)
+	defer f.sched.Unclaim(keys)
 	evs := make([]Event, 0, len(found))
 	var spans []trace.Span
 	p.exps, p.rows, p.outcomes = make([]events.Expiry, 0, len(found)), make([]Due, len(found)), make([]events.Outcome, len(found))
@@ -198,32 +215,52 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	return p
 }
 
-// rows returns the rows of due to fire: a plain timeout's made from what
-// the schedule holds, the others' read from the store, which leaves out
-// those no longer pending at their version. A plain timeout cleared or
-// replaced by a command committed and not yet applied to the schedule
-// fires: its event is one the read could have missed as well (the command
-// may commit just after it), which consumers apply conditionally; its
-// mark, which matches the version and the pending state, changes nothing.
-func (f *firer) rows(due []schedule.Due) ([]Timeout, error) {
+// rows returns the rows of due to fire and their Refs: a plain timeout's
+// made from what the schedule holds, the others' read from the store,
+// which leaves out those no longer pending at their version. Either may
+// have been replaced or cleared since: the Claim before the publish
+// leaves out those the schedule knows of, and a command committed and not
+// yet applied is acknowledged only after the PubAcks (Schedule.Apply).
+func (f *firer) rows(due []schedule.Due) ([]Timeout, []schedule.Ref, error) {
 	found := make([]Timeout, 0, len(due))
+	refs := make([]schedule.Ref, 0, len(due))
 	var read []Due
+	var readRefs map[string]schedule.Ref
 	for _, d := range due {
 		if d.Plain {
 			found = append(found, Timeout{Key: d.Key, Partition: events.PartitionOf(d.Key), Version: d.Version,
 				State: StatePending, Deadline: d.Deadline, FireSubject: events.OrderCancelSubject(d.Key), Plain: true})
+			refs = append(refs, d.Ref)
 			continue
 		}
+		if readRefs == nil {
+			readRefs = make(map[string]schedule.Ref)
+		}
+		readRefs[d.Key] = d.Ref
 		read = append(read, Due{Key: d.Key, Version: d.Version, Deadline: d.Deadline})
 	}
 	if len(read) == 0 {
-		return found, nil
+		return found, refs, nil
 	}
 	rows, err := f.store.DueRows(f.hard, read)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(found, rows...), nil
+	for _, r := range rows {
+		refs = append(refs, readRefs[r.Key])
+	}
+	return append(found, rows...), refs, nil
+}
+
+// keep returns the elements of s whose flag in keep is true, in place.
+func keep[T any](s []T, keep []bool) []T {
+	out := s[:0]
+	for i, v := range s {
+		if keep[i] {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // startFireSpan starts the span of t's fire, which ends with its PubAck:
@@ -384,6 +421,10 @@ func (f *firer) retry(p *published, step string, err error) {
 // errLeasesUntrusted is a fire's error while the leases are not known to
 // be renewed.
 var errLeasesUntrusted = errors.New("the partition leases were not renewed within the renew deadline")
+
+// errOutOfContact is a fire's error while no statement reached the
+// database within the contact window.
+var errOutOfContact = errors.New("no statement reached the database within the contact window")
 
 // track records a batch in flight, for backlog.
 func (f *firer) track(n int, firedAt time.Time) *flight {

@@ -45,8 +45,8 @@ func (in *ingester) Start(ctx context.Context) { in.Base.Start(ctx, in.run) }
 // batch is split into IngestLanes sub-batches by key partition (so the
 // commands of one key stay in order in one lane) that are processed
 // concurrently, each to the end with the hard context: validate,
-// dead-letter the invalid, upsert the rest in one statement, commit, ack,
-// apply to the schedule. The next batch starts when every lane is done. A
+// dead-letter the invalid, upsert the rest in one statement, commit, apply
+// to the schedule, ack. The next batch starts when every lane is done. A
 // failed sub-batch is retried as a whole, which is harmless: the upsert
 // ignores versions already stored. Ingest never waits for room in memory:
 // the sets that do not fit are deferred (see admit).
@@ -117,8 +117,8 @@ type delivered struct {
 // ingest processes one batch of messages, each one command or a batch of
 // a partition's commands (events.HeaderBatch): it decodes them, admits the
 // sets that find room, writes what it admitted for the partitions it owns,
-// settles every message, then applies the committed changes to the
-// schedule.
+// applies the committed changes to the schedule, then settles every
+// message.
 func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 	now := in.cfg.Now()
 	cmds, valid, err := in.collect(ctx, msgs, now)
@@ -140,7 +140,10 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
 		if changes, refused, err = in.write(ctx, cmds, now); err != nil {
 			return err
 		}
-		defer in.apply(changes)
+		// Applied before the acks: once a command is acknowledged, no
+		// event of a version it replaced is published (Schedule.Apply
+		// waits for those being published).
+		in.apply(changes)
 	}
 	in.settle(valid, refused, deferred)
 	return nil
@@ -181,8 +184,8 @@ func (in *ingester) collect(ctx context.Context, msgs []Message, now time.Time) 
 
 // write commits cmds behind the fence: only the partitions this instance
 // owns, at their epoch, are written. It returns the committed changes and
-// the partitions the fence refused, whose commands are to be negatively
-// acknowledged at once, so their owner gets them.
+// the partitions the fence refused, whose commands are to be handed back
+// (see settle), so their owner gets them.
 func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.Time) ([]Change, map[int]bool, error) {
 	var parts []int
 	for _, c := range cmds {
@@ -201,13 +204,17 @@ func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.T
 	return changes, refused, nil
 }
 
-// settle acknowledges each message of valid, or hands it back: at once
-// when its partition was refused, after RetryDelay when one of its sets was
-// deferred.
+// settle acknowledges each message of valid, or hands it back: after
+// LeaseProbeInterval when its partition was refused, after RetryDelay when
+// one of its sets was deferred.
 func (in *ingester) settle(valid []delivered, refused map[int]bool, deferred map[string]bool) {
 	for _, d := range valid {
 		if refused[d.part] {
-			if err := d.m.NakWithDelay(0); err != nil {
+			// Handed back after a probe interval, not at once: an instance
+			// whose lease lapsed would fetch and hand it back in a loop
+			// until its renewal. A new owner's takeover resets the
+			// consumer, which redelivers it at once.
+			if err := d.m.NakWithDelay(in.cfg.LeaseProbeInterval); err != nil {
 				in.cfg.Logger.Warn("hand back a command of a partition not owned", "seq", d.m.Seq(), "err", err)
 			}
 			continue

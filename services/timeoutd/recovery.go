@@ -61,7 +61,7 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 		for i, row := range rows {
 			entries[i] = schedule.Entry{Key: row.Key, Version: row.Version, Deadline: row.Deadline, Plain: row.Plain}
 		}
-		held, err := r.sched.Load(entries, r.cfg.Now())
+		held, err := r.sched.Load(entries, r.sched.Now())
 		t.held = append(t.held, held...)
 		if err != nil {
 			cancel()
@@ -191,7 +191,7 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 			return false
 		}
 	}
-	released := r.sched.Release(t.held, r.cfg.Now(), r.cfg.OverdueRate)
+	released := r.sched.Release(t.held, r.sched.Now(), r.cfg.OverdueRate)
 	var opened []int // the partitions still owned at their takeover's epoch
 	for _, l := range t.leases {
 		if r.own.openAt(l.Partition, l.Epoch) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	"github.com/ordertimeout/ordertimeout/pkg/wheel"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -104,34 +103,30 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, m: d.Metrics,
 		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
-	s.own = &ownership{id: cfg.InstanceID, now: time.Now}
+	s.own = &ownership{id: cfg.InstanceID, now: time.Now, contactWindow: cfg.contactWindow()}
+	// Every statement that reaches Postgres proves this instance's sessions
+	// live (see ownership.inContact).
+	d.Store, d.Leases = contactStore{d.Store, s.own}, contactLeases{d.Leases, s.own}
+	s.store = d.Store
+	clock := newMonoClock(cfg.Now)
 	s.view = &clusterView{}
 	s.caughtUp = make(chan struct{})
 	s.fire = &firer{cfg: cfg, store: d.Store, pub: d.Publisher, own: s.own, stats: s.stats, m: d.Metrics, hard: s.hard,
 		slots: make(chan struct{}, cfg.FireConcurrency)}
 	s.sched, err = schedule.New(schedule.Config{Tick: cfg.Tick, MaxPending: cfg.MaxPending, Partitions: events.Partitions,
-		Partition: events.PartitionOf, OnDue: s.fire.onDue, Now: cfg.Now, Logger: cfg.Logger, Clock: skewedClock(cfg.ClockSkew)})
+		Partition: events.PartitionOf, OnDue: s.fire.onDue, Now: clock.Now, Logger: cfg.Logger, Clock: clock})
 	if err != nil {
 		return nil, fmt.Errorf("timeoutd: %w", err)
 	}
 	s.fire.sched = s.sched
 	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, sched: s.sched, own: s.own, hard: s.hard}
 	s.membership = &membership{cfg: cfg, leases: d.Leases, src: d.Source, sched: s.sched, rec: s.recovery, own: s.own,
-		stats: s.stats, now: time.Now, info: s.instanceInfo, brokerHealthy: d.BrokerHealthy, view: s.view, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
+		stats: s.stats, now: time.Now, clock: clock, info: s.instanceInfo, brokerHealthy: d.BrokerHealthy, view: s.view, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
 	s.janitor = &janitor{cfg: cfg, store: d.Store, own: s.own}
 	s.sampler = &sampler{cfg: cfg, stats: s.stats}
 	return s, nil
-}
-
-// skewedClock returns the wheel's clock moved by skew (nil, the real clock,
-// when skew is 0), as on a host whose clock is set wrong.
-func skewedClock(skew time.Duration) wheel.Clock {
-	if skew == 0 {
-		return nil
-	}
-	return wheel.OffsetClock(skew)
 }
 
 // Ready returns a channel closed when recovery has finished.

@@ -9,6 +9,10 @@
 // the fire's outcome comes back (Done or Rearm), so a failed fire can always
 // be re-armed. Every handed-out timeout carries a [Ref]; a newer command
 // for the key makes the Ref stale, and a stale Ref is ignored everywhere.
+// The fire path claims the Refs it publishes ([Schedule.Claim]); Apply
+// returns only once no claim of an older version of its keys is left, so
+// that no event of a version is published after the command that replaced
+// it is acknowledged.
 package schedule
 
 import (
@@ -39,7 +43,7 @@ type Entry struct {
 	Plain    bool
 }
 
-// Due is a timeout whose deadline passed by the wall clock, handed to the
+// Due is a timeout whose deadline passed by the clock Schedule.Now, handed to the
 // Config.OnDue callback, in flight until Done or Rearm is called with Ref.
 type Due struct {
 	Entry
@@ -70,14 +74,15 @@ type Config struct {
 	// Partition returns the partition of a key, in [0, Partitions);
 	// required when Partitions is above 1.
 	Partition func(key string) int
-	// OnDue receives the timeouts whose deadline passed, by the wall clock
-	// Now, in batches; it is never called concurrently with itself, and the
+	// OnDue receives the timeouts whose deadline passed, by the clock
+	// Schedule.Now, in batches; it is never called concurrently with itself, and the
 	// wheel gathers the next batch while it runs. Each timeout is in flight
 	// until Done or Rearm. Required.
 	OnDue func([]Due)
-	// Now is the wall clock: a timer the wheel expires before Now reaches
-	// its deadline (the clock was stepped back) is re-armed, never handed
-	// out early. Default time.Now.
+	// Now is the schedule's clock, which the wheel's Clock must follow;
+	// deadlines are judged by Now less the hold (see Hold, and
+	// Schedule.Now): a timer the wheel expires before that reaches its
+	// deadline is re-armed, never handed out early. Default time.Now.
 	Now func() time.Time
 	// Logger receives the timeouts that could not be re-armed; default
 	// slog.Default().
@@ -104,17 +109,25 @@ type Schedule struct {
 	// reserved counts the slots reserved by Admit for sets being
 	// committed, so that concurrent ingest lanes never overfill memory.
 	reserved int
-	// hold is how long after its deadline, by the wall clock Now, a timeout
-	// is handed out (see Hold), in nanoseconds.
+	// claims counts, by key, the claims (Claim) of timeouts whose event is
+	// being published; released signals each Unclaim, under mu.
+	claims   map[string]int
+	released *sync.Cond
+	// hold is how far, in nanoseconds, Config.Now may run ahead of the
+	// clock the deadlines are kept by (see Hold).
 	hold atomic.Int64
 }
 
-// Hold makes every timeout wait d past its deadline by the wall clock
-// before it is handed out, from now on: d is how far the wall clock may run
-// ahead of the clock the deadlines are kept by. A timer expiring earlier is
-// re-armed for the rest. Safe to call at any time; 0 (the default) holds
-// nothing.
-func (s *Schedule) Hold(d time.Duration) { s.hold.Store(int64(max(d, 0))) }
+// Hold makes the schedule judge deadlines by Config.Now less d from now
+// on: d bounds how far Config.Now runs ahead of the clock the deadlines
+// are kept by, and may be negative (it runs behind). A timer expiring
+// before is re-armed for the rest. Safe to call at any time; 0 (the
+// default) holds nothing.
+func (s *Schedule) Hold(d time.Duration) { s.hold.Store(int64(d)) }
+
+// Now returns the clock the deadlines are judged by: Config.Now less the
+// hold. Every time the methods take (Load, Release, Rearm) is by it.
+func (s *Schedule) Now() time.Time { return s.cfg.Now().Add(-time.Duration(s.hold.Load())) }
 
 // New returns a Schedule; its wheel's goroutines run until Stop.
 func New(cfg Config) (*Schedule, error) {
@@ -133,7 +146,8 @@ func New(cfg Config) (*Schedule, error) {
 	case cfg.Partitions > 1 && cfg.Partition == nil:
 		return nil, errors.New("schedule: Partition is nil")
 	}
-	s := &Schedule{cfg: cfg, x: newIndex(), deadlines: newDeadlineCounts()}
+	s := &Schedule{cfg: cfg, x: newIndex(), deadlines: newDeadlineCounts(), claims: make(map[string]int)}
+	s.released = sync.NewCond(&s.mu)
 	// The index bounds the timeouts held; the wheel is left unbounded. It
 	// holds one live timer per armed timeout plus the timers it cut and has
 	// not delivered yet (delivery waits for the fire path, by design): were
@@ -165,12 +179,14 @@ func (s *Schedule) Version(key string) (int64, bool) {
 	return 0, false
 }
 
-// Admit reserves room for the sets of cmds whose key is not held, the only
-// commands that can grow the schedule, and returns the commands to apply,
-// the keys of the sets that found no room (to be retried later) and the
-// number of slots reserved, to be given back with Unreserve once the
-// admitted commands are committed and applied. Clears and sets of a held
-// key always pass, so a full schedule never stops the commands that free it.
+// Admit reserves room for the sets of cmds whose key is not held or not
+// armed (in flight, or held for Release: a fire's Done or a Drop may take
+// it out before the set is applied), the only commands that can grow the
+// schedule, and returns the commands to apply, the keys of the sets that
+// found no room (to be retried later) and the number of slots reserved, to
+// be given back with Unreserve once the admitted commands are committed
+// and applied. Clears and sets of an armed key always pass, so a full
+// schedule never stops the commands that free it.
 func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, reserved int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,7 +194,7 @@ func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, defe
 	admitted = cmds[:0]
 	for _, c := range cmds {
 		if c.Kind == events.KindSet {
-			if _, _, held := s.x.find(c.Key); !held {
+			if _, i, held := s.x.find(c.Key); !held || s.x.slots.at(i).h == 0 {
 				if reserved == room {
 					if deferred == nil {
 						deferred = make(map[string]bool)
@@ -208,9 +224,12 @@ func (s *Schedule) Unreserve(n int) {
 // Apply brings the schedule in line with committed changes: a set arms
 // (or moves) the key's timer at its deadline, a clear removes the key; a
 // change whose version is not newer than the one held is ignored. It
-// returns how many sets and clears it saw. A set of a key not held that
-// Admit did not reserve room for may find the schedule full: it is logged
-// and skipped, pending in Postgres for the next load.
+// returns how many sets and clears it saw, once no event of its keys is
+// being published (Claim): the caller acknowledges the commands after it,
+// so no event of a replaced version is published after the command that
+// replaced it is acknowledged. A set of a key not held that Admit did not
+// reserve room for may find the schedule full: it is logged and skipped,
+// pending in Postgres for the next load.
 func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,7 +245,44 @@ func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 		}
 		set++
 	}
+	for len(s.claims) > 0 && slices.ContainsFunc(changes, func(c Change) bool { return s.claims[c.Key] > 0 }) {
+		s.released.Wait()
+	}
 	return set, cleared
+}
+
+// Claim marks the in-flight timeouts of refs as being published and
+// reports, for each, whether it is still current (claimed): a stale Ref (a
+// newer command replaced or cleared the timeout since it was handed out)
+// is not claimed, and its event must not be published. Every claimed Ref
+// is given back with Unclaim once its publish returned; meanwhile Apply of
+// its key waits.
+func (s *Schedule) Claim(refs []Ref, keys []string) (claimed []bool) {
+	claimed = make([]bool, len(refs))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n, r := range refs {
+		if _, sl := s.inFlight(r); sl != nil {
+			claimed[n] = true
+			s.claims[keys[n]]++
+		}
+	}
+	return claimed
+}
+
+// Unclaim gives back the claims of keys (those Claim reported claimed).
+func (s *Schedule) Unclaim(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		if s.claims[k]--; s.claims[k] <= 0 {
+			delete(s.claims, k)
+		}
+	}
+	s.released.Broadcast()
 }
 
 // Load puts pending rows read from the store into the schedule: those due by
@@ -356,10 +412,10 @@ func (s *Schedule) partition(key string) int {
 func (s *Schedule) Stop() { s.w.Stop() }
 
 // expire is the wheel's callback: it checks every expired timer against the
-// wall clock, re-arms the ones not yet due, marks the due ones in flight and
+// clock Now, re-arms the ones not yet due, marks the due ones in flight and
 // hands them to OnDue.
 func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
-	nowNs := s.cfg.Now().UnixNano() - s.hold.Load()
+	nowNs := s.Now().UnixNano()
 	due := make([]Due, 0, len(batch))
 	s.mu.Lock()
 	for _, e := range batch {
@@ -368,7 +424,7 @@ func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
 			continue // replaced or cleared after the wheel cut it
 		}
 		if sl.deadline > nowNs {
-			if err := s.arm(i, sl, time.Unix(0, sl.deadline+s.hold.Load())); err != nil {
+			if err := s.arm(i, sl, time.Unix(0, sl.deadline)); err != nil {
 				s.cfg.Logger.Error("reschedule early timer", "key", s.x.key(i), "err", err)
 				s.removeLocked(s.x.pos(i), i)
 			}
@@ -437,9 +493,9 @@ func (s *Schedule) addLocked(key string, limit int) (uint32, error) {
 	return s.x.add(key)
 }
 
-// arm gives slot i a wheel timer expiring at at.
+// arm gives slot i a wheel timer expiring when Now reaches at.
 func (s *Schedule) arm(i uint32, sl *slot, at time.Time) error {
-	h, err := s.w.Schedule(at, Ref(ref(i, sl)))
+	h, err := s.w.Schedule(at.Add(time.Duration(s.hold.Load())), Ref(ref(i, sl)))
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", s.x.key(i), err)
 	}

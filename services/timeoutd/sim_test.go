@@ -1,0 +1,530 @@
+package timeoutd
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// TestSimulation runs timeoutd's real core (membership, ingest, schedule
+// and wheel, fire path) as a cluster inside testing/synctest bubbles,
+// against the world's models of Postgres and JetStream (sim_world_test.go),
+// under a seeded nemesis and load; a checker reads the whole history and
+// asserts each invariant. A seed draws the cluster's settings, the faults
+// and the load; virtual time makes a run of a minute take a fraction of a
+// second. The goroutines' interleaving is the runtime's, so a seed replays
+// its schedule of faults and load exactly and its interleaving only
+// approximately: a failing seed usually fails again, and its history is
+// printed either way.
+//
+//	go test ./services/timeoutd -run TestSimulation -sim.seed=N -v   # replay one seed
+//	make sim SIM_DURATION=1h                                         # a long run
+var (
+	simSeed     = flag.Uint64("sim.seed", 0, "run this seed only (0: run seeds from sim.first for sim.budget)")
+	simFirst    = flag.Uint64("sim.first", 1, "the first seed of a run")
+	simBudget   = flag.Duration("sim.budget", 0, "how long to run seeds (default: SIM_BUDGET, else 90s; -short: 10s)")
+	simVerbose  = flag.Bool("sim.history", false, "print the history of every seed, not only of a failing one")
+	simMaxFails = flag.Int("sim.maxfails", 3, "stop after this many failing seeds")
+	simStuck    = flag.Duration("sim.stuck", 2*time.Minute, "the real time a seed may take before it counts as stuck")
+)
+
+// simLoad and simSettle are how long a seed's load and faults last, and
+// how long after them everything must be settled: every acknowledged set
+// that is its key's latest version published.
+const (
+	simLoad   = 20 * time.Second
+	simSettle = 15 * time.Second
+)
+
+// The kinds of fault the nemesis draws.
+const (
+	faultCrash     = "crash"       // SIGKILL, restarted later under the same id
+	faultDBCut     = "db-cut"      // statements hang; the database keeps the sessions
+	faultDBCutDrop = "db-cut-drop" // statements hang; the database dropped the sessions
+	faultNATSCut   = "nats-cut"    // fetch, ack and publish hang
+	faultClockStep = "clock-step"  // the wall clock steps forward or back
+	faultSlowNATS  = "slow-nats"   // publishes take tens to hundreds of ms
+	faultSlowDB    = "slow-db"     // statements take up to 200 ms
+	faultAmbiguous = "ambiguous"   // writes commit and lose their reply
+	faultPause     = "pause"       // cut from both, as a paused process
+	faultRestart   = "restart"     // graceful stop, then start again
+)
+
+var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
+	faultAmbiguous, faultPause, faultRestart}
+
+func TestSimulation(t *testing.T) {
+	budget := *simBudget
+	if budget == 0 {
+		budget = 90 * time.Second
+		if v, err := time.ParseDuration(os.Getenv("SIM_BUDGET")); err == nil {
+			budget = v
+		} else if testing.Short() {
+			budget = 10 * time.Second
+		}
+	}
+	seeds := func(yield func(uint64) bool) {
+		if *simSeed != 0 {
+			yield(*simSeed)
+			return
+		}
+		for s := *simFirst; ; s++ {
+			if !yield(s) {
+				return
+			}
+		}
+	}
+	start := time.Now()
+	var ran, failed int
+	faults := map[string]int{}
+	var publishes int
+	for seed := range seeds {
+		if *simSeed == 0 && time.Since(start) > budget {
+			break
+		}
+		ran++
+		var r simResult
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			// A bubble whose clock stops (a goroutine blocked on a mutex held
+			// across a wait) hangs: fail the seed instead, with every stack.
+			stuck := time.AfterFunc(*simStuck, func() {
+				debug.SetTraceback("all")
+				panic(fmt.Sprintf("simulation seed %d: no progress within %v of real time (replay with -sim.seed=%d)", seed, *simStuck, seed))
+			})
+			defer stuck.Stop()
+			synctest.Test(t, func(t *testing.T) { r = runSeed(t, seed) })
+		})
+		for k, n := range r.faults {
+			faults[k] += n
+		}
+		publishes += r.publishes
+		if len(r.violations) > 0 {
+			failed++
+			if failed >= *simMaxFails {
+				break
+			}
+		}
+	}
+	took := time.Since(start)
+	kinds := slices.Sorted(maps.Keys(faults))
+	var drawn []string
+	for _, k := range kinds {
+		drawn = append(drawn, fmt.Sprintf("%s %d", k, faults[k]))
+	}
+	t.Logf("simulation: %d seeds (from %d) in %v, %.2f seeds/s, %d failed; %d publishes; faults drawn: %s",
+		ran, *simFirst, took.Round(time.Millisecond), float64(ran)/took.Seconds(), failed, publishes, strings.Join(drawn, ", "))
+}
+
+// simResult is what a seed saw, for the run's report.
+type simResult struct {
+	faults     map[string]int
+	publishes  int
+	violations []string
+}
+
+// simNode is one timeoutd instance of the simulated cluster, restarted
+// under the same id after a crash. Its lifecycle calls are serialised by
+// turn, a channel (a goroutine blocked on a mutex is not durably blocked,
+// and would stop the bubble's clock).
+type simNode struct {
+	w    *world
+	id   string
+	cfg  Config
+	skew atomic.Int64 // the wall clock's offset from the reference
+	turn chan struct{}
+	svc  atomic.Pointer[Service]
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newSimNode(w *world, id string) *simNode {
+	return &simNode{w: w, id: id, turn: make(chan struct{}, 1)}
+}
+
+func (n *simNode) wall() time.Time { return time.Now().Add(time.Duration(n.skew.Load())) }
+
+func (n *simNode) lock()   { n.turn <- struct{}{} }
+func (n *simNode) unlock() { <-n.turn }
+
+// start runs a new Service of the node, unless one runs.
+func (n *simNode) start(t *testing.T) {
+	n.lock()
+	defer n.unlock()
+	if n.svc.Load() != nil {
+		return
+	}
+	pub := simPublisher{w: n.w, id: n.id}
+	svc, err := New(n.cfg, Deps{Store: simStore{w: n.w, id: n.id}, Source: &simSource{w: n.w, id: n.id, parts: map[int]bool{}},
+		DeadLetters: pub, Publisher: pub, Leases: simLeases{w: n.w, id: n.id}})
+	if err != nil {
+		t.Errorf("%s: New: %v", n.id, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := svc.Run(ctx); err != nil {
+			t.Errorf("%s: Run: %v", n.id, err)
+		}
+	}()
+	n.stop, n.done = cancel, done
+	n.svc.Store(svc)
+}
+
+// crash kills the running Service as a SIGKILL would: its sessions vanish.
+func (n *simNode) crash() { n.end(true) }
+
+// shutdown stops the running Service gracefully.
+func (n *simNode) shutdown() { n.end(false) }
+
+func (n *simNode) end(kill bool) {
+	n.lock()
+	defer n.unlock()
+	svc := n.svc.Load()
+	if svc == nil {
+		return
+	}
+	if kill {
+		svc.Kill()
+	}
+	n.stop()
+	<-n.done
+	n.svc.Store(nil)
+	n.w.loseSessions(n.id)
+}
+
+// pending returns what the running Service holds in memory, and its bound.
+func (n *simNode) pending() (held, bound int) {
+	if svc := n.svc.Load(); svc != nil {
+		return svc.sched.Len(), n.cfg.MaxPending
+	}
+	return 0, n.cfg.MaxPending
+}
+
+// simKey is a producer's view of one key.
+type simKey struct {
+	key      string
+	version  int64
+	deadline time.Time
+	cleared  bool
+	last     events.Command
+}
+
+// runSeed runs one seed in the current bubble and checks its history.
+func runSeed(t *testing.T, seed uint64) simResult {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	worldRng := rand.New(rand.NewPCG(seed, 0x3041d))
+	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault,
+		batch: 1 + rng.IntN(64), pubAckLossP: 0.02 * rng.Float64(), rand: worldRng.Float64})
+	res := simResult{faults: map[string]int{}}
+
+	var logs strings.Builder
+	logger := discardLogger()
+	if *simVerbose {
+		logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	nodes := make([]*simNode, 2+rng.IntN(2))
+	settings := []string{fmt.Sprintf("instances %d, fetch batch %d", len(nodes), w.cfg.batch)}
+	for i := range nodes {
+		n := newSimNode(w, fmt.Sprintf("t%d", i+1))
+		n.cfg = Config{InstanceID: n.id, Now: n.wall, Logger: logger.With("instance", n.id),
+			MaxPending: 40 + rng.IntN(300), FireBatch: 1 + rng.IntN(32), FireConcurrency: 1 + rng.IntN(3),
+			MarkDelay: time.Duration(1+rng.IntN(30)) * time.Millisecond, IngestLanes: 1 + rng.IntN(4),
+			RetryDelay: 200 * time.Millisecond, RecoveryCatchupMax: 2 * time.Second}
+		n.skew.Store(int64(time.Duration(rng.IntN(2001)-1000) * time.Millisecond))
+		settings = append(settings, fmt.Sprintf("%s: MaxPending %d, FireBatch %d, FireConcurrency %d, MarkDelay %v, lanes %d, skew %v",
+			n.id, n.cfg.MaxPending, n.cfg.FireBatch, n.cfg.FireConcurrency, n.cfg.MarkDelay, n.cfg.IngestLanes, time.Duration(n.skew.Load())))
+		nodes[i] = n
+	}
+	for _, n := range nodes {
+		n.start(t)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loadEnd := time.Now().Add(simLoad)
+	var wg sync.WaitGroup
+
+	// The producers: new keys, moves and clears, many racing their key's
+	// deadline, and now and then a stale command replayed. The keys due
+	// soon stay within what one instance holds (every other may be down),
+	// but for a burst in the first half of some seeds, beyond it: the
+	// schedules fill, sets are deferred, takeovers fail and are retried.
+	keys := map[string]*simKey{}
+	var live []*simKey
+	prodRng := rand.New(rand.NewPCG(seed, 0x9d0d))
+	capacity := slices.MinFunc(nodes, func(a, b *simNode) int { return a.cfg.MaxPending - b.cfg.MaxPending }).cfg.MaxPending * 3 / 4
+	burst := capacity
+	if prodRng.Float64() < 0.3 {
+		burst = capacity * 2
+	}
+	settings = append(settings, fmt.Sprintf("keys due soon at most %d, %d in the burst", capacity, burst))
+	wg.Go(func() {
+		burstEnd := time.Now().Add(simLoad / 2)
+		for n := 0; time.Now().Before(loadEnd); n++ {
+			if !sleep(ctx, time.Duration(1+prodRng.IntN(25))*time.Millisecond) {
+				return
+			}
+			now := time.Now()
+			soon := 0
+			for _, k := range live {
+				if k.deadline.After(now.Add(-2 * time.Second)) {
+					soon++
+				}
+			}
+			room := soon < capacity || (soon < burst && now.Before(burstEnd))
+			var k *simKey
+			switch r := prodRng.Float64(); {
+			case (r < 0.35 || len(live) == 0) && room:
+				k = &simKey{key: fmt.Sprintf("k%05d", n)}
+				keys[k.key] = k
+				live = append(live, k)
+			case len(live) == 0:
+				continue
+			case r < 0.40:
+				old := live[prodRng.IntN(len(live))]
+				if old.version > 1 {
+					stale := old.last
+					stale.Version = 1 + prodRng.Int64N(old.version-1)
+					w.produce(stale) // a stale version, replayed late
+				}
+				continue
+			case r < 0.70:
+				k = slices.MinFunc(live, func(a, b *simKey) int { // the key whose deadline is nearest
+					return cmpAbs(now.Sub(a.deadline), now.Sub(b.deadline))
+				})
+			default:
+				k = live[prodRng.IntN(len(live))]
+			}
+			k.version++
+			cmd := events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: k.key, Version: k.version,
+				FireSubject: events.OrderCancelSubject(k.key)}
+			if k.version > 1 && prodRng.Float64() < 0.4 {
+				cmd.Kind, k.cleared = events.KindClear, true
+				cmd.FireSubject = ""
+				live = slices.DeleteFunc(live, func(x *simKey) bool { return x == k })
+			} else {
+				k.deadline = now.Add(time.Duration(prodRng.IntN(3000)-300) * time.Millisecond).UTC()
+				cmd.Deadline = k.deadline
+				if prodRng.Float64() < 0.15 {
+					cmd.Payload = []byte(`{"n":1}`) // not plain: the fire path reads its row
+				}
+			}
+			k.last = cmd
+			w.produce(cmd)
+			if len(live) > 400 {
+				live = live[1:] // forgotten by the producer: its set stands
+			}
+		}
+	})
+
+	// The nemesis.
+	nemRng := rand.New(rand.NewPCG(seed, 0x7e3e))
+	wg.Go(func() {
+		var faults sync.WaitGroup
+		defer faults.Wait()
+		for time.Now().Before(loadEnd.Add(-3 * time.Second)) {
+			if !sleep(ctx, time.Duration(200+nemRng.IntN(2000))*time.Millisecond) {
+				return
+			}
+			n := nodes[nemRng.IntN(len(nodes))]
+			kind := faultKinds[nemRng.IntN(len(faultKinds))]
+			d := time.Duration(300+nemRng.IntN(4000)) * time.Millisecond
+			res.faults[kind]++
+			w.mu.Lock()
+			w.hist.add(time.Now(), "FAULT", n.id, kind, 0, d.String())
+			w.mu.Unlock()
+			heal := func(f func(*link)) {
+				faults.Go(func() {
+					sleep(ctx, d)
+					w.setLink(n.id, f)
+				})
+			}
+			switch kind {
+			case faultCrash:
+				n.crash()
+				faults.Go(func() {
+					sleep(ctx, d)
+					n.start(t)
+				})
+			case faultRestart:
+				n.shutdown()
+				n.start(t)
+			case faultDBCut, faultDBCutDrop:
+				w.setLink(n.id, func(l *link) { l.dbCut = true })
+				if kind == faultDBCutDrop {
+					w.loseSessions(n.id)
+				}
+				heal(func(l *link) { l.dbCut = false })
+			case faultNATSCut:
+				w.setLink(n.id, func(l *link) { l.natsCut = true })
+				heal(func(l *link) { l.natsCut = false })
+			case faultPause:
+				w.setLink(n.id, func(l *link) { l.dbCut, l.natsCut = true, true })
+				heal(func(l *link) { l.dbCut, l.natsCut = false, false })
+			case faultClockStep:
+				n.skew.Add(int64(time.Duration(nemRng.IntN(6001)-3000) * time.Millisecond))
+			case faultSlowNATS:
+				lat := time.Duration(10+nemRng.IntN(300)) * time.Millisecond
+				w.setLink(n.id, func(l *link) { l.natsLatency = lat })
+				heal(func(l *link) { l.natsLatency = 0 })
+			case faultSlowDB:
+				lat := time.Duration(1+nemRng.IntN(200)) * time.Millisecond
+				w.setLink(n.id, func(l *link) { l.dbLatency = lat })
+				heal(func(l *link) { l.dbLatency = 0 })
+			case faultAmbiguous:
+				w.setLink(n.id, func(l *link) { l.ambiguousP = 0.3 })
+				heal(func(l *link) { l.ambiguousP = 0 })
+			}
+		}
+	})
+
+	// Bounded memory, sampled.
+	wg.Go(func() {
+		for sleep(ctx, 10*time.Millisecond) {
+			for _, n := range nodes {
+				if held, bound := n.pending(); held > bound {
+					w.mu.Lock()
+					w.hist.violate(time.Now(), "bounded memory", n.id, fmt.Sprintf("%d timeouts held, MaxPending %d", held, bound))
+					w.mu.Unlock()
+				}
+			}
+		}
+	})
+
+	sleep(ctx, simLoad)
+	// Every fault heals; crashed nodes are back.
+	for _, n := range nodes {
+		w.setLink(n.id, func(l *link) { *l = link{healed: l.healed} })
+	}
+	sleep(ctx, simSettle)
+	cancel()
+	wg.Wait()
+	for _, n := range nodes {
+		n.start(t) // a crash whose restart the end cut short
+	}
+	for _, n := range nodes {
+		n.crash()
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	check(w, keys, time.Now())
+	res.publishes = len(w.hist.pubs)
+	res.violations = w.hist.violations
+	if len(res.violations) > 0 || *simVerbose {
+		report(t, seed, settings, &w.hist, logs.String())
+	}
+	return res
+}
+
+// check asserts the invariants over the history, under w.mu; end is when
+// the run ended, after the settling time.
+func check(w *world, keys map[string]*simKey, end time.Time) {
+	h := &w.hist
+	for _, p := range h.pubs {
+		e := p.event
+		if p.at.Before(e.Deadline) {
+			h.violate(p.at, "never early", e.Key, fmt.Sprintf("v%d published by %s %v before its deadline", e.Version, p.by, e.Deadline.Sub(p.at)))
+		}
+		if !p.held {
+			h.violate(p.at, "fencing", e.Key, fmt.Sprintf("v%d published by %s, which did not hold partition %d's lease", e.Version, p.by, events.PartitionOf(e.Key)))
+		}
+		for v, at := range h.acks[e.Key] {
+			if v > e.Version && at.Before(p.at) {
+				h.violate(p.at, "latest wins", e.Key, fmt.Sprintf("v%d published by %s %v after v%d was acknowledged", e.Version, p.by, p.at.Sub(at), v))
+			}
+		}
+	}
+	perVersion := map[string]int{}
+	for _, s := range w.stored {
+		perVersion[fmt.Sprintf("%s v%d", s.event.Key, s.event.Version)]++
+	}
+	for kv, n := range perVersion {
+		if n > 1 {
+			h.violate(end, "effectively once", kv, fmt.Sprintf("%d events stored (fired and missed)", n))
+		}
+	}
+	for _, k := range keys {
+		if k.last.Kind != events.KindSet {
+			continue
+		}
+		msgID := events.Expiry{Outcome: events.OutcomeFired, Key: k.key, Version: k.version}.MsgID()
+		missed := events.Expiry{Outcome: events.OutcomeMissed, Key: k.key, Version: k.version}.MsgID()
+		_, fired := w.stored[msgID]
+		_, skipped := w.stored[missed]
+		if !fired && !skipped {
+			h.violate(end, "nothing lost", k.key, fmt.Sprintf("v%d (deadline %s) acknowledged, latest, never published",
+				k.version, k.deadline.Format("15:04:05.000000")))
+		}
+	}
+	for p, s := range w.parts {
+		for _, m := range s.msgs {
+			if !m.done {
+				h.violate(end, "nothing lost", m.cmd.Key, fmt.Sprintf("v%d %s (partition %d, seq %d) never acknowledged", m.cmd.Version, m.cmd.Kind, p, m.seq))
+			}
+		}
+	}
+}
+
+// report prints a seed's replay line, its settings and its history up to
+// the first violation, around the keys involved.
+func report(t *testing.T, seed uint64, settings []string, h *history, logs string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "replay: go test ./services/timeoutd -run 'TestSimulation' -sim.seed=%d -sim.history -v\n", seed)
+	fmt.Fprintf(&b, "settings: %s\n", strings.Join(settings, "; "))
+	for i, v := range h.violations {
+		if i == 10 {
+			fmt.Fprintf(&b, "… and %d more violations\n", len(h.violations)-i)
+			break
+		}
+		fmt.Fprintf(&b, "VIOLATION %s\n", v)
+	}
+	// The history shrunk to the faults, leases and the first violating
+	// key's lines, up to its violation.
+	lines := h.lines
+	first := h.firstViolation()
+	key := h.firstKey
+	if first >= 0 {
+		lines = lines[:first+1]
+	}
+	b.WriteString("history (faults, leases and the first violation's key):\n")
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if *simVerbose || len(f) < 4 || f[1] == "FAULT" || f[1] == "acquire" || f[1] == "release" || f[3] == key || strings.HasPrefix(l, "VIOLATION") {
+			b.WriteString(l + "\n")
+		}
+	}
+	if logs != "" {
+		b.WriteString("logs:\n" + logs)
+	}
+	if len(h.violations) > 0 {
+		t.Error(b.String())
+	} else {
+		t.Log(b.String())
+	}
+}
+
+func cmpAbs(a, b time.Duration) int {
+	return int(min(max(a.Abs()-b.Abs(), -1), 1))
+}
+
+// discardLogger is the logger of an instance whose logs nobody reads.
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
