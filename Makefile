@@ -243,7 +243,8 @@ soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faul
 # (CHAOS_SEED, +1, …), one report row each; CHAOS_KINDS replaces the mix of
 # faults (comma-separated kinds, e.g. clock-skew); CHAOS_SINGLE=1 runs the
 # single-instance stack under the same schedule, for the comparison. A
-# short run (40 s, 4 faults) is part of `make test`.
+# short run (40 s, 4 faults, without the hangs: frozen Postgres or NATS
+# node, black-holed connections) is part of `make test`.
 CHAOS_SEED ?=
 CHAOS_RUNS ?= 1
 CHAOS_KINDS ?=

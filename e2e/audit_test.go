@@ -267,7 +267,8 @@ type auditResult struct {
 	Lost, Early, PaidCancelled, Reconciled, FiredTwice, CancelEvents int
 	// Samples are the orders cancelled by their cancel event: the deadline
 	// and how late the event was stored in JetStream (Late) and fired
-	// (Fired).
+	// (Fired), the order cancelled in its database (Cancelled) and its
+	// orders.cancelled event stored (Announced).
 	Samples []lateSample
 }
 
@@ -381,7 +382,14 @@ func audit(db map[string]dbOrder, ev seenEvents, acked map[string]soakOrder) aud
 			}
 		}
 		published = append(published, first.Stored.Sub(o.PayBy))
-		r.Samples = append(r.Samples, lateSample{PayBy: o.PayBy, Late: first.Stored.Sub(o.PayBy), Fired: first.FiredAt.Sub(first.Deadline)})
+		announced := cans[0].Stored
+		for _, c := range cans[1:] {
+			if c.Stored.Before(announced) {
+				announced = c.Stored
+			}
+		}
+		r.Samples = append(r.Samples, lateSample{PayBy: o.PayBy, Late: first.Stored.Sub(o.PayBy), Fired: first.FiredAt.Sub(first.Deadline),
+			Cancelled: o.UpdatedAt.Sub(o.PayBy), Announced: announced.Sub(o.PayBy)})
 		fired = append(fired, first.FiredAt.Sub(first.Deadline))
 		applied = append(applied, o.UpdatedAt.Sub(o.PayBy))
 	}

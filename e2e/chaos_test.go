@@ -46,7 +46,7 @@ var (
 	// `make test` checks a partitioned former owner's partitions move and
 	// it writes nothing for them.
 	chaosShort = chaosConfig{Load: chaosLoad(50, 40*time.Second), Faults: 4, Kinds: chaosMix, Must: []string{"netcut-timeoutd"}}
-	chaosLong  = chaosConfig{Load: chaosLoad(70, 80*time.Second), Faults: 8, Kinds: chaosMix}
+	chaosLong  = chaosConfig{Load: chaosLoad(70, 80*time.Second), Faults: 8, Kinds: slices.Concat(chaosMix, chaosHangs)}
 )
 
 // chaosLoad is the soak's load generator at rate orders/s for d, spread
@@ -83,8 +83,21 @@ var chaosMix = []chaosKind{
 	{"clock-skew", 1, (*chaos).planSkew},
 }
 
+// chaosHangs are the hangs: a dependency that stops answering with its
+// connections open (a stalled disk, a VM pause), which a client notices
+// only by its own deadlines. They are in the long run's mix (`make
+// chaos`), not yet in the short one of `make test`: a frozen Postgres
+// still costs far more than its length (docs/RELIABILITY.md, "The chaos
+// run").
+var chaosHangs = []chaosKind{
+	{"freeze-postgres", 1, (*chaos).planFreezePostgres},
+	{"freeze-nats", 1, (*chaos).planFreezeNATS},
+	{"blackhole-postgres", 1, planBlackhole(toPostgres)},
+	{"blackhole-nats", 1, planBlackhole(toNATS)},
+}
+
 // chaosKinds is every kind CHAOS_KINDS can name.
-var chaosKinds = chaosMix
+var chaosKinds = slices.Concat(chaosMix, chaosHangs)
 
 // chaosWindowMargin extends each fault's window past its end: the system's
 // catch-up after a fault is part of the fault.
@@ -315,7 +328,9 @@ func TestChaos(t *testing.T) {
 }
 
 // chaosHeader names the columns of a run's row (chaosRow).
-const chaosHeader = "seed | faults | lost/early/paid-cancelled/fired-twice/unfenced/reconciled | lateness p50/p99/max | p99 outside fault windows | crash failover: kill to opening; worst kill to first fire | load | CPU"
+const chaosHeader = "seed | faults | lost (reconciled included)/early/paid-cancelled/fired-twice/unfenced/reconciled | " +
+	"order cancelled in its database, lateness p50/p99/max | orders.cancelled stored p99 | cancel event stored p50/p99/max | " +
+	"p99 outside fault windows: order cancelled, cancel event | crash failover: kill to opening; worst kill to first fire | load | CPU"
 
 // spreadOf returns the count, p50, p99 and max of ds, or "none".
 func spreadOf(ds []time.Duration) string {
@@ -373,7 +388,10 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 	}
 
 	all, _ := summarise(a.Samples, nil)
-	outside, _ := summarise(a.Samples, func(ls lateSample) bool { return !c.inWindow(ls.PayBy) })
+	outsideWindows := func(ls lateSample) bool { return !c.inWindow(ls.PayBy) }
+	outside, _ := summarise(a.Samples, outsideWindows)
+	cancelled, announced := atTheOrder(a.Samples, nil)
+	cancelledOutside, _ := atTheOrder(a.Samples, outsideWindows)
 	if all.Max > chaosLateBound {
 		t.Errorf("a cancel event was stored %s after its deadline, more than %s", all.Max, chaosLateBound)
 	}
@@ -415,10 +433,25 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 	if !cfg.Load.HA {
 		stack = " (single)"
 	}
-	return fmt.Sprintf("%d%s | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
+	return fmt.Sprintf("%d%s | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s | %s/%s/%s | %s, %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
 		seed, stack, plan.kinds(), a.Lost+a.Reconciled, a.Early, a.PaidCancelled, a.FiredTwice, len(wa.Unfenced), a.Reconciled,
-		ms(all.P50), ms(all.P99), ms(all.Max), ms(outside.P99), outside.N, all.N, worst,
+		ms(cancelled.P50), ms(cancelled.P99), ms(cancelled.Max), ms(announced.P99),
+		ms(all.P50), ms(all.P99), ms(all.Max), ms(cancelledOutside.P99), ms(outside.P99), outside.N, all.N, worst,
 		res.Acked, a.CancelEvents, machine.CPUModel()), opens
+}
+
+// atTheOrder returns the lateness of the samples keep selects (nil: all)
+// measured at the order: its cancellation committed in the orders
+// database, and its orders.cancelled event stored.
+func atTheOrder(samples []lateSample, keep func(lateSample) bool) (cancelled, announced lateness) {
+	var cs, as []time.Duration
+	for _, s := range samples {
+		if keep == nil || keep(s) {
+			cs = append(cs, s.Cancelled)
+			as = append(as, s.Announced)
+		}
+	}
+	return summary(cs), summary(as)
 }
 
 // recorded wraps a fault's action so that its window is recorded.
@@ -661,6 +694,42 @@ func (c *chaos) planTimeout(r *rand.Rand) func(*testing.T) string {
 // reaches the instance: an ambiguous commit.
 func (c *chaos) planCommitCut(*rand.Rand) func(*testing.T) string {
 	return c.proxyFault(toPostgres, toxic{"reset_peer", "downstream", toxiproxy.Attributes{"timeout": 0}}, 1500*time.Millisecond)
+}
+
+// planFreezePostgres: docker pause Postgres for 4–8 s: every connection
+// stays open and nothing answers, as with a stalled disk or a paused VM.
+func (c *chaos) planFreezePostgres(r *rand.Rand) func(*testing.T) string {
+	hold := 4*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+	return func(t *testing.T) string {
+		c.s.Pause(t, svcPostgres)
+		time.Sleep(hold) // the fault's length
+		c.s.Unpause(t, svcPostgres)
+		return fmt.Sprintf("%s frozen %s", svcPostgres, hold.Round(time.Millisecond))
+	}
+}
+
+// planFreezeNATS: docker pause one NATS node (the only one of a single
+// stack) for 4–8 s.
+func (c *chaos) planFreezeNATS(r *rand.Rand) func(*testing.T) string {
+	name := c.s.NATSNodes[r.IntN(len(c.s.NATSNodes))]
+	hold := 4*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+	return func(t *testing.T) string {
+		c.s.Pause(t, name)
+		time.Sleep(hold) // the fault's length
+		c.s.Unpause(t, name)
+		return fmt.Sprintf("%s frozen %s", name, hold.Round(time.Millisecond))
+	}
+}
+
+// planBlackhole returns the plan of a black hole in the proxied instance's
+// connections to target for 4–8 s: nothing it sends gets through and no
+// connection is closed (toxiproxy's timeout toxic with timeout 0, upstream),
+// a hung connection the instance notices only by its own deadlines.
+func planBlackhole(target proxyTarget) func(*chaos, *rand.Rand) func(*testing.T) string {
+	return func(c *chaos, r *rand.Rand) func(*testing.T) string {
+		hold := 4*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+		return c.proxyFault(target, toxic{"timeout", "upstream", toxiproxy.Attributes{"timeout": 0}}, hold)
+	}
 }
 
 // planSkew: start a timeoutd again with its wall clock 1 or 2 s ahead of

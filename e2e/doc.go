@@ -34,8 +34,8 @@
 // The example producers run against stacks of their own: examples/reservations
 // (Go, reservations_test.go) and examples/reservations-node (Node.js,
 // written from docs/contract/asyncapi.yaml, as the compose stack's
-// reservations NATS user: stackOptions.Auth; reservations_node_test.go,
-// which needs node and npm).
+// reservations NATS user: stackOptions.ShippedNATSConf;
+// reservations_node_test.go, which needs node and npm).
 //
 // The READMEs' curl examples run on the shared stack, each status compared
 // with the one the README shows (readme_test.go).

@@ -230,6 +230,10 @@ func (l lateness) String() string {
 type lateSample struct {
 	PayBy       time.Time
 	Late, Fired time.Duration
+	// Cancelled and Announced, where the auditor measures them, are how
+	// late the order's cancellation committed in the orders database
+	// (updated_at) and its first orders.cancelled event was stored.
+	Cancelled, Announced time.Duration
 }
 
 // summarise returns the arrival lateness of the samples keep selects (nil:
@@ -330,7 +334,7 @@ func verifyOutcomes(t *testing.T, cl *ordersclient.ClientWithResponses, c *consu
 			report("unpaid order %s: cancelled event %+v: wrong reason or before the deadline %s", o.ID, ev.Msg, o.PayBy)
 		}
 		mu.Lock()
-		late = append(late, lateSample{o.PayBy, e.At.Sub(o.PayBy), e.Msg.FiredAt.Sub(o.PayBy)})
+		late = append(late, lateSample{PayBy: o.PayBy, Late: e.At.Sub(o.PayBy), Fired: e.Msg.FiredAt.Sub(o.PayBy)})
 		mu.Unlock()
 	}
 	jobs := make(chan func())

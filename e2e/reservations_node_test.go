@@ -56,7 +56,7 @@ func TestReservationsNodeExample(t *testing.T) {
 	}()
 	t.Cleanup(func() { <-installed }) // after the context ended, the install too
 
-	s := startStack(t, stackOptions{Auth: true, FireSubjectPrefixes: []string{"orders.cancel.", reservations.FireSubjectPrefix}})
+	s := startStack(t, stackOptions{ShippedNATSConf: true, FireSubjectPrefixes: []string{"orders.cancel.", reservations.FireSubjectPrefix}})
 	if r := <-installed; r.err != nil {
 		t.Fatalf("npm ci in a copy of %s: %v (is an npm registry reachable?)\n%s", nodeExampleDir, r.err, r.out)
 	}

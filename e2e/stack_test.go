@@ -91,11 +91,13 @@ type stackOptions struct {
 	// the compose configuration rendered with TLS, Postgres refusing
 	// plaintext, every client with verify-full. Not with Proxied.
 	TLS *testcerts.Files
-	// Auth runs the single NATS node with the compose stack's users and
-	// permissions (deploy/compose/nats.conf) without TLS; every service
-	// connects as its user, with natsPassword (natsUserURL gives a
-	// client's URL). With TLS, users are always on.
-	Auth bool
+	// ShippedNATSConf runs NATS, without TLS, with the configuration the
+	// project ships, deploy/compose/nats.conf (its users and their
+	// permissions), instead of the image's, which lets anyone do anything:
+	// every service of the stack connects as its user, with natsPassword.
+	// NATSURL stays anonymous, so a test connects with natsUserURL (or
+	// passes a user and natsPassword to its client). TLS implies it.
+	ShippedNATSConf bool
 }
 
 // names returns the container names of n instances of svc: svc alone for

@@ -158,8 +158,9 @@ func natsUserURL(urls, user string) string {
 	return strings.ReplaceAll(urls, "nats://", fmt.Sprintf("nats://%s:%s@", user, natsPassword(user)))
 }
 
-// natsPassword is the password of a TLS or Auth stack's NATS user (one of
-// deploy/compose/nats.conf, or route).
+// natsPassword is the password of a NATS user (one of
+// deploy/compose/nats.conf, or route) of a stack with TLS or
+// ShippedNATSConf.
 func natsPassword(user string) string { return "tls-" + user + "-pw" }
 
 // natsPasswordVar matches the password variables of a NATS configuration,
@@ -170,15 +171,18 @@ var natsPasswordVar = regexp.MustCompile(`\$NATS_([A-Z_]+)_PASSWORD`)
 const tlsDir = "/tls"
 
 // stackTLS makes the containers' options of a stack with TLS
-// (stackOptions.TLS); without TLS (certs nil) each adds nothing.
+// (stackOptions.TLS); without TLS (certs nil) each adds nothing but, with
+// auth (stackOptions.ShippedNATSConf), NATS's configuration and its users.
 type stackTLS struct {
 	certs *testcerts.Files
-	// auth: NATS with the compose configuration's users and permissions
-	// also without TLS (stackOptions.Auth).
+	// auth: NATS runs the shipped configuration, and clients connect as
+	// their users.
 	auth bool
 }
 
-func (o stackOptions) tls() stackTLS { return stackTLS{certs: o.TLS, auth: o.Auth} }
+func (o stackOptions) tls() stackTLS {
+	return stackTLS{certs: o.TLS, auth: o.TLS != nil || o.ShippedNATSConf}
+}
 
 // noop is an option that changes nothing.
 func noop(*testcontainers.GenericContainerRequest) error { return nil }
@@ -217,25 +221,35 @@ func (c stackTLS) postgres() testcontainers.CustomizeRequestOption {
 // nats returns the option of a NATS node: the compose configuration
 // rendered with TLS (clients must present a certificate; with cluster,
 // routes need TLS and the route user) at /etc/nats/tls.conf, the server's
-// certificate, and the passwords of every user it names.
+// certificate, and the passwords of every user it names; with auth alone,
+// deploy/compose/nats.conf in place of the image's /etc/nats/nats.conf and
+// the passwords.
 func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, error) {
-	if c.certs == nil && c.auth {
-		return natsAuth()
-	}
-	if c.certs == nil {
+	if !c.auth {
 		return noop, nil
 	}
-	tmpl, err := os.ReadFile("../deploy/compose/nats.conf.tmpl")
-	if err != nil {
-		return nil, err
-	}
 	var conf bytes.Buffer
-	if err := natsconf.Render(&conf, string(tmpl), &natsconf.TLS{CertFile: tlsDir + "/" + testcerts.ServerCertName,
-		KeyFile: tlsDir + "/" + testcerts.ServerKeyName, CAFile: tlsDir + "/" + testcerts.CAName, VerifyClients: true, Cluster: cluster}); err != nil {
-		return nil, err
+	var files []testcontainers.ContainerFile
+	path := "/etc/nats/nats.conf"
+	if c.certs == nil {
+		shipped, err := os.ReadFile("../deploy/compose/nats.conf")
+		if err != nil {
+			return nil, err
+		}
+		conf.Write(shipped)
+	} else {
+		tmpl, err := os.ReadFile("../deploy/compose/nats.conf.tmpl")
+		if err != nil {
+			return nil, err
+		}
+		if err := natsconf.Render(&conf, string(tmpl), &natsconf.TLS{CertFile: tlsDir + "/" + testcerts.ServerCertName,
+			KeyFile: tlsDir + "/" + testcerts.ServerKeyName, CAFile: tlsDir + "/" + testcerts.CAName, VerifyClients: true, Cluster: cluster}); err != nil {
+			return nil, err
+		}
+		files, path = c.files(true), "/etc/nats/tls.conf"
 	}
 	return func(req *testcontainers.GenericContainerRequest) error {
-		files := append(c.files(true), testcontainers.ContainerFile{Reader: bytes.NewReader(conf.Bytes()), ContainerFilePath: "/etc/nats/tls.conf", FileMode: 0o644})
+		files := append(files, testcontainers.ContainerFile{Reader: bytes.NewReader(conf.Bytes()), ContainerFilePath: path, FileMode: 0o644})
 		if err := testcontainers.WithFiles(files...)(req); err != nil {
 			return err
 		}
@@ -245,27 +259,6 @@ func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, err
 		}
 		return testcontainers.WithEnv(passwords)(req)
 	}, nil
-}
-
-// natsAuth is the option of a NATS node of a stack with Auth: the compose
-// configuration, deploy/compose/nats.conf, in place of the image's, with
-// the passwords of every user it names.
-func natsAuth() (testcontainers.CustomizeRequestOption, error) {
-	conf, err := os.ReadFile("../deploy/compose/nats.conf")
-	if err != nil {
-		return nil, err
-	}
-	passwords := map[string]string{}
-	for _, m := range natsPasswordVar.FindAllStringSubmatch(string(conf), -1) {
-		passwords[m[0][1:]] = natsPassword(strings.ToLower(m[1]))
-	}
-	return testcontainers.CustomizeRequestOption(func(req *testcontainers.GenericContainerRequest) error {
-		if err := testcontainers.WithFiles(testcontainers.ContainerFile{Reader: bytes.NewReader(conf),
-			ContainerFilePath: "/etc/nats/nats.conf", FileMode: 0o644})(req); err != nil {
-			return err
-		}
-		return testcontainers.WithEnv(passwords)(req)
-	}), nil
 }
 
 // natsArgs are the command line of the NATS node name of nodes with TLS:
@@ -286,11 +279,11 @@ func (c stackTLS) natsArgs(name string, nodes []string) []string {
 }
 
 // natsURL returns the NATS URL of a client of the stack from the nodes'
-// host:port: as user (with its password) with TLS or Auth, anonymous
+// host:port: as user (with its password) with TLS or auth, anonymous
 // without.
 func (c stackTLS) natsURL(hostPorts []string, user string) string {
 	urls := "nats://" + strings.Join(hostPorts, ",nats://")
-	if c.certs == nil && !c.auth {
+	if !c.auth {
 		return urls
 	}
 	return natsUserURL(urls, user)

@@ -38,7 +38,7 @@ const CONSUMER = {
   filter_subject: `${FIRE_PREFIX}>`,
   deliver_policy: 'all',
   ack_policy: 'explicit',
-  ack_wait: 30_000_000_000, // nanoseconds
+  ack_wait: 2_000_000_000, // nanoseconds; each event is acked at once, so no progress acks
   max_deliver: -1,
   max_ack_pending: 1000,
   replay_policy: 'instant',

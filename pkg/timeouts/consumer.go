@@ -12,16 +12,25 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/inflight"
 	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
 // Defaults of ConsumerConfig.
 const (
-	AckWaitDefault       = 30 * time.Second
+	// AckWaitDefault is short so that the events a crashed consumer held
+	// are redelivered to another instance within seconds; a Consumer
+	// keeps the events it holds in progress meanwhile.
+	AckWaitDefault       = 2 * time.Second
+	HandleTimeoutDefault = 30 * time.Second
 	RetryDelayDefault    = time.Second
 	MaxAckPendingDefault = 1000
 )
+
+// ackWaitMin bounds ConsumerConfig.AckWait from below: the progress acks
+// go every third of it.
+const ackWaitMin = time.Second
 
 // ConsumerConfig configures a Consumer of events of type T.
 type ConsumerConfig[T any] struct {
@@ -48,9 +57,16 @@ type ConsumerConfig[T any] struct {
 	// AND status = 'held'. An error makes the event redelivered after
 	// RetryDelay; it is never dropped. Required.
 	Handle func(ctx context.Context, e T) error
-	// AckWait is how long an event handed to Handle may take before it is
-	// redelivered; Handle's context ends at AckWait. Default 30s.
+	// AckWait is how long an event delivered to an instance that stopped
+	// answering (crashed, cut off) waits before it is redelivered to
+	// another; at least 1s, default 2s. A Consumer marks every event it
+	// holds in progress every AckWait/3 (the "+WPI" ack) until it acks it,
+	// however long the event waits for its turn or Handle takes. The
+	// durable consumer is updated to it by NewConsumer.
 	AckWait time.Duration
+	// HandleTimeout bounds one call of Handle: its context ends then, and
+	// an error makes the event redelivered. Default 30s.
+	HandleTimeout time.Duration
 	// RetryDelay is the delay before an event whose Handle failed, or
 	// whose dead letter could not be published, is redelivered; default 1s.
 	RetryDelay time.Duration
@@ -67,6 +83,7 @@ type ConsumerConfig[T any] struct {
 func (c *ConsumerConfig[T]) setDefaults() error {
 	c.Stream = cmp.Or(c.Stream, events.StreamExpiries)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.HandleTimeout = cmp.Or(c.HandleTimeout, HandleTimeoutDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, MaxAckPendingDefault)
 	if c.Now == nil {
@@ -82,8 +99,14 @@ func (c *ConsumerConfig[T]) setDefaults() error {
 		return errors.New("timeouts: FilterSubject is required")
 	case c.Decode == nil || c.Handle == nil:
 		return errors.New("timeouts: Decode and Handle are required")
-	case c.AckWait < 0 || c.RetryDelay < 0 || c.MaxAckPending < 1:
-		return errors.New("timeouts: AckWait and RetryDelay must not be negative, MaxAckPending must be positive")
+	case c.AckWait < ackWaitMin:
+		return fmt.Errorf("timeouts: AckWait must be at least %v, got %v", ackWaitMin, c.AckWait)
+	case c.HandleTimeout < 0:
+		return fmt.Errorf("timeouts: HandleTimeout must be positive, got %v", c.HandleTimeout)
+	case c.RetryDelay < 0:
+		return fmt.Errorf("timeouts: RetryDelay must not be negative, got %v", c.RetryDelay)
+	case c.MaxAckPending < 1:
+		return fmt.Errorf("timeouts: MaxAckPending must be positive, got %d", c.MaxAckPending)
 	}
 	return nil
 }
@@ -110,11 +133,14 @@ func (c *ConsumerConfig[T]) jetStream() jetstream.ConsumerConfig {
 // one redelivered, one that does not decode dead-lettered (published to
 // DEAD_LETTERS on dlq.<Durable>.<reason>, with its Nats-Msg-Id, then
 // terminated) — never retried forever, never dropped silently. Events are
-// handled one at a time, in the order received.
+// handled one at a time, in the order received; each event received is
+// kept in progress until it is settled, so only a crashed or cut-off
+// instance's events are redelivered, after AckWait.
 type Consumer[T any] struct {
 	cfg  ConsumerConfig[T]
 	js   jetstream.JetStream
 	cons jetstream.Consumer
+	keep *inflight.Keeper
 }
 
 // NewConsumer creates or updates the durable consumer on cfg.Stream, which
@@ -127,24 +153,49 @@ func NewConsumer[T any](ctx context.Context, js jetstream.JetStream, cfg Consume
 	if err != nil {
 		return nil, fmt.Errorf("timeouts: create consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
 	}
-	return &Consumer[T]{cfg: cfg, js: js, cons: cons}, nil
+	return &Consumer[T]{cfg: cfg, js: js, cons: cons, keep: inflight.New(cfg.AckWait)}, nil
 }
 
-// Run handles events until ctx ends, then lets the event in flight finish
-// and returns nil. Transient pull errors (NATS restarting) are logged and
-// the pulls go on.
+// Run handles events until ctx ends, then stops pulling, handles every
+// event received and returns nil. Transient pull errors (NATS restarting)
+// are logged and the pulls go on.
 func (c *Consumer[T]) Run(ctx context.Context) error {
-	cc, err := c.cons.Consume(func(m jetstream.Msg) { c.handle(ctx, m) },
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			c.cfg.Logger.Warn("pull events; pulling on", "durable", c.cfg.Durable, "err", err)
-		}))
+	// Received events wait here for their turn, kept in progress: it holds
+	// every event the server may deliver unacked (MaxAckPending), so the
+	// client's own buffer, where nothing keeps them in progress, drains
+	// at once.
+	received := make(chan jetstream.Msg, c.cfg.MaxAckPending)
+	cc, err := c.cons.Consume(func(m jetstream.Msg) {
+		c.keep.Hold(m)
+		received <- m
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.cfg.Logger.Warn("pull events; pulling on", "durable", c.cfg.Durable, "err", err)
+	}))
 	if err != nil {
 		return fmt.Errorf("timeouts: consume %s: %w", c.cfg.Durable, err)
 	}
-	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
-	return nil
+	kctx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeeping()
+	go c.keep.Run(kctx)
+	stopping, closed := ctx.Done(), cc.Closed()
+	for {
+		select {
+		case m := <-received:
+			c.handle(ctx, m)
+		case <-stopping:
+			cc.Drain() // what the client buffered still arrives on received
+			stopping = nil
+		case <-closed:
+			for {
+				select {
+				case m := <-received:
+					c.handle(ctx, m)
+				default:
+					return nil
+				}
+			}
+		}
+	}
 }
 
 // handle decodes m, hands it to Handle and settles it.
@@ -155,10 +206,11 @@ func (c *Consumer[T]) handle(ctx context.Context, m jetstream.Msg) {
 		c.deadLetter(ctx, m, err, log)
 		return
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
 	hctx = tracing.WithRemote(hctx, m.Headers().Get(tracing.HeaderTraceParent))
 	err = c.cfg.Handle(hctx, e)
 	cancel()
+	c.keep.Release(m)
 	if err != nil {
 		log.Error("handle event; will retry", "err", err)
 		if err := m.NakWithDelay(c.cfg.RetryDelay); err != nil {
@@ -176,6 +228,7 @@ func (c *Consumer[T]) handle(ctx context.Context, m jetstream.Msg) {
 // handled.
 func (c *Consumer[T]) deadLetter(ctx context.Context, m jetstream.Msg, reason error, log *slog.Logger) {
 	dl, err := PublishDeadLetter(ctx, c.js, c.cfg.Durable, m, reason, c.cfg.Now())
+	c.keep.Release(m)
 	log = log.With("reason", dl.Reason, "field", dl.Field, "detail", dl.Detail)
 	if err != nil {
 		log.Error("dead-letter a rejected event; will retry", "err", err)

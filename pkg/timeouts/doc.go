@@ -27,7 +27,13 @@
 // only after its handler returned nil, redelivers a failed one, and
 // dead-letters one that does not decode ([PublishDeadLetter]). Handlers
 // apply events conditionally on the key and version, which makes a
-// redelivery harmless.
+// redelivery harmless. Its AckWait is short (2s, [AckWaitDefault]): an
+// instance that crashes holding events costs about that long, after which
+// another instance of the service gets them; while an instance works, it
+// marks every event it holds in progress every third of AckWait, so a slow
+// handler ([ConsumerConfig].HandleTimeout bounds it, 30s by default) is
+// never redelivered to another. NewConsumer updates an existing durable to
+// the settings given and refuses one out of range, naming the field.
 //
 // The guarantees, from the platform: an expiry event is never published
 // before its deadline; a command is acked by timeoutd only after it is

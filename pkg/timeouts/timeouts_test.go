@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -242,6 +243,18 @@ func TestNewConsumerValidates(t *testing.T) {
 	if err == nil {
 		t.Fatal("NewConsumer with durable a.b succeeded")
 	}
+	for field, cfg := range map[string]timeouts.ConsumerConfig[events.Expiry]{
+		"AckWait":       {AckWait: 500 * time.Millisecond},
+		"HandleTimeout": {HandleTimeout: -time.Second},
+		"RetryDelay":    {RetryDelay: -time.Second},
+		"MaxAckPending": {MaxAckPending: -1},
+	} {
+		cfg.Durable, cfg.FilterSubject, cfg.Decode = "r", "x.>", timeouts.DecodeExpiry
+		cfg.Handle = func(context.Context, events.Expiry) error { return nil }
+		if _, err := timeouts.NewConsumer(context.Background(), nil, cfg); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("NewConsumer with %s out of range = %v, want an error naming it", field, err)
+		}
+	}
 }
 
 // mustSpanContext parses a W3C traceparent.
@@ -256,3 +269,130 @@ func mustSpanContext(t *testing.T, traceparent string) trace.SpanContext {
 }
 
 var _ outbox.Execer = pgx.Tx(nil) // a Writer writes in the caller's pgx transaction
+
+// TestAConsumerKeepsSlowWorkAndACrashCostsSeconds: on a real NATS, with the
+// default AckWait (2s), an event whose Handle takes 2.5 times AckWait is
+// kept in progress and reaches Handle once, though another instance pulls
+// meanwhile; an instance that dies holding an event (its connection
+// closes, as a SIGKILLed process's does) costs about AckWait: another
+// instance handles the event within 3s.
+func TestAConsumerKeepsSlowWorkAndACrashCostsSeconds(t *testing.T) {
+	t.Parallel()
+	srv := testinfra.NATS(t)
+	ctx := t.Context()
+	js := srv.JetStream(t)
+	if err := streams.Ensure(ctx, js, streams.Config{FireSubjectPrefixes: []string{"reservations.expire."}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := map[string]map[string]int{} // instance → key → Handle calls
+	got := make(chan string, 8)          // "instance key" as Handle starts
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	// instance runs a Consumer on a connection of its own until its
+	// context ends or its connection closes.
+	instance := func(name string) (*nats.Conn, context.CancelFunc, <-chan error) {
+		nc, err := nats.Connect(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		ijs, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := timeouts.NewConsumer(ctx, ijs, timeouts.ConsumerConfig[events.Expiry]{
+			Durable: "reservations", FilterSubject: "reservations.expire.>", Decode: timeouts.DecodeExpiry,
+			Logger: slog.New(slog.DiscardHandler),
+			Handle: func(_ context.Context, e events.Expiry) error {
+				mu.Lock()
+				if calls[name] == nil {
+					calls[name] = map[string]int{}
+				}
+				calls[name][e.Key]++
+				mu.Unlock()
+				got <- name + " " + e.Key
+				switch e.Key {
+				case "res-slow":
+					time.Sleep(5 * time.Second) // the handler's work
+				case "res-held":
+					<-release // held until the instance dies
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ictx) }()
+		return nc, stop, done
+	}
+	receive := func() string {
+		t.Helper()
+		select {
+		case s := <-got:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event handled within 10s")
+			return ""
+		}
+	}
+	publish := func(key string) {
+		t.Helper()
+		at := time.Now().UTC()
+		data, _ := json.Marshal(events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: key, Version: 1, Deadline: at, FiredAt: at})
+		if _, err := js.Publish(ctx, "reservations.expire."+key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained := func() {
+		t.Helper()
+		cons, err := js.Consumer(ctx, events.StreamExpiries, "reservations")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if info, err := cons.Info(ctx); err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("events still pending after 20s")
+			}
+		}
+	}
+
+	ncA, _, _ := instance("a")
+	publish("res-slow")
+	if s := receive(); s != "a res-slow" {
+		t.Fatalf("handled %q first, want a res-slow", s)
+	}
+	_, stopB, doneB := instance("b")
+	drained()
+	mu.Lock()
+	if calls["a"]["res-slow"] != 1 || calls["b"]["res-slow"] != 0 {
+		t.Errorf("res-slow handled %d times by its instance and %d by the other, want once in all", calls["a"]["res-slow"], calls["b"]["res-slow"])
+	}
+	mu.Unlock()
+	stopB()
+	if err := <-doneB; err != nil {
+		t.Fatal(err)
+	}
+
+	publish("res-held")
+	if s := receive(); s != "a res-held" {
+		t.Fatalf("handled %q, want a res-held", s)
+	}
+	ncA.Close() // the crash: no ack, no progress, ever
+	crashedAt := time.Now()
+	instance("c")
+	if s := receive(); s != "c res-held" {
+		t.Fatalf("handled %q, want c res-held", s)
+	}
+	took := time.Since(crashedAt)
+	t.Logf("the crashed instance's event reached another %s after the crash", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("the crashed instance's event reached another %s after the crash, want within 3s", took)
+	}
+}

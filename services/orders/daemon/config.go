@@ -11,6 +11,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 	"github.com/ordertimeout/ordertimeout/services/orders"
+	ojs "github.com/ordertimeout/ordertimeout/services/orders/jetstream"
 )
 
 // HTTPAddrDefault is the default listen address of the API, health and
@@ -78,6 +79,12 @@ type Config struct {
 	// every database session (ORDERS_IDLE_IN_TRANSACTION_TIMEOUT); default
 	// 60s. An idle_in_transaction_session_timeout in DatabaseURL wins.
 	IdleInTransactionTimeout time.Duration `env:"ORDERS_IDLE_IN_TRANSACTION_TIMEOUT"`
+	// CancelAckWait is the AckWait of the cancel events' durable consumer
+	// (ORDERS_CANCEL_ACK_WAIT, at least 1s): how long the events an
+	// instance held when it crashed wait before another instance gets
+	// them; the events an instance holds are kept in progress meanwhile.
+	// Default 2s (jetstream.AckWaitDefault).
+	CancelAckWait time.Duration `env:"ORDERS_CANCEL_ACK_WAIT"`
 	// Logger is the daemon's logger; default slog.Default(). cmd/orders
 	// makes it from LogLevel.
 	Logger *slog.Logger
@@ -96,6 +103,7 @@ func FromEnv(environ map[string]string) (Config, error) {
 		MaxOutboxLag:             orders.MaxOutboxLagDefault,
 		StatementTimeout:         pgparams.StatementTimeoutDefault,
 		IdleInTransactionTimeout: pgparams.IdleInTransactionTimeoutDefault,
+		CancelAckWait:            ojs.AckWaitDefault,
 	}
 	err := envconfig.Parse(&c, environ) // a variable that does not parse keeps its default
 	c.APITokens = slices.DeleteFunc(c.APITokens, func(t string) bool { return t == "" })
@@ -122,6 +130,7 @@ func (c Config) Validate() error {
 	check(c.ReconcileMargin <= 0, "ORDERS_RECONCILE_MARGIN must be positive, got %s", c.ReconcileMargin)
 	check(c.ReconcileInterval <= 0, "ORDERS_RECONCILE_INTERVAL must be positive, got %s", c.ReconcileInterval)
 	check(c.StatementTimeout < time.Millisecond, "ORDERS_STATEMENT_TIMEOUT must be at least 1ms, got %s", c.StatementTimeout)
+	check(c.CancelAckWait < time.Second, "ORDERS_CANCEL_ACK_WAIT must be at least 1s, got %s", c.CancelAckWait)
 	check(c.IdleInTransactionTimeout < time.Millisecond, "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT must be at least 1ms, got %s", c.IdleInTransactionTimeout)
 	if _, err := c.NATSTLS.Config(NATSTLSPrefix); err != nil {
 		errs = append(errs, err)

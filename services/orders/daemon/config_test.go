@@ -27,7 +27,7 @@ func TestFromEnv(t *testing.T) {
 			if c.HTTPAddr != ":8081" || c.Limits.PayWithinMin != time.Second || c.Limits.PayWithinMax != 24*time.Hour ||
 				len(c.APITokens) != 2 || c.APITokens[0] != "a" || c.APITokens[1] != "b" || c.MaxOutboxLag != 10*time.Second ||
 				c.StatementTimeout != 30*time.Second || c.IdleInTransactionTimeout != time.Minute ||
-				c.PaymentGrace != 0 || c.ReconcileMargin != 30*time.Second || c.ReconcileInterval != 10*time.Second || c.SingleCommands ||
+				c.PaymentGrace != 0 || c.ReconcileMargin != 30*time.Second || c.ReconcileInterval != 10*time.Second || c.SingleCommands || c.CancelAckWait != 2*time.Second ||
 				c.NATSTLS.Enabled() {
 				t.Fatalf("config = %+v", c)
 			}
@@ -43,14 +43,17 @@ func TestFromEnv(t *testing.T) {
 			wantErr: "ORDERS_NATS_CERT_FILE ORDERS_NATS_KEY_FILE"},
 		{name: "overrides", set: map[string]string{"ORDERS_HTTP_ADDR": ":9", "ORDERS_PAY_WITHIN_MIN": "5s", "ORDERS_PAY_WITHIN_MAX": "1h", "ORDERS_LOG_LEVEL": "debug",
 			"ORDERS_MAX_OUTBOX_LAG": "2500ms", "ORDERS_STATEMENT_TIMEOUT": "5s", "ORDERS_IDLE_IN_TRANSACTION_TIMEOUT": "2m",
-			"ORDERS_PAYMENT_GRACE": "2s", "ORDERS_RECONCILE_MARGIN": "1m", "ORDERS_RECONCILE_INTERVAL": "3s", "ORDERS_SINGLE_COMMANDS": "true"},
+			"ORDERS_PAYMENT_GRACE": "2s", "ORDERS_RECONCILE_MARGIN": "1m", "ORDERS_RECONCILE_INTERVAL": "3s", "ORDERS_SINGLE_COMMANDS": "true",
+			"ORDERS_CANCEL_ACK_WAIT": "5s"},
 			check: func(t *testing.T, c daemon.Config) {
 				if c.HTTPAddr != ":9" || c.Limits.PayWithinMin != 5*time.Second || c.Limits.PayWithinMax != time.Hour || c.LogLevel.String() != "DEBUG" ||
 					c.MaxOutboxLag != 2500*time.Millisecond || c.StatementTimeout != 5*time.Second || c.IdleInTransactionTimeout != 2*time.Minute ||
-					c.PaymentGrace != 2*time.Second || c.ReconcileMargin != time.Minute || c.ReconcileInterval != 3*time.Second || !c.SingleCommands {
+					c.PaymentGrace != 2*time.Second || c.ReconcileMargin != time.Minute || c.ReconcileInterval != 3*time.Second || !c.SingleCommands ||
+					c.CancelAckWait != 5*time.Second {
 					t.Fatalf("config = %+v", c)
 				}
 			}},
+		{name: "ack wait below a second", set: map[string]string{"ORDERS_CANCEL_ACK_WAIT": "500ms"}, wantErr: "ORDERS_CANCEL_ACK_WAIT"},
 		{name: "no database", set: map[string]string{"ORDERS_DATABASE_URL": ""}, wantErr: "ORDERS_DATABASE_URL"},
 		{name: "no nats", set: map[string]string{"ORDERS_NATS_URL": ""}, wantErr: "ORDERS_NATS_URL"},
 		{name: "no tokens", set: map[string]string{"ORDERS_API_TOKENS": " , "}, wantErr: "ORDERS_API_TOKENS"},

@@ -196,7 +196,7 @@ func (m *Main) newLoops(ctx context.Context, js jetstream.JetStream, store *post
 	if err != nil {
 		return err
 	}
-	consumer, err := ojs.NewConsumer(ctx, js, svc, ojs.Config{Registerer: reg, Logger: m.log})
+	consumer, err := ojs.NewConsumer(ctx, js, svc, ojs.Config{AckWait: m.cfg.CancelAckWait, Registerer: reg, Logger: m.log})
 	if err != nil {
 		return err
 	}

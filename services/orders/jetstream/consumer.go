@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ordertimeout/ordertimeout/internal/inflight"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/internal/tracing"
@@ -25,13 +26,21 @@ import (
 
 // Defaults of Config.
 const (
-	DurableDefault       = "orders-cancel"
-	ConcurrencyDefault   = 4
-	BatchMaxDefault      = 128
-	AckWaitDefault       = 30 * time.Second
+	DurableDefault     = "orders-cancel"
+	ConcurrencyDefault = 4
+	BatchMaxDefault    = 128
+	// AckWaitDefault is short so that the events a crashed instance held
+	// are redelivered to another within seconds; an instance keeps the
+	// events it holds in progress meanwhile (package internal/inflight).
+	AckWaitDefault       = 2 * time.Second
+	ApplyTimeoutDefault  = 15 * time.Second
 	MaxAckPendingDefault = 4096
 	RetryDelayDefault    = time.Second
 )
+
+// ackWaitMin bounds Config.AckWait from below: the progress acks go every
+// third of it.
+const ackWaitMin = time.Second
 
 // earlyMargin is added to the wait for pay_by of an early event.
 const earlyMargin = 50 * time.Millisecond
@@ -64,9 +73,17 @@ type Config struct {
 	// of one event when events trickle in and grow with a backlog; default
 	// 128.
 	BatchMax int
-	// AckWait is how long an unacked event waits before redelivery;
-	// default 30s. Applying one event is bounded by AckWait/2.
+	// AckWait is how long an event delivered to an instance that stopped
+	// answering (crashed, cut off) waits before it is redelivered to
+	// another; at least 1s, default 2s. An instance marks every event it
+	// holds in progress every AckWait/3 until it settles it, however long
+	// the event waits for a worker or its transaction lasts. The durable
+	// consumer is updated to it at start.
 	AckWait time.Duration
+	// ApplyTimeout bounds one batch's transaction, after which its events
+	// are retried; default 15s. It is not tied to AckWait: the events are
+	// kept in progress while it lasts.
+	ApplyTimeout time.Duration
 	// MaxAckPending bounds the events in flight; default 4096.
 	MaxAckPending int
 	// RetryDelay is the nak delay after a transient failure, and bounds the
@@ -101,6 +118,8 @@ type Consumer struct {
 	spec    jetstream.ConsumerConfig
 	expirer Expirer
 	results *prometheus.CounterVec
+	// keep marks the events received and not yet settled in progress.
+	keep *inflight.Keeper
 }
 
 // NewConsumer creates or updates the durable consumer (explicit ack, all
@@ -111,6 +130,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, ConcurrencyDefault)
 	cfg.BatchMax = cmp.Or(cfg.BatchMax, BatchMaxDefault)
 	cfg.AckWait = cmp.Or(cfg.AckWait, AckWaitDefault)
+	cfg.ApplyTimeout = cmp.Or(cfg.ApplyTimeout, ApplyTimeoutDefault)
 	cfg.MaxAckPending = cmp.Or(cfg.MaxAckPending, MaxAckPendingDefault)
 	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, RetryDelayDefault)
 	if cfg.Now == nil {
@@ -124,8 +144,12 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 		return nil, fmt.Errorf("jetstream: Concurrency and BatchMax must be positive, got %d and %d", cfg.Concurrency, cfg.BatchMax)
 	case cfg.MaxAckPending < cfg.Concurrency*cfg.BatchMax:
 		return nil, fmt.Errorf("jetstream: MaxAckPending (%d) must be at least Concurrency × BatchMax (%d)", cfg.MaxAckPending, cfg.Concurrency*cfg.BatchMax)
-	case cfg.AckWait <= 0 || cfg.RetryDelay < 0:
-		return nil, errors.New("jetstream: AckWait must be positive and RetryDelay not negative")
+	case cfg.AckWait < ackWaitMin:
+		return nil, fmt.Errorf("jetstream: AckWait must be at least %v, got %v", ackWaitMin, cfg.AckWait)
+	case cfg.ApplyTimeout < 0:
+		return nil, fmt.Errorf("jetstream: ApplyTimeout must be positive, got %v", cfg.ApplyTimeout)
+	case cfg.RetryDelay < 0:
+		return nil, fmt.Errorf("jetstream: RetryDelay must not be negative, got %v", cfg.RetryDelay)
 	}
 	spec := jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
@@ -141,7 +165,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 	if err != nil {
 		return nil, fmt.Errorf("ensure consumer %s: %w", cfg.Durable, err)
 	}
-	c := &Consumer{cfg: cfg, js: js, cons: cons, spec: spec, expirer: e,
+	c := &Consumer{cfg: cfg, js: js, cons: cons, spec: spec, expirer: e, keep: inflight.New(cfg.AckWait),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_cancel_events_total",
 			Help: "Cancel events received, by result: applied, noop (stale or duplicate), unknown_order, early (redelivered at pay_by), dead_lettered, retried.",
@@ -160,14 +184,19 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, e Expirer, cfg Con
 // it does not give up while ctx lives.
 func (c *Consumer) Start(ctx context.Context) { c.base.Start(ctx, c.run) }
 
-// Stop stops pulling, lets the events in flight finish and returns once
-// they have.
+// Stop stops pulling, lets the events in flight finish (every event
+// received, kept in progress meanwhile) and returns once they have.
 func (c *Consumer) Stop() { c.base.Stop() }
 
 func (c *Consumer) run(ctx context.Context) {
 	// Received events wait here while the workers are busy, so the next
-	// batch is what arrived during the last transaction.
-	work := make(chan jetstream.Msg, c.cfg.Concurrency*c.cfg.BatchMax)
+	// batch is what arrived during the last transaction. It holds every
+	// event the server may deliver unacked (MaxAckPending), so the pull
+	// never waits for a worker with events in the client's buffer, where
+	// nothing would keep them in progress.
+	work := make(chan jetstream.Msg, c.cfg.MaxAckPending)
+	kctx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	go c.keep.Run(kctx)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
@@ -186,7 +215,7 @@ func (c *Consumer) run(ctx context.Context) {
 						break fill
 					}
 				}
-				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait/2)
+				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ApplyTimeout)
 				c.handle(hctx, batch)
 				cancel()
 			}
@@ -195,6 +224,7 @@ func (c *Consumer) run(ctx context.Context) {
 	defer func() {
 		close(work)
 		wg.Wait()
+		stopKeeping()
 	}()
 	wait := retry.Backoff(c.cfg.RetryDelay)
 	for {
@@ -236,6 +266,7 @@ func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
 		m, err := it.Next()
 		switch {
 		case err == nil:
+			c.keep.Hold(m)
 			work <- m
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			return nil
@@ -291,6 +322,7 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 		c.cfg.Logger.Error("apply cancel events; will retry", "events", len(exps), "err", err)
 		c.results.WithLabelValues(ResultRetried).Add(float64(len(exps)))
 		for _, m := range valid {
+			c.keep.Release(m)
 			if err := m.NakWithDelay(c.cfg.RetryDelay); err != nil {
 				c.cfg.Logger.Warn("nak cancel event", "subject", m.Subject(), "err", err)
 			}
@@ -329,6 +361,7 @@ func (c *Consumer) settleResult(ctx context.Context, m jetstream.Msg, e orders.E
 		delay := max(early.PayBy.Sub(c.cfg.Now()), 0) + earlyMargin
 		log.Warn("cancel event before the order's pay_by; redelivering at pay_by", "pay_by", early.PayBy, "delay", delay)
 		c.results.WithLabelValues(ResultEarly).Inc()
+		c.keep.Release(m)
 		if err := m.NakWithDelay(delay); err != nil {
 			log.Warn("nak early cancel event", "err", err)
 		}
@@ -341,6 +374,7 @@ func (c *Consumer) settleResult(ctx context.Context, m jetstream.Msg, e orders.E
 		// Not an error ExpireAll returns per event; retry rather than drop.
 		log.Error("apply cancel event; will retry", "err", r.Err)
 		c.results.WithLabelValues(ResultRetried).Inc()
+		c.keep.Release(m)
 		if err := m.NakWithDelay(c.cfg.RetryDelay); err != nil {
 			log.Warn("nak cancel event", "err", err)
 		}
@@ -371,6 +405,7 @@ func decode(subject string, data []byte) (events.Expiry, error) {
 }
 
 func (c *Consumer) settle(m jetstream.Msg, result string, log *slog.Logger) {
+	c.keep.Release(m)
 	c.results.WithLabelValues(result).Inc()
 	if err := m.Ack(); err != nil {
 		// The event is redelivered and found to be a no-op.
@@ -383,6 +418,7 @@ func (c *Consumer) settle(m jetstream.Msg, result string, log *slog.Logger) {
 // is neither lost nor applied.
 func (c *Consumer) deadLetter(ctx context.Context, m jetstream.Msg, reason error, log *slog.Logger) {
 	dl, err := timeouts.PublishDeadLetter(ctx, c.js, ServiceName, m, reason, c.cfg.Now())
+	c.keep.Release(m)
 	log = log.With("reason", dl.Reason, "field", dl.Field, "detail", dl.Detail)
 	if err != nil {
 		log.Error("dead-letter a rejected cancel event; will retry", "err", err)

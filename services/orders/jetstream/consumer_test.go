@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,4 +247,201 @@ func TestConsumerAppliesABacklogInBatches(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
+}
+
+// holdingExpirer takes its events and holds them, as an instance whose
+// transaction has not committed yet: it reports each event's id on got,
+// then blocks until release is closed and applies it.
+type holdingExpirer struct {
+	got     chan string
+	release chan struct{}
+	// hold, when positive, is how long it holds instead: the apply of a
+	// slow transaction.
+	hold time.Duration
+}
+
+func (h *holdingExpirer) ExpireAll(_ context.Context, exps []orders.Expiry) ([]orders.ExpireResult, error) {
+	for _, e := range exps {
+		h.got <- e.ID
+	}
+	if h.hold > 0 {
+		time.Sleep(h.hold) // the transaction's work
+	} else {
+		<-h.release
+	}
+	results := make([]orders.ExpireResult, len(exps))
+	for i := range results {
+		results[i].Applied = true
+	}
+	return results, nil
+}
+
+// connect returns a JetStream client on a connection of its own to srv,
+// as another instance of the service has.
+func connect(t *testing.T, srv *testinfra.NATSServer) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// publishFired publishes the cancel event of key, due a minute ago.
+func publishFired(t *testing.T, js jetstream.JetStream, key string) {
+	t.Helper()
+	d := time.Now().Add(-time.Minute).UTC()
+	data, _ := json.Marshal(events.Expiry{Schema: 1, Outcome: events.OutcomeFired, Key: key, Version: 1, Deadline: d, FiredAt: d})
+	if _, err := js.Publish(t.Context(), events.OrderCancelSubject(key), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// receive returns the next id on got, failing t after 10s.
+func receive(t *testing.T, got <-chan string) string {
+	t.Helper()
+	select {
+	case id := <-got:
+		return id
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+		return ""
+	}
+}
+
+// TestACrashedInstancesEventsGoToAnotherWithinSeconds: an instance that
+// received a cancel event and dies before acking it (its connection
+// closes, as a SIGKILLed process's does) costs about AckWait (2s), not
+// half a minute: another instance applies the event within 3s. The durable
+// consumer starts with the previous release's AckWait of 30s, which the
+// first instance's start updates.
+func TestACrashedInstancesEventsGoToAnotherWithinSeconds(t *testing.T) {
+	t.Parallel()
+	srv := testinfra.NATS(t)
+	ctx := t.Context()
+	js := srv.JetStream(t)
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamExpiries, jetstream.ConsumerConfig{Durable: ojs.DurableDefault,
+		FilterSubject: events.OrderCancelSubjects, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxDeliver: -1, MaxAckPending: ojs.MaxAckPendingDefault}); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	crashing := &holdingExpirer{got: make(chan string, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(crashing.release) })
+	ncA, jsA := connect(t, srv)
+	a, err := ojs.NewConsumer(ctx, jsA, crashing, ojs.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, events.StreamExpiries, ojs.DurableDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.CachedInfo().Config.AckWait; got != ojs.AckWaitDefault {
+		t.Fatalf("the durable's AckWait after a start = %v, want it updated to %v", got, ojs.AckWaitDefault)
+	}
+	a.Start(ctx)
+	publishFired(t, js, "crash-1")
+	receive(t, crashing.got)
+	ncA.Close() // the crash: no ack, no progress, ever
+	crashedAt := time.Now()
+
+	survivor := &flakyExpirer{calls: map[string]int{"crash-1": 1}, applied: map[string][]int64{}}
+	_, jsB := connect(t, srv)
+	b, err := ojs.NewConsumer(ctx, jsB, survivor, ojs.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Start(ctx)
+	defer stopWithin(t, b, 10*time.Second)
+	poll(t, func() bool {
+		_, applied := survivor.snapshot()
+		return len(applied["crash-1"]) == 1
+	})
+	took := time.Since(crashedAt)
+	t.Logf("the crashed instance's event applied by the other %s after the crash", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("the crashed instance's event was applied %s after the crash, want within 3s", took)
+	}
+}
+
+// TestASlowApplyIsNotRedelivered: a batch whose transaction lasts 3.5
+// times AckWait is kept in progress: the event is not redelivered, to
+// another instance or to its own, and is applied once.
+func TestASlowApplyIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	srv := testinfra.NATS(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	js := srv.JetStream(t)
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	cfg := ojs.Config{AckWait: time.Second, Logger: quiet}
+	slow := &holdingExpirer{got: make(chan string, 4), hold: 3500 * time.Millisecond}
+	_, jsA := connect(t, srv)
+	a, err := ojs.NewConsumer(ctx, jsA, slow, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start(ctx)
+	defer stopWithin(t, a, 10*time.Second)
+	publishFired(t, js, "slow-1")
+	receive(t, slow.got)
+	// Another instance pulls meanwhile: a redelivery would reach it.
+	other := &flakyExpirer{calls: map[string]int{"slow-1": 1}, applied: map[string][]int64{}}
+	_, jsB := connect(t, srv)
+	b, err := ojs.NewConsumer(ctx, jsB, other, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Start(ctx)
+	defer stopWithin(t, b, 10*time.Second)
+	cons, err := js.Consumer(ctx, events.StreamExpiries, ojs.DurableDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	calls, _ := other.snapshot()
+	if len(slow.got) != 0 || calls["slow-1"] != 1 {
+		t.Fatalf("the slow event was redelivered: %d more times to its instance, %d to the other; want none",
+			len(slow.got), calls["slow-1"]-1)
+	}
+}
+
+// TestConfigIsValidated: a setting out of range is refused with an error
+// naming it.
+func TestConfigIsValidated(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  ojs.Config
+		want string
+	}{
+		{"AckWait below a second", ojs.Config{AckWait: 500 * time.Millisecond}, "AckWait"},
+		{"negative ApplyTimeout", ojs.Config{ApplyTimeout: -time.Second}, "ApplyTimeout"},
+		{"negative RetryDelay", ojs.Config{RetryDelay: -time.Second}, "RetryDelay"},
+		{"MaxAckPending below a round of batches", ojs.Config{MaxAckPending: 10}, "MaxAckPending"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ojs.NewConsumer(t.Context(), nil, nil, tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
 }
