@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -185,12 +186,18 @@ func (c Config) withDefaults() (_ Config, err error) {
 		}
 	}
 	c.Service.Logger = cmp.Or(c.Service.Logger, c.Logger)
+	c.Service.CrashGrace = cmp.Or(c.Service.CrashGrace, postgres.CrashGrace) // the store's crash detection
 	if len(c.Service.FireSubjectPrefixes) == 0 {
 		c.Service.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
 	}
 	switch {
 	case c.DatabaseURL == "":
 		return c, errors.New("daemon: TIMEOUTD_DATABASE_URL (DatabaseURL) is required")
+	case setsApplicationName(c.DatabaseURL):
+		// Crash detection tells an instance's sessions by their name,
+		// timeoutd/<instance id>: instances sharing a name would hide each
+		// other's crash.
+		return c, errors.New("daemon: TIMEOUTD_DATABASE_URL (DatabaseURL) must not set application_name: timeoutd names its sessions timeoutd/<instance id>, by which the other instances tell it crashed")
 	case c.NATSURL == "":
 		return c, errors.New("daemon: TIMEOUTD_NATS_URL (NATSURL) is required")
 	case c.OperatorToken != "" && !httpURL(c.OrdersURL):
@@ -223,6 +230,13 @@ func (c Config) withDefaults() (_ Config, err error) {
 			cmp.Or(c.Service.LeaseTTL, timeoutd.LeaseTTLDefault), c.IdleInTransactionTimeout)
 	}
 	return c, nil
+}
+
+// setsApplicationName reports whether the connection string dbURL (a URL
+// or key=value pairs) sets application_name.
+func setsApplicationName(dbURL string) bool {
+	cfg, err := pgx.ParseConfig(dbURL)
+	return err == nil && cfg.RuntimeParams["application_name"] != ""
 }
 
 // httpURL reports whether s is an absolute http or https URL.

@@ -896,6 +896,10 @@ func TestSettingsValidated(t *testing.T) {
 		{"write timeout not a duration", "TIMEOUTD_STREAM_WRITE_TIMEOUT", map[string]string{"TIMEOUTD_STREAM_WRITE_TIMEOUT": "soon"}},
 		{"nats CA missing", "TIMEOUTD_NATS_CA_FILE", map[string]string{"TIMEOUTD_NATS_CA_FILE": "/nonexistent/ca.crt"}},
 		{"nats certificate without its key", "TIMEOUTD_NATS_KEY_FILE", map[string]string{"TIMEOUTD_NATS_CERT_FILE": "/etc/tls/client.crt"}},
+		{"an application name of the URL's", "application_name", map[string]string{
+			"TIMEOUTD_DATABASE_URL": "postgres://unused/timeouts?application_name=shared"}},
+		{"an application name of the key=value pairs'", "application_name", map[string]string{
+			"TIMEOUTD_DATABASE_URL": "host=unused dbname=timeouts application_name=shared"}},
 		{"postgres CA missing", "TIMEOUTD_DATABASE_URL", map[string]string{
 			"TIMEOUTD_DATABASE_URL": "postgres://unused/timeouts?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt"}},
 	}
