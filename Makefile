@@ -94,7 +94,7 @@ test-alerts: promtool ## check the Prometheus alert rules (deploy/prometheus) an
 test test-e2e: TRACING = 1
 
 .PHONY: test
-test: images chromium node wasm test-wasm test-alerts test-contract ## every test: unit, integration, e2e (short soak, hostile inputs), browser, the AsyncAPI contract, a short fuzz, the bench module's
+test: images chromium node wasm test-wasm test-alerts test-contract ## every test: unit, integration (the simulation for 90 s among them), e2e (short soak, hostile inputs), browser, the AsyncAPI contract, a short fuzz, the bench module's
 	GO=$(GO) scripts/gotest.sh $(TEST_FLAGS) ./...
 	cd bench && GO=$(GO) ../scripts/gotest.sh $(TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) scripts/fuzz.sh
@@ -265,6 +265,20 @@ SOAK_MINUTES ?= 60
 .PHONY: chaos-soak
 chaos-soak: ## the cluster under the nemesis for SOAK_MINUTES (60) of load, a fault every 10 s; CHAOS_SEED=N replays
 	$(MAKE) chaos CHAOS_RUNS=1 CHAOS_DURATION=$(SOAK_MINUTES)m CHAOS_TIMEOUT=$$(($(SOAK_MINUTES) + 20))m CHAOS_REPORT=build/chaos-soak-report.txt
+
+# make sim: timeoutd's deterministic simulation (TestSimulation: the real
+# core as a cluster in testing/synctest bubbles, a seeded nemesis and load,
+# a checker of the invariants) for SIM_DURATION of real time from seed
+# SIM_FIRST, or the one seed SIM_SEED with its history; it reports seeds per
+# second and how often each fault kind was drawn. make test runs it for 90 s.
+SIM_DURATION ?= 10m
+SIM_FIRST ?= 1
+SIM_SEED ?= 0
+
+.PHONY: sim
+sim: ## timeoutd's deterministic simulation for SIM_DURATION (10m) from seed SIM_FIRST; SIM_SEED=N replays one seed with its history
+	set -o pipefail; SIM_BUDGET=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./services/timeoutd \
+		-sim.first=$(SIM_FIRST) -sim.seed=$(SIM_SEED) $(if $(filter-out 0,$(SIM_SEED)),-sim.history) | grep -Ev '^(=== RUN|    --- PASS)'
 
 .PHONY: fuzz
 fuzz: ## every Go fuzz target (scripts/fuzz.sh) for FUZZTIME each (default 10s)
