@@ -380,7 +380,7 @@ func (f *firer) markBatches(ps []*published) {
 		f.cfg.Logger.Warn("fire marks refused for partitions still held; they fire again", "partitions", again)
 	}
 	for _, p := range ps {
-		done, retry := p.split(again)
+		done, retry := p.split(again, refused)
 		f.sched.Done(done.refs)
 		f.sched.Rearm(retry, p.firedAt.Add(f.cfg.RetryDelay))
 		f.stats.fired.Add(done.fired)
@@ -391,21 +391,24 @@ func (f *firer) markBatches(ps []*published) {
 }
 
 // split returns what of p is done, and the refs of its timeouts of
-// partitions parts, whose marks were refused, to fire again.
-func (p *published) split(parts []int) (done *published, retry []schedule.Ref) {
-	if len(parts) == 0 {
+// partitions again, whose marks were refused while they are still held
+// here, to fire again. The rows of every refused partition (again, and
+// those no longer held, whose new owner publishes them again and marks
+// them) are not counted as fired or missed here, nor shown as recent.
+func (p *published) split(again, refused []int) (done *published, retry []schedule.Ref) {
+	if len(refused) == 0 {
 		return p, nil
 	}
 	d := &published{}
 	for i, r := range p.refs {
-		if slices.Contains(parts, events.PartitionOf(p.keys[i])) {
+		if slices.Contains(again, events.PartitionOf(p.keys[i])) {
 			retry = append(retry, r)
 		} else {
 			d.refs = append(d.refs, r)
 		}
 	}
 	for i, row := range p.rows {
-		if !slices.Contains(parts, events.PartitionOf(row.Key)) {
+		if !slices.Contains(refused, events.PartitionOf(row.Key)) {
 			if p.outcomes[i] == events.OutcomeMissed {
 				d.missed++
 			} else {
@@ -414,7 +417,7 @@ func (p *published) split(parts []int) (done *published, retry []schedule.Ref) {
 		}
 	}
 	for _, e := range p.exps {
-		if !slices.Contains(parts, events.PartitionOf(e.Key)) {
+		if !slices.Contains(refused, events.PartitionOf(e.Key)) {
 			d.exps = append(d.exps, e)
 		}
 	}

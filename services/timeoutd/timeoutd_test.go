@@ -837,3 +837,33 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 	waitFor(t, "the retry fired k", func() bool { f := st.firedKeys(); return len(f) == 1 && f[0].Key == "k" })
 	waitFor(t, "k left memory", func() bool { return s.Pending() == 1 })
 }
+
+// TestAMarkRefusedForAPartitionGoneIsNotCounted: a batch published, whose
+// mark the fence refuses because its partition was lost meanwhile, is not
+// counted as fired here nor shown as recent: its row stays pending, and the
+// new owner publishes it again (deduplicated), marks it and counts it.
+func TestAMarkRefusedForAPartitionGoneIsNotCounted(t *testing.T) {
+	t.Parallel()
+	deadline := time.Now().UTC()
+	s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.markGate = gate
+	st.mu.Unlock()
+	s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	waitFor(t, "k published, its mark waiting", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.built) == 1 && len(st.markSizes) == 1
+	})
+	p := events.PartitionOf("k")
+	s.own.lose(p)
+	st.mu.Lock()
+	st.refuse = map[int]bool{p: true}
+	st.mu.Unlock()
+	close(gate)
+	waitFor(t, "k's mark done", func() bool { n, _ := s.fire.backlog(time.Now()); return n == 0 })
+	if s.stats.fired.Load() != 0 || len(s.Recent(10)) != 0 {
+		t.Fatalf("fired %d, recent %v; want 0, none: the partition's new owner counts it", s.stats.fired.Load(), s.Recent(10))
+	}
+}
