@@ -49,12 +49,18 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 // UPDATE, which a key-share lock does not block) never waits for them: with
 // FOR SHARE, the overlapping fences of ingest and fire under load starved
 // the renewal until the leases lapsed and every partition stopped.
-const fenceSQL = `
-SELECT l.part FROM timeout_leases l
-JOIN unnest($1::int2[], $2::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-WHERE l.owner = $3 AND l.expires_at > now()
+var fenceSQL = granted(1, 2, 3) + `
 ORDER BY l.part
 FOR KEY SHARE OF l`
+
+// granted returns the fence's condition, written once: a query of the
+// partitions whose lease rows the owner $o holds at the epochs of the
+// arrays $p (partitions) and $e (epochs), unexpired by Postgres's clock.
+func granted(p, e, o int) string {
+	return fmt.Sprintf(`SELECT l.part FROM timeout_leases l
+	JOIN unnest($%d::int2[], $%d::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
+	WHERE l.owner = $%d AND l.expires_at > now()`, p, e, o)
+}
 
 // appliedSQL returns, as stored, the rows of the partitions fenceSQL locked
 // that already have the version and state of a command ($1..$3): an
@@ -66,12 +72,10 @@ FOR KEY SHARE OF l`
 // finds its rows by ctid, would then mark nothing. One of the same version
 // and another state (a set whose timeout fired, or was retired to a mark)
 // is not returned.
-const appliedSQL = `
+var appliedSQL = `
 SELECT t.key, t.version, t.state, t.deadline_ns, ` + plainSQL + ` FROM timeouts t
 JOIN unnest($1::bytea[], $2::int8[], $3::int2[]) AS u(k, v, s) ON t.key = u.k AND t.version = u.v AND t.state = u.s
-WHERE t.part IN (SELECT l.part FROM timeout_leases l
-	JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-	WHERE l.owner = $6 AND l.expires_at > now())`
+WHERE t.part IN (` + granted(4, 5, 6) + `)`
 
 // plainSQL is timeoutd.Timeout.Plain of the row t: it stores nothing the
 // expiry event needs beyond its key, version and deadline (a misfire bound
@@ -82,13 +86,11 @@ const plainSQL = `(t.payload IS NULL AND t.fire_subject IS NULL AND t.max_latene
 // applySQL upserts the commands of the partitions whose lease rows fenceSQL
 // locked earlier in the same transaction (the same condition, on $9..$11),
 // where the command's version is newer than the row's.
-const applySQL = `
+var applySQL = `
 INSERT INTO timeouts AS t (version, deadline_ns, max_lateness_ms, part, state, key, fire_subject, payload, traceparent)
 SELECT v, d, NULLIF(l, 0), p, s, k, f, pl, tp
 FROM unnest($1::int8[], $2::int8[], $3::int4[], $4::int2[], $5::int2[], $6::bytea[], $7::text[], $8::bytea[], $12::text[]) AS u(v, d, l, p, s, k, f, pl, tp)
-WHERE p IN (SELECT l.part FROM timeout_leases l
-	JOIN unnest($9::int2[], $10::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-	WHERE l.owner = $11 AND l.expires_at > now())
+WHERE p IN (` + granted(9, 10, 11) + `)
 ON CONFLICT (key) DO UPDATE SET
 	version = EXCLUDED.version,
 	deadline_ns = CASE WHEN t.version < EXCLUDED.version THEN EXCLUDED.deadline_ns ELSE t.deadline_ns END,
@@ -274,15 +276,13 @@ func storedKeyOrder(n int, key func(i int) string) (order []int, stored [][]byte
 // upsert takes rows in, so the two cannot deadlock; then it marks them
 // fired at $3, found again by their tuple ids. The LATERAL keeps the plan
 // off a hash join over every pending row, as in dueSQL.
-const markFiredSQL = `
+var markFiredSQL = `
 UPDATE timeouts SET state = 2, deadline_ns = $3
 WHERE ctid = ANY (ARRAY(
 	SELECT t.ctid FROM unnest($1::bytea[], $2::int8[]) AS d(key, version)
 	CROSS JOIN LATERAL (SELECT t.ctid FROM timeouts t
 		WHERE t.key = d.key AND t.version = d.version AND t.state = 0
-			AND t.part = ANY (ARRAY(SELECT l.part FROM timeout_leases l
-				JOIN unnest($4::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-				WHERE l.owner = $6 AND l.expires_at > now()))
+			AND t.part = ANY (ARRAY(` + granted(4, 5, 6) + `))
 		LIMIT 1 FOR UPDATE) t))
 AND state = 0`
 
@@ -342,18 +342,25 @@ func (s *Store) LoadPending(ctx context.Context, partition int, afterKey string,
 	return out, nil
 }
 
-// leaseHeldSQL is true while $4 holds the leases of $3/$5 (partitions and
-// epochs), none expired, by Postgres's clock: the fence of the janitor's
-// statements. Uncorrelated, it is evaluated once, before the statement
-// reads a row.
-const leaseHeldSQL = `cardinality($3::int2[]) > 0 AND cardinality($3::int2[]) = (SELECT count(*) FROM timeout_leases l
-	JOIN unnest($3::int2[], $5::int8[]) AS f(part, epoch) ON l.part = f.part AND l.epoch = f.epoch
-	WHERE l.owner = $4 AND l.expires_at > now())`
+// heldSQL key-share-locks, in partition order, the lease rows that $4
+// holds at the epochs of $3/$5 (partitions and epochs), unexpired by
+// Postgres's clock: the fence of the janitor's statements, a CTE that
+// leaseHeldSQL reads, locked as fenceSQL locks, so that a release or an
+// acquisition (FOR UPDATE) waits for the statement, and a deposed owner's
+// janitor writes nothing after it.
+var heldSQL = `WITH held AS (` + granted(3, 5, 4) + `
+	ORDER BY l.part
+	FOR KEY SHARE OF l)
+`
+
+// leaseHeldSQL is true while every lease of the fence is held (heldSQL).
+// Uncorrelated, it is evaluated once, before the statement reads a row.
+const leaseHeldSQL = `cardinality($3::int2[]) > 0 AND cardinality($3::int2[]) = (SELECT count(*) FROM held)`
 
 // retireTombstonesSQL turns up to $2 tombstones older than $1 into version
 // marks, fenced (leaseHeldSQL). The outer condition re-checks the state, so
 // a row a command changed between the two scans is left alone.
-const retireTombstonesSQL = `UPDATE timeouts SET state = 3, payload = NULL, fire_subject = NULL, max_lateness_ms = NULL, traceparent = NULL
+var retireTombstonesSQL = heldSQL + `UPDATE timeouts SET state = 3, payload = NULL, fire_subject = NULL, max_lateness_ms = NULL, traceparent = NULL
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state IN (1, 2) AND deadline_ns < $1 LIMIT $2))
 	AND state IN (1, 2) AND ` + leaseHeldSQL
 
@@ -369,7 +376,7 @@ func (s *Store) RetireTombstones(ctx context.Context, fence timeoutd.Fence, befo
 
 // forgetMarksSQL deletes up to $2 version marks whose tombstone time is
 // before $1, found by the marks' index, fenced (leaseHeldSQL).
-const forgetMarksSQL = `DELETE FROM timeouts
+var forgetMarksSQL = heldSQL + `DELETE FROM timeouts
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM timeouts WHERE state = 3 AND deadline_ns < $1 LIMIT $2))
 	AND state = 3 AND ` + leaseHeldSQL
 

@@ -887,6 +887,38 @@ func TestTheJanitorIsFenced(t *testing.T) {
 	}
 }
 
+// TestAReleaseWaitsForTheJanitor: the janitor's fence locks the lease rows
+// as the data fence does, so a release (or another instance's
+// acquisition) waits for a janitor statement in progress, and a deposed
+// owner's janitor writes nothing after its leases were given up.
+func TestAReleaseWaitsForTheJanitor(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	owner := fenceAll(t, s)
+	zero := timeoutd.Fence{Owner: owner.Owner, Leases: owner.Leases[:1]}
+	fp, fe := fenceArrays(zero)
+	tx, err := pool.Begin(ctx) // a janitor statement in progress: its transaction still open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, retireTombstonesSQL, time.Now().UnixNano(), 100, fp, zero.Owner, fe); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := NewLeases(pool).Release(rctx, zero.Owner, zero.Leases); err == nil {
+		t.Fatal("the release went through while a janitor statement of the lease held it; want it to wait")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewLeases(pool).Release(ctx, zero.Owner, zero.Leases); err != nil {
+		t.Fatalf("release once the janitor's statement committed: %v", err)
+	}
+}
+
 // TestASameVersionNeverChangesARow: a set at the stored version with other
 // content (a producer that reused a version) leaves the row as it was; the
 // row is returned as stored.
