@@ -469,8 +469,8 @@ func check(w *world, keys map[string]*simKey, end time.Time) {
 		}
 	}
 	for _, k := range keys {
-		if k.last.Kind != events.KindSet {
-			continue
+		if k.last.Kind != events.KindSet || k.deadline.After(end) {
+			continue // cleared, or not due yet
 		}
 		msgID := events.Expiry{Outcome: events.OutcomeFired, Key: k.key, Version: k.version}.MsgID()
 		missed := events.Expiry{Outcome: events.OutcomeMissed, Key: k.key, Version: k.version}.MsgID()
