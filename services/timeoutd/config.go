@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,6 +82,14 @@ type Config struct {
 	// in "."; default [events.OrderCancelSubjectPrefix]. Commands with
 	// another fire subject are dead-lettered (subject_not_allowed).
 	FireSubjectPrefixes []string `env:"FIRE_SUBJECT_PREFIXES" envSeparator:","`
+	// DefaultFireSubjectPrefix makes a timeout's fire subject, prefix plus
+	// key, the default one: stored as nothing, so that the timeout is plain
+	// (it fires without a read of its row) when it stores nothing else.
+	// Under one of FireSubjectPrefixes; default
+	// events.OrderCancelSubjectPrefix. The pending rows stored with the
+	// default depend on it: the store refuses another one while any is
+	// left (postgres.Store.PinDefaultFireSubject).
+	DefaultFireSubjectPrefix string `env:"DEFAULT_FIRE_SUBJECT_PREFIX"`
 	// Tick is the wheel's resolution; default TickDefault.
 	Tick time.Duration `env:"TICK"`
 	// MaxPending bounds the pending timeouts in memory. Only a set for a
@@ -205,6 +214,7 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.FireSubjectPrefixes) == 0 {
 		c.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
 	}
+	c.DefaultFireSubjectPrefix = cmp.Or(c.DefaultFireSubjectPrefix, events.OrderCancelSubjectPrefix)
 	c.Tick = cmp.Or(c.Tick, TickDefault)
 	c.MaxPending = cmp.Or(c.MaxPending, MaxPendingDefault)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, MaxHorizonDefault)
@@ -250,6 +260,11 @@ func (c Config) validate() error {
 		if !strings.HasSuffix(p, ".") || !events.ValidSubject(strings.TrimSuffix(p, ".")) {
 			return fmt.Errorf("timeoutd: FireSubjectPrefixes: %q must be a literal subject followed by '.'", p)
 		}
+	}
+	d := c.DefaultFireSubjectPrefix
+	if !strings.HasSuffix(d, ".") || !events.ValidSubject(strings.TrimSuffix(d, ".")) ||
+		!slices.ContainsFunc(c.FireSubjectPrefixes, func(p string) bool { return strings.HasPrefix(d, p) }) {
+		return fmt.Errorf("timeoutd: DefaultFireSubjectPrefix: %q must be a literal subject followed by '.', under one of FireSubjectPrefixes %v", d, c.FireSubjectPrefixes)
 	}
 	switch {
 	case c.Tick < 0:

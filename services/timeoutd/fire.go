@@ -243,7 +243,7 @@ func (f *firer) rows(due []schedule.Due) ([]Timeout, []schedule.Ref, error) {
 	for _, d := range due {
 		if d.Plain {
 			found = append(found, Timeout{Key: d.Key, Partition: events.PartitionOf(d.Key), Version: d.Version,
-				State: StatePending, Deadline: d.Deadline, FireSubject: events.OrderCancelSubject(d.Key), Plain: true})
+				State: StatePending, Deadline: d.Deadline, FireSubject: f.cfg.DefaultFireSubjectPrefix + d.Key, Plain: true})
 			refs = append(refs, d.Ref)
 			continue
 		}

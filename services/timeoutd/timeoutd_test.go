@@ -696,6 +696,8 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		field string
 	}{
 		{"prefix without dot", Config{FireSubjectPrefixes: []string{"orders.cancel"}}, "FireSubjectPrefixes"},
+		{"default fire subject not allowed", Config{DefaultFireSubjectPrefix: "reservations.expire."}, "DefaultFireSubjectPrefix"},
+		{"default fire subject without dot", Config{FireSubjectPrefixes: []string{"a."}, DefaultFireSubjectPrefix: "a.b"}, "DefaultFireSubjectPrefix"},
 		{"max pending", Config{MaxPending: -5}, "MaxPending"},
 		{"mark retention below a day", Config{MarkRetention: time.Hour}, "MarkRetention"},
 		{"fire batch", Config{FireBatch: -1}, "FireBatch"},

@@ -190,6 +190,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 	if len(c.Service.FireSubjectPrefixes) == 0 {
 		c.Service.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
 	}
+	c.Service.DefaultFireSubjectPrefix = cmp.Or(c.Service.DefaultFireSubjectPrefix, events.OrderCancelSubjectPrefix)
 	switch {
 	case c.DatabaseURL == "":
 		return c, errors.New("daemon: TIMEOUTD_DATABASE_URL (DatabaseURL) is required")
@@ -347,9 +348,13 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := thttp.NewMetrics(reg)
-	store := postgres.NewStore(m.pool)
+	store := postgres.NewStore(m.pool, cfg.Service.DefaultFireSubjectPrefix)
+	if err := store.PinDefaultFireSubject(ctx); err != nil {
+		_ = src.Close()
+		return nil, fmt.Errorf("daemon: TIMEOUTD_DEFAULT_FIRE_SUBJECT_PREFIX (Service.DefaultFireSubjectPrefix): %w", err)
+	}
 	m.natsOK.Store(time.Now().UnixNano())
-	svc, err := timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads), Source: src, BrokerHealthy: m.natsHealthy,
+	svc, err := timeoutd.New(cfg.Service, timeoutd.Deps{Store: store, Reads: postgres.NewStore(m.reads, cfg.Service.DefaultFireSubjectPrefix), Source: src, BrokerHealthy: m.natsHealthy,
 		DeadLetters: tjs.NewDeadLetters(js), Publisher: tjs.NewPublisher(js, 0), Leases: postgres.NewLeases(m.leases), Metrics: metrics})
 	if err != nil {
 		_ = src.Close()

@@ -318,7 +318,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	cmd := setCmd("c-1", 1, deadline)
 	// The command is in the stream, unacked, and already committed.
 	e.publish(t, cmd)
-	if _, _, err := postgres.NewStore(e.pool).Apply(context.Background(), e.previous(t), []events.Command{cmd}, time.Now()); err != nil {
+	if _, _, err := postgres.NewStore(e.pool, events.OrderCancelSubjectPrefix).Apply(context.Background(), e.previous(t), []events.Command{cmd}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.start(t, nil)
@@ -420,7 +420,7 @@ func TestCrashBetweenPublishAndMarkFired(t *testing.T) {
 			deadline := time.Now().Add(-time.Second).UTC()
 			cmd := setCmd("c-3", 1, deadline)
 			cmd.MaxLatenessMs = tt.bound
-			if _, _, err := postgres.NewStore(e.pool).Apply(ctx, e.previous(t), []events.Command{cmd}, time.Now()); err != nil {
+			if _, _, err := postgres.NewStore(e.pool, events.OrderCancelSubjectPrefix).Apply(ctx, e.previous(t), []events.Command{cmd}, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			firedAt := deadline.Add(time.Duration(tt.bound) * time.Millisecond / 2)

@@ -33,12 +33,50 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // Store implements timeoutd.Store on a pgxpool.
 type Store struct {
 	pool *pgxpool.Pool
+	// defaultPrefix makes the default fire subject (prefix plus key),
+	// stored as NULL (timeoutd.Config.DefaultFireSubjectPrefix).
+	defaultPrefix string
 }
 
 var _ timeoutd.Store = (*Store)(nil)
 
-// NewStore returns a Store on pool; run Migrate first.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// NewStore returns a Store on pool whose default fire subject is
+// defaultPrefix plus the key (timeoutd.Config.DefaultFireSubjectPrefix);
+// run Migrate, then PinDefaultFireSubject, first.
+func NewStore(pool *pgxpool.Pool, defaultPrefix string) *Store {
+	return &Store{pool: pool, defaultPrefix: defaultPrefix}
+}
+
+// pinDefaultSQL records the store's default fire subject prefix ($1),
+// unless another is recorded and a pending row was stored with it (its
+// fire subject NULL): then it returns the recorded one, and nothing
+// changes. With no such row left, the new default replaces the old.
+const pinDefaultSQL = `
+WITH recorded AS (SELECT value FROM timeoutd_settings WHERE name = 'default_fire_subject_prefix'),
+kept AS (SELECT value FROM recorded WHERE value <> $1
+	AND EXISTS (SELECT 1 FROM timeouts WHERE state = 0 AND fire_subject IS NULL)),
+pinned AS (INSERT INTO timeoutd_settings (name, value)
+	SELECT 'default_fire_subject_prefix', $1 WHERE NOT EXISTS (SELECT 1 FROM kept)
+	ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value)
+SELECT coalesce((SELECT value FROM kept), $1)`
+
+// ErrDefaultFireSubject is returned by PinDefaultFireSubject when pending
+// rows were stored with another default fire subject.
+var ErrDefaultFireSubject = errors.New("postgres: pending timeouts were stored with another default fire subject")
+
+// PinDefaultFireSubject records the store's default fire subject prefix
+// in the database, or fails with ErrDefaultFireSubject (naming the one
+// recorded) when pending rows stored with another would be sent elsewhere.
+func (s *Store) PinDefaultFireSubject(ctx context.Context) error {
+	var recorded string
+	if err := s.pool.QueryRow(ctx, pinDefaultSQL, s.defaultPrefix).Scan(&recorded); err != nil {
+		return fmt.Errorf("pin the default fire subject: %w", err)
+	}
+	if recorded != s.defaultPrefix {
+		return fmt.Errorf("%w: %q, not %q; fire them first, or keep %q", ErrDefaultFireSubject, recorded, s.defaultPrefix, recorded)
+	}
+	return nil
+}
 
 // fenceSQL key-share-locks, in partition order, the lease rows that $3
 // holds at the epochs of $1/$2 and that have not expired by Postgres's
@@ -131,7 +169,7 @@ func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.C
 		}
 		states[i], deadlines[i] = int16(timeoutd.StatePending), c.Deadline.UnixNano()
 		lateness[i] = int32(min(c.MaxLatenessMs, math.MaxInt32))
-		if c.FireSubject != events.OrderCancelSubject(c.Key) {
+		if c.FireSubject != s.defaultPrefix+c.Key {
 			subjects[i] = &c.FireSubject
 		}
 		if len(c.Payload) > 0 {
@@ -239,7 +277,7 @@ func (s *Store) DueRows(ctx context.Context, due []timeoutd.Due) ([]timeoutd.Tim
 	if err != nil {
 		return nil, fmt.Errorf("read due timeouts: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, scanTimeout)
+	out, err := pgx.CollectRows(rows, s.scanTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("read due timeouts: %w", err)
 	}
@@ -311,11 +349,13 @@ func (s *Store) MarkFired(ctx context.Context, fence timeoutd.Fence, due []timeo
 	return refused(parts, granted), nil
 }
 
-func fireSubject(key string, stored *string) string {
+// fireSubject returns the fire subject of key's row, stored as NULL when
+// it is the default one.
+func (s *Store) fireSubject(key string, stored *string) string {
 	if stored != nil {
 		return *stored
 	}
-	return events.OrderCancelSubject(key)
+	return s.defaultPrefix + key
 }
 
 const loadPendingSQL = `SELECT t.key, t.version, t.deadline_ns, ` + plainSQL + ` FROM timeouts t
@@ -392,7 +432,7 @@ func (s *Store) ForgetMarks(ctx context.Context, fence timeoutd.Fence, before ti
 
 const timeoutCols = `key, version, deadline_ns, part, coalesce(max_lateness_ms, 0), fire_subject, payload, coalesce(traceparent, '')`
 
-func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
+func (s *Store) scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	var t timeoutd.Timeout
 	var deadline int64
 	var part int16
@@ -400,7 +440,7 @@ func scanTimeout(r pgx.CollectableRow) (timeoutd.Timeout, error) {
 	var subject *string
 	err := r.Scan((*keyDest)(&t.Key), &t.Version, &deadline, &part, &lateness, &subject, &t.Payload, &t.TraceParent)
 	t.Deadline, t.Partition, t.MaxLateness = time.Unix(0, deadline).UTC(), int(part), time.Duration(lateness)*time.Millisecond
-	t.FireSubject = fireSubject(t.Key, subject)
+	t.FireSubject = s.fireSubject(t.Key, subject)
 	return t, err
 }
 
@@ -445,7 +485,7 @@ func (s *Store) ListPending(ctx context.Context, q timeoutd.Query) ([]timeoutd.T
 	if err != nil {
 		return nil, fmt.Errorf("list pending: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, scanTimeout)
+	out, err := pgx.CollectRows(rows, s.scanTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("list pending: %w", err)
 	}
@@ -460,7 +500,7 @@ func (s *Store) GetPending(ctx context.Context, key string) (timeoutd.Timeout, e
 	if err != nil {
 		return timeoutd.Timeout{}, fmt.Errorf("get pending: %w", err)
 	}
-	t, err := pgx.CollectExactlyOneRow(rows, scanTimeout)
+	t, err := pgx.CollectExactlyOneRow(rows, s.scanTimeout)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return timeoutd.Timeout{}, timeoutd.ErrNotFound
 	}

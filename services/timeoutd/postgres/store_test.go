@@ -47,7 +47,7 @@ func newStore(t *testing.T) (*Store, *pgxpool.Pool) {
 	if err := Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
-	return NewStore(pool), pool
+	return NewStore(pool, events.OrderCancelSubjectPrefix), pool
 }
 
 func setCmd(key string, version int64, deadline time.Time, maxLatenessMs int64) events.Command {
@@ -379,7 +379,7 @@ func TestMigrationOnPopulatedTable(t *testing.T) {
 	if got := shape(); got != v1 {
 		t.Fatalf("00001: %s, want %s", got, v1)
 	}
-	s := NewStore(pool)
+	s := NewStore(pool, events.OrderCancelSubjectPrefix)
 	check := func(step string) {
 		t.Helper()
 		page, err := s.ListPending(ctx, timeoutd.Query{KeyPrefix: "old-", Limit: 10})
@@ -643,7 +643,7 @@ func TestMigrationRepublishesTheOutbox(t *testing.T) {
 	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	s := NewStore(pool)
+	s := NewStore(pool, events.OrderCancelSubjectPrefix)
 	got, err := s.GetPending(ctx, uuidKey)
 	if err != nil {
 		t.Fatalf("the unpublished event's timeout: %v, want pending", err)
@@ -994,5 +994,37 @@ func TestTraceParentIsStoredWithItsVersion(t *testing.T) {
 	}
 	if nulls != 2 {
 		t.Fatalf("%d rows with a NULL traceparent, want 2", nulls)
+	}
+}
+
+// TestTheDefaultFireSubjectIsPinned: the default fire subject is a
+// setting whose pending rows depend on it (they store none): the store
+// records it, reads such a row's subject with it, and refuses another
+// while such a row is pending; with none left, another replaces it.
+func TestTheDefaultFireSubjectIsPinned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := newStore(t)
+	orders, reservations := NewStore(pool, "orders.cancel."), NewStore(pool, "reservations.expire.")
+	if err := orders.PinDefaultFireSubject(ctx); err != nil {
+		t.Fatalf("first pin: %v", err)
+	}
+	if err := reservations.PinDefaultFireSubject(ctx); err != nil {
+		t.Fatalf("another default with no pending row stored with the first: %v", err)
+	}
+	cmd := setCmd("pin-1", 1, time.Now().Add(time.Hour), 0)
+	cmd.FireSubject = "reservations.expire.pin-1"
+	changes, _, err := reservations.Apply(ctx, fenceAll(t, reservations), []events.Command{cmd}, time.Now())
+	if err != nil || len(changes) != 1 || !changes[0].Plain {
+		t.Fatalf("apply a set on the default subject: %+v, %v; want one plain row", changes, err)
+	}
+	if got, err := reservations.GetPending(ctx, "pin-1"); err != nil || got.FireSubject != "reservations.expire.pin-1" {
+		t.Fatalf("read back: %+v, %v; want the default subject", got, err)
+	}
+	if err := orders.PinDefaultFireSubject(ctx); !errors.Is(err, ErrDefaultFireSubject) || !strings.Contains(err.Error(), "reservations.expire.") {
+		t.Fatalf("another default while a pending row was stored with the pinned one: %v; want ErrDefaultFireSubject naming it", err)
+	}
+	if err := reservations.PinDefaultFireSubject(ctx); err != nil {
+		t.Fatalf("the same default again: %v", err)
 	}
 }
