@@ -304,6 +304,12 @@ func runSeed(t *testing.T, seed uint64) simResult {
 				live = append(live, k)
 			case len(live) == 0:
 				continue
+			case r < 0.37:
+				bad := live[prodRng.IntN(len(live))].last // bad input: dead-lettered, never applied
+				bad.Kind, bad.Version, bad.FireSubject = events.KindSet, bad.Version+1000, "elsewhere."+bad.Key
+				bad.Deadline = now.Add(time.Second).UTC()
+				w.produce(bad)
+				continue
 			case r < 0.40:
 				old := live[prodRng.IntN(len(live))]
 				if old.version > 1 {

@@ -678,7 +678,22 @@ func (p simPublisher) Stored(_ context.Context, _ string, msgID string) (bool, e
 	return ok, nil
 }
 
-func (p simPublisher) DeadLetter(context.Context, events.DeadLetter) error { return nil }
+// DeadLetter stores a dead letter as a publish would: it hangs while NATS
+// is cut, and takes the link's latency.
+func (p simPublisher) DeadLetter(ctx context.Context, d events.DeadLetter) error {
+	p.w.mu.Lock()
+	l := p.w.linkOf(p.id)
+	cut, healed, latency := l.natsCut, l.healed, l.natsLatency+p.w.draw()
+	p.w.hist.add(time.Now(), "dlq", p.id, "-", 0, string(d.Reason))
+	p.w.mu.Unlock()
+	if cut {
+		return hang(ctx, healed)
+	}
+	if latency > 0 && !sleep(ctx, latency) {
+		return ctx.Err()
+	}
+	return nil
+}
 
 // history is what happened, for the checker and for the account of a
 // failing seed; guarded by w.mu.
