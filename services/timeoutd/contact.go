@@ -99,7 +99,7 @@ func (o *ownership) contacted(sent time.Time, err error) {
 			return
 		}
 		if o.contact.CompareAndSwap(last, &sent) {
-			if last == nil || sent.Sub(*last) >= o.contactWindow {
+			if last != nil && sent.Sub(*last) >= o.contactWindow {
 				o.trustUntil(time.Time{})
 			}
 			return
