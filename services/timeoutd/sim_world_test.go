@@ -456,6 +456,19 @@ type simMsg struct {
 	availAt time.Time // delivered (or nak'ed) until then
 }
 
+// pending returns the number of pending rows.
+func (w *world) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, r := range w.rows {
+		if r.state == StatePending {
+			n++
+		}
+	}
+	return n
+}
+
 // produce appends cmd to its partition's stream, as a producer's publish.
 func (w *world) produce(cmd events.Command) {
 	data, err := json.Marshal(cmd)
