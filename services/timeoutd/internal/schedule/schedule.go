@@ -443,10 +443,14 @@ func (s *Schedule) expire(batch []wheel.Expired[Ref]) {
 	}
 }
 
-// setLocked schedules e, to be handed to the wheel at at (normally the
-// deadline). A version not newer than the one held is ignored. A key not
+// setLocked schedules e, to be handed to the wheel at at (the deadline). A
+// positive hold is applied when its timer expires (expire re-arms it by the
+// hold of that moment), not now: a hold measured during a burst of load
+// (the heartbeat's statement slow) would otherwise delay every timer armed
+// meanwhile by it; a negative one moves the timer earlier now. A version not newer than the one held is ignored. A key not
 // held is added while fewer than limit are.
 func (s *Schedule) setLocked(e Entry, at time.Time, limit int) error {
+	at = at.Add(time.Duration(min(s.hold.Load(), 0)))
 	pos, i, ok := s.x.find(e.Key)
 	if ok {
 		sl := s.x.slots.at(i)
@@ -463,7 +467,7 @@ func (s *Schedule) setLocked(e Entry, at time.Time, limit int) error {
 		// No live timer (held, or in flight): the old Ref becomes stale and
 		// the slot gets a new timer.
 		sl.bumpGen()
-		if err := s.arm(i, sl, at); err != nil {
+		if err := s.armWheel(i, sl, at); err != nil {
 			s.removeLocked(pos, i)
 			return err
 		}
@@ -477,7 +481,7 @@ func (s *Schedule) setLocked(e Entry, at time.Time, limit int) error {
 	sl.version, sl.deadline = e.Version, e.Deadline.UnixNano()
 	sl.setPlain(e.Plain)
 	s.count(sl.deadline, 1)
-	if err := s.arm(i, sl, at); err != nil {
+	if err := s.armWheel(i, sl, at); err != nil {
 		s.removeLocked(s.x.pos(i), i)
 		return err
 	}
@@ -495,7 +499,12 @@ func (s *Schedule) addLocked(key string, limit int) (uint32, error) {
 
 // arm gives slot i a wheel timer expiring when Now reaches at.
 func (s *Schedule) arm(i uint32, sl *slot, at time.Time) error {
-	h, err := s.w.Schedule(at.Add(time.Duration(s.hold.Load())), Ref(ref(i, sl)))
+	return s.armWheel(i, sl, at.Add(time.Duration(s.hold.Load())))
+}
+
+// armWheel gives slot i a wheel timer expiring when Config.Now reaches at.
+func (s *Schedule) armWheel(i uint32, sl *slot, at time.Time) error {
+	h, err := s.w.Schedule(at, Ref(ref(i, sl)))
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", s.x.key(i), err)
 	}
