@@ -245,9 +245,9 @@ func runSeed(t *testing.T, seed uint64) simResult {
 	// takeovers failing, moves of timeouts in flight at MaxPending.
 	maxPending := func() int { return 40 + rng.IntN(300) }
 	if rng.Float64() < 0.3 {
-		maxPending = func() int { return 8 + rng.IntN(24) }
+		maxPending = func() int { return 24 + rng.IntN(40) }
 	}
-	settings := []string{fmt.Sprintf("instances %d, fetch batch %d, latency up to %v", len(nodes), w.cfg.batch, w.cfg.latency)}
+	settings := []string{fmt.Sprintf("instances %d, latency up to %v", len(nodes), w.cfg.latency)}
 	for i := range nodes {
 		n := newSimNode(w, fmt.Sprintf("t%d", i+1))
 		n.cfg = Config{InstanceID: n.id, Now: n.wall, Logger: logger.With("instance", n.id),
@@ -259,6 +259,11 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			n.id, n.cfg.MaxPending, n.cfg.FireBatch, n.cfg.FireConcurrency, n.cfg.MarkDelay, n.cfg.IngestLanes, time.Duration(n.skew.Load())))
 		nodes[i] = n
 	}
+	// As the daemon requires, no instance holds fewer timeouts than a
+	// fetch may bring (TIMEOUTD_MAX_PENDING against TIMEOUTD_BATCH_SIZE):
+	// half of the least, so that reservations leave a takeover room.
+	w.cfg.batch = max(1, min(w.cfg.batch, slices.MinFunc(nodes, func(a, b *simNode) int { return a.cfg.MaxPending - b.cfg.MaxPending }).cfg.MaxPending/2))
+	settings = append(settings, fmt.Sprintf("fetch batch %d", w.cfg.batch))
 	for _, n := range nodes {
 		n.start(t)
 	}
