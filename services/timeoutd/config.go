@@ -187,7 +187,7 @@ type Config struct {
 	// Now is the wall clock; default time.Now. Deadlines are judged by a
 	// clock that runs on the monotonic clock from one reading of Now at
 	// start, corrected by the heartbeats' measure of Postgres's clock
-	// (refClock): a later step of the wall clock moves nothing.
+	// (monoClock): a later step of the wall clock moves nothing.
 	Now func() time.Time
 	// ClockSkew (TIMEOUTD_CLOCK_SKEW) moves this instance's wall clock
 	// Now, as a host clock set wrong would: for fault injection only (a

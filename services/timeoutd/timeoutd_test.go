@@ -749,7 +749,8 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			t.Parallel()
 			st := &fakeStore{rows: map[string]Timeout{}}
 			src := &backlogSource{st: st, n: tt.consumed}
-			s, err := New(Config{RecoveryCatchupMax: 150 * time.Millisecond},
+			// No membership runs here to renew trust after a gap in contact.
+			s, err := New(Config{RecoveryCatchupMax: 150 * time.Millisecond, CrashGrace: time.Hour},
 				Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
 			if err != nil {
 				t.Fatal(err)
