@@ -94,8 +94,10 @@ func (in *ingester) run(ctx context.Context) {
 // with them unacked is safe: they are redelivered.
 func (in *ingester) ingestRetrying(ctx context.Context, msgs []Message) {
 	wait := retry.Backoff(in.cfg.RetryDelay)
+	var b admitted
+	defer func() { in.sched.Unreserve(b.room) }()
 	for {
-		err := in.ingest(in.hard, msgs)
+		err := in.ingest(in.hard, msgs, &b)
 		if err == nil {
 			return
 		}
@@ -114,38 +116,55 @@ type delivered struct {
 	keys []string
 }
 
+// admitted is a batch's commands once decoded and admitted: a retry of the
+// batch writes them again with the room they were granted, so a set whose
+// commit's outcome was lost finds its room still reserved whatever came
+// in since (were it admitted anew, the schedule could be full by then, and
+// the committed row left outside it).
+type admitted struct {
+	done     bool
+	cmds     []events.Command
+	valid    []delivered
+	deferred map[string]bool
+	room     schedule.Admission
+}
+
 // ingest processes one batch of messages, each one command or a batch of
 // a partition's commands (events.HeaderBatch): it decodes them, admits the
-// sets that find room, writes what it admitted for the partitions it owns,
-// applies the committed changes to the schedule, then settles every
-// message.
-func (in *ingester) ingest(ctx context.Context, msgs []Message) error {
+// sets that find room (once: b keeps them for the retries), writes what it
+// admitted for the partitions it owns, applies the committed changes to the
+// schedule, then settles every message.
+func (in *ingester) ingest(ctx context.Context, msgs []Message, b *admitted) error {
 	now := in.cfg.Now()
-	cmds, valid, err := in.collect(ctx, msgs, now)
-	if err != nil {
-		return err
-	}
-	// Only sets of keys not held need room; those that find none are
-	// deferred (redelivered after RetryDelay, with the rest of their
-	// message). A set older than a tombstone that only Postgres holds counts
-	// as new: telling it stale would cost a read. Deferring reorders a key's
-	// commands, which is safe: the upsert keeps the newest version whatever
-	// the order of arrival, and the commands of a deferred message that were
-	// committed are no-ops when it comes again.
-	cmds, deferred, reserved := in.sched.Admit(cmds)
-	defer in.sched.Unreserve(reserved)
-	var refused map[int]bool
-	if len(cmds) > 0 {
-		var changes []Change
-		if changes, refused, err = in.write(ctx, cmds, now); err != nil {
+	if !b.done {
+		cmds, valid, err := in.collect(ctx, msgs, now)
+		if err != nil {
 			return err
 		}
+		// Only sets of keys not held need room; those that find none are
+		// deferred (redelivered after RetryDelay, with the rest of their
+		// message). A set older than a tombstone that only Postgres holds
+		// counts as new: telling it stale would cost a read. Deferring
+		// reorders a key's commands, which is safe: the upsert keeps the
+		// newest version whatever the order of arrival, and the commands of
+		// a deferred message that were committed are no-ops when it comes
+		// again.
+		b.cmds, b.deferred, b.room = in.sched.Admit(cmds)
+		b.valid, b.done = valid, true
+	}
+	var refused map[int]bool
+	if len(b.cmds) > 0 {
+		changes, lost, err := in.write(ctx, b.cmds, now)
+		if err != nil {
+			return err
+		}
+		refused = lost
 		// Applied before the acks: once a command is acknowledged, no
 		// event of a version it replaced is published (Schedule.Apply
 		// waits for those being published).
 		in.apply(changes)
 	}
-	in.settle(valid, refused, deferred)
+	in.settle(b.valid, refused, b.deferred)
 	return nil
 }
 

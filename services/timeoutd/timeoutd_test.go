@@ -307,7 +307,7 @@ func TestIngestDedupesValidatesAndAcks(t *testing.T) {
 	for i, m := range msgs {
 		batch[i] = m
 	}
-	if err := s.ingest.ingest(context.Background(), batch); err != nil {
+	if err := s.ingest.ingestOnce(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.applied) != 1 || len(st.applied[0]) != 2 {
@@ -347,7 +347,7 @@ func TestIngestHandsBackTheCommandsOfARefusedPartition(t *testing.T) {
 		return events.Command{Schema: 1, Kind: events.KindSet, Key: key, Version: 1, Deadline: now.Add(time.Hour), FireSubject: events.OrderCancelSubject(key)}
 	}
 	msgs := []*fakeMsg{cmdMsg(t, 1, set(lost)), cmdMsg(t, 2, set(kept))}
-	if err := s.ingest.ingest(context.Background(), []Message{msgs[0], msgs[1]}); err != nil {
+	if err := s.ingest.ingestOnce(context.Background(), []Message{msgs[0], msgs[1]}); err != nil {
 		t.Fatal(err)
 	}
 	if msgs[0].fate != "nak" || msgs[1].fate != "ack" {
@@ -824,7 +824,7 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 	// sets.
 	a, b := cmdMsg(t, 1, setCmd("a", 1, now.Add(time.Hour))), cmdMsg(t, 2, setCmd("b", 1, now.Add(time.Hour)))
 	st.beforeFire = func() {
-		if err := s.ingest.ingest(context.Background(), []Message{a, b}); err != nil {
+		if err := s.ingest.ingestOnce(context.Background(), []Message{a, b}); err != nil {
 			t.Error(err)
 		}
 	}

@@ -107,8 +107,15 @@ type Schedule struct {
 	// hour, for CountBefore (census.go).
 	deadlines deadlineCounts
 	// reserved counts the slots reserved by Admit for sets being
-	// committed, so that concurrent ingest lanes never overfill memory.
+	// committed, so that concurrent ingest lanes never overfill memory,
+	// and the slots kept for sets of keys that left the schedule after
+	// they were admitted (see pinned).
 	reserved int
+	// pinned counts, by key, the admitted sets of a key that was armed at
+	// Admit and needed no room then; kept counts the slots such a key
+	// left to its set when a fire's Done or a Drop took it out before the
+	// set was applied (reserved for it until Unreserve).
+	pinned, kept map[string]int
 	// claims counts, by key, the claims (Claim) of timeouts whose event is
 	// being published; released signals each Unclaim, under mu.
 	claims   map[string]int
@@ -146,7 +153,7 @@ func New(cfg Config) (*Schedule, error) {
 	case cfg.Partitions > 1 && cfg.Partition == nil:
 		return nil, errors.New("schedule: Partition is nil")
 	}
-	s := &Schedule{cfg: cfg, x: newIndex(), deadlines: newDeadlineCounts(), claims: make(map[string]int)}
+	s := &Schedule{cfg: cfg, x: newIndex(), deadlines: newDeadlineCounts(), claims: make(map[string]int), pinned: make(map[string]int), kept: make(map[string]int)}
 	s.released = sync.NewCond(&s.mu)
 	// The index bounds the timeouts held; the wheel is left unbounded. It
 	// holds one live timer per armed timeout plus the timers it cut and has
@@ -179,46 +186,83 @@ func (s *Schedule) Version(key string) (int64, bool) {
 	return 0, false
 }
 
-// Admit reserves room for the sets of cmds whose key is not held or not
-// armed (in flight, or held for Release: a fire's Done or a Drop may take
-// it out before the set is applied), the only commands that can grow the
-// schedule, and returns the commands to apply, the keys of the sets that
-// found no room (to be retried later) and the number of slots reserved, to
-// be given back with Unreserve once the admitted commands are committed
-// and applied. Clears and sets of an armed key always pass, so a full
-// schedule never stops the commands that free it.
-func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, reserved int) {
+// Admission is the room Admit granted a batch of commands, given back by
+// Unreserve once they are committed and applied, or given up.
+type Admission struct {
+	reserved int      // slots reserved for sets of keys not held, or not armed
+	pinned   []string // keys of sets that were armed at Admit
+}
+
+// Admit grants room to the sets of cmds and returns the commands to apply,
+// the keys of the sets that found none (to be retried later) and the
+// Admission, to be given back with Unreserve once the admitted commands
+// are committed and applied (however many attempts that takes). A set of
+// a key not held, or not armed (in flight, or held for Release: a fire's
+// Done or a Drop may take it out before the set is applied), reserves a
+// slot; a set of an armed key needs none and always passes, as clears do,
+// so a full schedule never stops the commands that free it: its key is
+// pinned instead, and should a fire's Done or a Drop take the key out
+// before the set is applied, its slot stays reserved for the set.
+func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, a Admission) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	room := s.cfg.MaxPending - s.x.len() - s.reserved
 	admitted = cmds[:0]
 	for _, c := range cmds {
 		if c.Kind == events.KindSet {
-			if _, i, held := s.x.find(c.Key); !held || s.x.slots.at(i).h == 0 {
-				if reserved == room {
+			if _, i, held := s.x.find(c.Key); held && s.x.slots.at(i).h != 0 {
+				s.pinned[c.Key]++
+				a.pinned = append(a.pinned, c.Key)
+			} else {
+				if a.reserved == room {
 					if deferred == nil {
 						deferred = make(map[string]bool)
 					}
 					deferred[c.Key] = true
 					continue
 				}
-				reserved++
+				a.reserved++
 			}
 		}
 		admitted = append(admitted, c)
 	}
-	s.reserved += reserved
-	return admitted, deferred, reserved
+	s.reserved += a.reserved
+	return admitted, deferred, a
 }
 
-// Unreserve gives back n slots reserved by Admit.
-func (s *Schedule) Unreserve(n int) {
-	if n == 0 {
+// Unreserve gives back the room of a: its reservations, its pins and the
+// slots kept for its pinned keys.
+func (s *Schedule) Unreserve(a Admission) {
+	if a.reserved == 0 && len(a.pinned) == 0 {
 		return
 	}
 	s.mu.Lock()
-	s.reserved -= n
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.reserved -= a.reserved
+	for _, k := range a.pinned {
+		if s.pinned[k]--; s.pinned[k] <= 0 {
+			delete(s.pinned, k)
+		}
+		if s.kept[k] > 0 {
+			if s.kept[k]--; s.kept[k] == 0 {
+				delete(s.kept, k)
+			}
+			s.reserved--
+		}
+	}
+}
+
+// leaveLocked takes key, at slot i and position pos, out of the schedule
+// outside Apply (a fire's Done, a Drop): when admitted sets of it are
+// pinned, their slot stays reserved for them.
+func (s *Schedule) leaveLocked(pos uint64, i uint32) {
+	if len(s.pinned) > 0 {
+		if k := s.x.key(i); s.pinned[k] > s.kept[k] {
+			s.kept[k]++
+			s.reserved++
+		}
+	}
+	s.removeLocked(pos, i)
 }
 
 // Apply brings the schedule in line with committed changes: a set arms
@@ -227,9 +271,9 @@ func (s *Schedule) Unreserve(n int) {
 // returns how many sets and clears it saw, once no event of its keys is
 // being published (Claim): the caller acknowledges the commands after it,
 // so no event of a replaced version is published after the command that
-// replaced it is acknowledged. A set of a key not held that Admit did not
-// reserve room for may find the schedule full: it is logged and skipped,
-// pending in Postgres for the next load.
+// replaced it is acknowledged. A set Admit did not grant room to may find
+// the schedule full: it is logged and skipped, pending in Postgres for the
+// next load.
 func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -352,7 +396,7 @@ func (s *Schedule) Done(refs []Ref) {
 	defer s.mu.Unlock()
 	for _, r := range refs {
 		if i, sl := s.inFlight(r); sl != nil {
-			s.removeLocked(s.x.pos(i), i)
+			s.leaveLocked(s.x.pos(i), i)
 		}
 	}
 }
@@ -393,7 +437,7 @@ func (s *Schedule) Drop(drop func(partition int) bool) int {
 		if sl.h != 0 {
 			s.w.Cancel(wheel.Handle(sl.h))
 		}
-		s.removeLocked(s.x.pos(i), i)
+		s.leaveLocked(s.x.pos(i), i)
 		n++
 	}
 	return n

@@ -173,16 +173,16 @@ func TestAdmitReservesRoomForNewSetsOnly(t *testing.T) {
 		{Kind: events.KindSet, Key: "b", Version: 1, Deadline: far},
 		{Kind: events.KindSet, Key: "c", Version: 1, Deadline: far},
 	}
-	admitted, deferred, reserved := s.Admit(cmds)
-	if len(admitted) != 4 || reserved != 2 || len(deferred) != 1 || !deferred["c"] {
-		t.Fatalf("admitted %d, reserved %d, deferred %v; want 4, 2, [c]", len(admitted), reserved, deferred)
+	admitted, deferred, room := s.Admit(cmds)
+	if len(admitted) != 4 || room.reserved != 2 || len(deferred) != 1 || !deferred["c"] {
+		t.Fatalf("admitted %d, reserved %d, deferred %v; want 4, 2, [c]", len(admitted), room.reserved, deferred)
 	}
 	// A concurrent lane finds no room until the reservation is given back.
 	if _, d, _ := s.Admit([]events.Command{{Kind: events.KindSet, Key: "d", Version: 1}}); !d["d"] {
 		t.Fatal("a second lane was admitted into reserved room")
 	}
-	s.Unreserve(reserved)
-	if _, d, n := s.Admit([]events.Command{{Kind: events.KindSet, Key: "d", Version: 1}}); d["d"] || n != 1 {
+	s.Unreserve(room)
+	if _, d, n := s.Admit([]events.Command{{Kind: events.KindSet, Key: "d", Version: 1}}); d["d"] || n.reserved != 1 {
 		t.Fatal("room was not given back")
 	}
 }
