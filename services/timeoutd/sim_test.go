@@ -270,6 +270,10 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			n.id, n.cfg.MaxPending, n.cfg.FireBatch, n.cfg.FireConcurrency, n.cfg.MarkDelay, n.cfg.IngestLanes, time.Duration(n.skew.Load())))
 		nodes[i] = n
 	}
+	w.nodes = make(map[string]*simNode, len(nodes))
+	for _, n := range nodes {
+		w.nodes[n.id] = n
+	}
 	// As the daemon requires, no instance holds fewer timeouts than a
 	// fetch may bring (TIMEOUTD_MAX_PENDING against TIMEOUTD_BATCH_SIZE):
 	// half of the least, so that reservations leave a takeover room.

@@ -50,6 +50,9 @@ type world struct {
 	notify chan struct{}
 	hist   history
 	cfg    worldConfig
+	// nodes are the instances, by id, for the checks made as the
+	// history unfolds.
+	nodes map[string]*simNode
 }
 
 // worldConfig is what the models need of the run.
@@ -618,8 +621,32 @@ func (m simMessage) Ack() error {
 		if !m.m.done {
 			m.m.done = true
 			m.w.hist.acked(m.m.cmd, now)
+			m.w.checkScheduled(m.id, m.m.cmd, now)
 		}
 	})
+}
+
+// checkScheduled checks, as instance id acknowledges cmd, that a set it
+// acknowledges for a partition open there is held by its schedule, unless
+// Postgres already moved past it (a newer version, or fired): an
+// acknowledged set must never be pending in Postgres alone while its
+// partition's owner runs (a restart's load would hide such a loss from
+// the end's checks). Under w.mu.
+func (w *world) checkScheduled(id string, cmd events.Command, now time.Time) {
+	n := w.nodes[id]
+	if cmd.Kind != events.KindSet || n == nil {
+		return
+	}
+	svc := n.svc.Load()
+	if svc == nil || !svc.own.isOpen(events.PartitionOf(cmd.Key)) {
+		return
+	}
+	if r := w.rows[cmd.Key]; r == nil || r.version != cmd.Version || r.state != StatePending {
+		return
+	}
+	if v, held := svc.sched.Version(cmd.Key); !held || v < cmd.Version {
+		w.hist.violate(now, "acknowledged is scheduled", cmd.Key, fmt.Sprintf("v%d acknowledged by %s, pending in Postgres, not held by its schedule (held %v, v%d)", cmd.Version, id, held, v))
+	}
 }
 
 func (m simMessage) Term() error {

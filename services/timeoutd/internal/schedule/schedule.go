@@ -111,7 +111,7 @@ type Schedule struct {
 	// and the slots kept for sets of keys that left the schedule after
 	// they were admitted (see pinned).
 	reserved int
-	// pinned counts, by key, the admitted sets of a key that was armed at
+	// pinned counts, by key, the admitted sets of a key that was held at
 	// Admit and needed no room then; kept counts the slots such a key
 	// left to its set when a fire's Done or a Drop took it out before the
 	// set was applied (reserved for it until Unreserve).
@@ -189,20 +189,20 @@ func (s *Schedule) Version(key string) (int64, bool) {
 // Admission is the room Admit granted a batch of commands, given back by
 // Unreserve once they are committed and applied, or given up.
 type Admission struct {
-	reserved int      // slots reserved for sets of keys not held, or not armed
-	pinned   []string // keys of sets that were armed at Admit
+	reserved int      // slots reserved for sets of keys not held
+	pinned   []string // keys held at Admit that sets were admitted for
 }
 
 // Admit grants room to the sets of cmds and returns the commands to apply,
 // the keys of the sets that found none (to be retried later) and the
 // Admission, to be given back with Unreserve once the admitted commands
 // are committed and applied (however many attempts that takes). A set of
-// a key not held, or not armed (in flight, or held for Release: a fire's
-// Done or a Drop may take it out before the set is applied), reserves a
-// slot; a set of an armed key needs none and always passes, as clears do,
-// so a full schedule never stops the commands that free it: its key is
-// pinned instead, and should a fire's Done or a Drop take the key out
-// before the set is applied, its slot stays reserved for the set.
+// a key not held reserves a slot. A set of a key held (armed, in flight,
+// or held for Release) needs none and always passes, as clears do, so a
+// full schedule never stops the commands that free it or move what it
+// holds: its key is pinned instead, and should a fire's Done or a Drop take
+// the key out before the set is applied, its slot stays reserved for the
+// set until Unreserve.
 func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, deferred map[string]bool, a Admission) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,7 +210,7 @@ func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, defe
 	admitted = cmds[:0]
 	for _, c := range cmds {
 		if c.Kind == events.KindSet {
-			if _, i, held := s.x.find(c.Key); held && s.x.slots.at(i).h != 0 {
+			if _, _, held := s.x.find(c.Key); held {
 				s.pinned[c.Key]++
 				a.pinned = append(a.pinned, c.Key)
 			} else {
