@@ -328,13 +328,46 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		}
 		return n
 	}
+	// Some seeds publish as pkg/timeouts' writer does under load: the
+	// commands of a linger packed into batches of one partition's, their
+	// keys drawn from 8 partitions so that batches form.
+	batchRng := rand.New(rand.NewPCG(seed, 0xba7c))
+	batching := batchRng.Float64() < 0.3
+	linger := time.Duration(20+batchRng.IntN(180)) * time.Millisecond
+	var hot [events.Partitions]bool
+	for range 8 {
+		hot[batchRng.IntN(events.Partitions)] = true
+	}
+	var lingering []events.Command
+	var lingerEnd time.Time
+	send := func(cmd events.Command) {
+		if !batching {
+			w.produce(cmd)
+			return
+		}
+		if len(lingering) == 0 {
+			lingerEnd = time.Now().Add(linger)
+		}
+		lingering = append(lingering, cmd)
+	}
+	flush := func(now time.Time) {
+		if len(lingering) > 0 && !now.Before(lingerEnd) {
+			w.produceBatch(lingering)
+			lingering = nil
+		}
+	}
+	if batching {
+		settings = append(settings, fmt.Sprintf("batches: linger %v", linger))
+	}
 	wg.Go(func() {
+		defer func() { flush(time.Now().Add(linger)) }()
 		burstEnd := time.Now().Add(simLoad / 2)
 		for n := 0; time.Now().Before(loadEnd); n++ {
 			if !sleep(ctx, time.Duration(1+prodRng.IntN(25))*time.Millisecond) {
 				return
 			}
 			now := time.Now()
+			flush(now)
 			pending := w.pending()
 			if full {
 				pending += waiting()
@@ -344,6 +377,9 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			switch r := prodRng.Float64(); {
 			case (r < 0.35 || len(live) == 0) && room:
 				k = &simKey{key: fmt.Sprintf("k%05d", n)}
+				for j := 0; batching && !hot[events.PartitionOf(k.key)]; j++ {
+					k.key = fmt.Sprintf("k%05d-%d", n, j)
+				}
 				keys[k.key] = k
 				live = append(live, k)
 			case len(live) == 0:
@@ -352,14 +388,14 @@ func runSeed(t *testing.T, seed uint64) simResult {
 				bad := live[prodRng.IntN(len(live))].last // bad input: dead-lettered, never applied
 				bad.Kind, bad.Version, bad.FireSubject = events.KindSet, bad.Version+1000, "elsewhere."+bad.Key
 				bad.Deadline = now.Add(time.Second).UTC()
-				w.produce(bad)
+				send(bad)
 				continue
 			case r < 0.38+badP:
 				old := live[prodRng.IntN(len(live))]
 				if old.version > 1 {
 					stale := old.last
 					stale.Version = 1 + prodRng.Int64N(old.version-1)
-					w.produce(stale) // a stale version, replayed late
+					send(stale) // a stale version, replayed late
 				}
 				continue
 			case r < 0.70:
@@ -384,7 +420,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 				}
 			}
 			k.last = cmd
-			w.produce(cmd)
+			send(cmd)
 			if len(live) > 400 {
 				live = live[1:] // forgotten by the producer: its set stands
 			}
@@ -534,7 +570,8 @@ func check(w *world, keys map[string]*simKey, end time.Time) {
 	for p, s := range w.parts {
 		for _, m := range s.msgs {
 			if !m.done {
-				h.violate(end, "nothing lost", m.cmd.Key, fmt.Sprintf("v%d %s (partition %d, seq %d) never acknowledged", m.cmd.Version, m.cmd.Kind, p, m.seq))
+				c := m.cmds[0]
+				h.violate(end, "nothing lost", c.Key, fmt.Sprintf("v%d %s (partition %d, seq %d, %d commands) never acknowledged", c.Version, c.Kind, p, m.seq, len(m.cmds)))
 			}
 		}
 	}

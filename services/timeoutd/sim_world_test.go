@@ -1,12 +1,14 @@
 package timeoutd
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +55,8 @@ type world struct {
 	// nodes are the instances, by id, for the checks made as the
 	// history unfolds.
 	nodes map[string]*simNode
+	// refused are the commands dead-lettered, as key@version.
+	refused map[string]bool
 }
 
 // worldConfig is what the models need of the run.
@@ -454,9 +458,9 @@ type simMsg struct {
 	seq     uint64
 	subject string
 	data    []byte
-	cmd     events.Command
-	done    bool      // acked or terminated
-	availAt time.Time // delivered (or nak'ed) until then
+	cmds    []events.Command // one, or a batch's (events.HeaderBatch)
+	done    bool             // acked or terminated
+	availAt time.Time        // delivered (or nak'ed) until then
 }
 
 // pending returns the number of pending rows.
@@ -473,16 +477,43 @@ func (w *world) pending() int {
 }
 
 // produce appends cmd to its partition's stream, as a producer's publish.
-func (w *world) produce(cmd events.Command) {
-	data, err := json.Marshal(cmd)
-	if err != nil {
-		panic(err)
+func (w *world) produce(cmd events.Command) { w.produceBatch([]events.Command{cmd}) }
+
+// produceBatch publishes cmds as pkg/timeouts' writer does: packed into
+// batches of one partition's commands (events.Batch), each appended to its
+// partition's stream.
+func (w *world) produceBatch(cmds []events.Command) {
+	msgs := make([]events.CommandMessage, len(cmds))
+	for i, cmd := range cmds {
+		data, err := json.Marshal(cmd)
+		if err != nil {
+			panic(err)
+		}
+		msgs[i] = events.CommandMessage{Subject: events.CommandSubject(cmd.Key), MsgID: cmd.MsgID(), Data: data, Count: 1}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := w.parts[events.PartitionOf(cmd.Key)]
-	s.msgs = append(s.msgs, &simMsg{seq: uint64(len(s.msgs) + 1), subject: events.PartitionedCommandSubject(cmd.Key), data: data, cmd: cmd})
-	w.hist.add(time.Now(), "produce", "", cmd.Key, cmd.Version, string(cmd.Kind)+" "+cmd.Deadline.Format("15:04:05.000"))
+	now := time.Now()
+	for _, m := range events.Batch(msgs) {
+		var members []events.Command
+		for line := range bytes.SplitSeq(m.Data, []byte("\n")) {
+			var c events.Command
+			if err := json.Unmarshal(line, &c); err != nil {
+				panic(err)
+			}
+			members = append(members, c)
+		}
+		key := members[0].Key
+		s := w.parts[events.PartitionOf(key)]
+		s.msgs = append(s.msgs, &simMsg{seq: uint64(len(s.msgs) + 1), subject: events.PartitionedCommandSubject(key), data: m.Data, cmds: members})
+		for _, c := range members {
+			detail := string(c.Kind) + " " + c.Deadline.Format("15:04:05.000")
+			if len(members) > 1 {
+				detail += fmt.Sprintf(" (batch of %d)", len(members))
+			}
+			w.hist.add(now, "produce", "", c.Key, c.Version, detail)
+		}
+	}
 	w.wake()
 }
 
@@ -598,10 +629,15 @@ type simMessage struct {
 	id string
 }
 
-func (m simMessage) Subject() string      { return m.m.subject }
-func (m simMessage) Data() []byte         { return m.m.data }
-func (m simMessage) Header(string) string { return "" }
-func (m simMessage) Seq() uint64          { return m.m.seq }
+func (m simMessage) Subject() string { return m.m.subject }
+func (m simMessage) Data() []byte    { return m.m.data }
+func (m simMessage) Header(name string) string {
+	if name == events.HeaderBatch && len(m.m.cmds) > 1 {
+		return strconv.Itoa(len(m.m.cmds))
+	}
+	return ""
+}
+func (m simMessage) Seq() uint64 { return m.m.seq }
 
 func (m simMessage) settle(what string, f func(now time.Time)) error {
 	m.w.mu.Lock()
@@ -611,7 +647,9 @@ func (m simMessage) settle(what string, f func(now time.Time)) error {
 	}
 	now := time.Now()
 	f(now)
-	m.w.hist.add(now, what, m.id, m.m.cmd.Key, m.m.cmd.Version, string(m.m.cmd.Kind))
+	for _, c := range m.m.cmds {
+		m.w.hist.add(now, what, m.id, c.Key, c.Version, string(c.Kind))
+	}
 	m.w.wake()
 	return nil
 }
@@ -620,8 +658,13 @@ func (m simMessage) Ack() error {
 	return m.settle("ack", func(now time.Time) {
 		if !m.m.done {
 			m.m.done = true
-			m.w.hist.acked(m.m.cmd, now)
-			m.w.checkScheduled(m.id, m.m.cmd, now)
+			for _, c := range m.m.cmds {
+				if m.w.refused[c.Key+"@"+strconv.FormatInt(c.Version, 10)] {
+					continue
+				}
+				m.w.hist.acked(c, now)
+				m.w.checkScheduled(m.id, c, now)
+			}
 		}
 	})
 }
@@ -731,6 +774,17 @@ func (p simPublisher) DeadLetter(ctx context.Context, d events.DeadLetter) error
 	}
 	if latency > 0 && !sleep(ctx, latency) {
 		return ctx.Err()
+	}
+	// A batch's acknowledgement does not accept the commands of it that
+	// were dead-lettered.
+	var c events.Command
+	if json.Unmarshal(d.Data, &c) == nil && c.Key != "" {
+		p.w.mu.Lock()
+		if p.w.refused == nil {
+			p.w.refused = map[string]bool{}
+		}
+		p.w.refused[c.Key+"@"+strconv.FormatInt(c.Version, 10)] = true
+		p.w.mu.Unlock()
 	}
 	return nil
 }

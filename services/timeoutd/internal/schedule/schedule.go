@@ -214,7 +214,7 @@ func (s *Schedule) Admit(cmds []events.Command) (admitted []events.Command, defe
 				s.pinned[c.Key]++
 				a.pinned = append(a.pinned, c.Key)
 			} else {
-				if a.reserved == room {
+				if a.reserved >= room { // room is negative while applied sets still hold their reservations
 					if deferred == nil {
 						deferred = make(map[string]bool)
 					}
@@ -284,7 +284,7 @@ func (s *Schedule) Apply(changes []Change) (set, cleared int) {
 			continue
 		}
 		if err := s.setLocked(c.Entry, c.Deadline, s.cfg.MaxPending); err != nil {
-			s.cfg.Logger.Error("timeout committed but not scheduled in memory", "key", c.Key, "err", err)
+			s.cfg.Logger.Error("timeout committed but not scheduled in memory", "key", c.Key, "err", err, "held", s.x.len(), "reserved", s.reserved)
 			continue
 		}
 		set++

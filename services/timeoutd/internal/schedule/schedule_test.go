@@ -161,6 +161,27 @@ func TestRearmAfterAFailedFire(t *testing.T) {
 	}
 }
 
+// TestAdmitFindsNoRoomWhileAppliedSetsHoldTheirs: the sets a batch
+// applied keep their reservation until the batch gives it back, so the
+// schedule's count and the reservations together may exceed MaxPending
+// for a while; a set admitted meanwhile must find no room (it did: a
+// negative room never equalled the count reserved, and every set passed).
+func TestAdmitFindsNoRoomWhileAppliedSetsHoldTheirs(t *testing.T) {
+	t.Parallel()
+	s, _ := newTest(t, 2, time.Now)
+	far := time.Now().Add(time.Hour)
+	_, _, room := s.Admit([]events.Command{{Kind: events.KindSet, Key: "a", Version: 1, Deadline: far}, {Kind: events.KindSet, Key: "b", Version: 1, Deadline: far}})
+	s.Apply([]Change{set("a", 1, far), set("b", 1, far)}) // held 2, reserved 2
+	if got, deferred, r := s.Admit([]events.Command{{Kind: events.KindSet, Key: "c", Version: 1, Deadline: far}}); len(got) != 0 || !deferred["c"] {
+		s.Unreserve(r)
+		t.Errorf("c admitted (%+v) into a full schedule whose applied sets still hold their reservations", r)
+	}
+	s.Unreserve(room)
+	if _, deferred, _ := s.Admit([]events.Command{{Kind: events.KindSet, Key: "c", Version: 1, Deadline: far}}); !deferred["c"] {
+		t.Error("c admitted into a full schedule")
+	}
+}
+
 func TestAdmitReservesRoomForNewSetsOnly(t *testing.T) {
 	t.Parallel()
 	s, _ := newTest(t, 3, time.Now)
