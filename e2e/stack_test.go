@@ -589,8 +589,16 @@ func (s *stack) Stop(t *testing.T, name string) {
 func (s *stack) Pause(t *testing.T, name string) {
 	t.Helper()
 	s.docker(t, func(ctx context.Context, cli *client.Client, id string) error {
-		_, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
-		return err
+		// The cgroup freezer gives up when the container's processes do
+		// not stop in time (runc: "unable to freeze"), as on a loaded
+		// machine: the container runs on, and the pause is tried again.
+		for attempt := 1; ; attempt++ {
+			_, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+			if err == nil || attempt == 5 || !strings.Contains(err.Error(), "unable to freeze") {
+				return err
+			}
+			t.Logf("pause %s: %v; trying again", name, err)
+		}
 	}, "pause "+name, name)
 }
 
