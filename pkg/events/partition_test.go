@@ -43,9 +43,9 @@ func TestKeyOfStoredCommand(t *testing.T) {
 	}{
 		{"timeouts.cmd.44.a", "a", true},
 		{PartitionedCommandSubject("o-1"), "o-1", true},
-		{"timeouts.cmd.43.a", "", false}, // the wrong partition
-		{"timeouts.cmd.a", "", false},    // not transformed
-		{"timeouts.cmd.44.r.a", "r.a", true},      // a tenant's: the local key's partition
+		{"timeouts.cmd.43.a", "", false},        // the wrong partition
+		{"timeouts.cmd.a", "", false},           // not transformed
+		{"timeouts.cmd.44.r.a", "r.a", true},    // a tenant's: the local key's partition
 		{"timeouts.cmd.44.orders.a", "", false}, // the orders tenant's keys are unqualified
 		{"timeouts.cmd.44.a.b.c", "", false},
 		{"orders.cancel.44.a", "", false},
