@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // nodeExampleDir is the Node.js producer written from the AsyncAPI
