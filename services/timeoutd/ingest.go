@@ -252,10 +252,11 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 		var c events.Command
 		err := terr
 		if err == nil {
-			c, err = in.decode(m.Data(), prefixes, now)
+			c, err = in.decode(m.Data(), tenant, prefixes, now)
 		}
-		if err == nil {
-			err = checkKey(c.Key, stored, tenant, m.Subject())
+		if err == nil && c.Key != stored {
+			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
+				Detail: fmt.Sprintf("key %q does not match subject %q", c.Key, m.Subject())}
 		}
 		if err != nil {
 			return nil, in.deadLetter(ctx, m, in.deadLetterOf(producerSubject(m.Subject()), tenant, m.Data(), m.Seq(), err, now), true)
@@ -283,14 +284,10 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 	}
 	out := make([]events.Command, 0, len(lines))
 	for i, line := range lines {
-		cmd, err := in.decode(line, prefixes, now)
-		if err == nil {
-			if t, _ := events.SplitKey(cmd.Key); t != tenant {
-				err = checkKey(cmd.Key, stored, tenant, m.Subject())
-			} else if events.PartitionOf(cmd.Key) != part {
-				err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
-					Detail: fmt.Sprintf("key %q is not of partition %d, the batch's (subject %q)", cmd.Key, part, m.Subject())}
-			}
+		cmd, err := in.decode(line, tenant, prefixes, now)
+		if err == nil && events.PartitionOf(cmd.Key) != part {
+			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
+				Detail: fmt.Sprintf("key %q is not of partition %d, the batch's (subject %q)", cmd.Key, part, m.Subject())}
 		}
 		if err == nil {
 			if traces != nil {
@@ -377,13 +374,17 @@ func (in *ingester) apply(changes []Change) {
 	in.stats.cleared.Add(uint64(cleared))
 }
 
-// decode parses a command and applies the service's own rules: with
-// MarkRetention, the command was issued within it; the fire subject is
-// under one of prefixes (its tenant's) and the deadline within MaxHorizon.
-// The command is returned with the error when it parsed.
-func (in *ingester) decode(data []byte, prefixes []string, now time.Time) (events.Command, error) {
+// decode parses a command of tenant (its subject's) and applies the
+// service's own rules: its key is the tenant's; with MarkRetention, the
+// command was issued within it; the fire subject is under one of prefixes
+// (the tenant's) and the deadline within MaxHorizon. The command is
+// returned with the error when it parsed.
+func (in *ingester) decode(data []byte, tenant string, prefixes []string, now time.Time) (events.Command, error) {
 	cmd, err := events.DecodeCommand(data)
 	if err != nil {
+		return cmd, err
+	}
+	if err := checkKeyTenant(cmd.Key, tenant); err != nil {
 		return cmd, err
 	}
 	if r := in.cfg.MarkRetention; r > 0 {

@@ -62,17 +62,12 @@ func (in *ingester) checkTenant(tenant, subject string) ([]string, error) {
 		Detail: fmt.Sprintf("tenant %q of the command subject is not in timeoutd's tenant registry (TIMEOUTD_TENANTS_FILE)", tenant)}
 }
 
-// checkKey returns the error that dead-letters a command of key on
-// tenant's subject stored: a key of another tenant (foreign_key), or
-// another key of the tenant (subject_mismatch); nil for stored itself.
-func checkKey(key, stored, tenant, subject string) error {
+// checkKeyTenant returns the error that dead-letters a command of key
+// published on tenant's subject: a key of another tenant (foreign_key).
+func checkKeyTenant(key, tenant string) error {
 	if t, _ := events.SplitKey(key); t != tenant {
 		return &events.Error{Reason: events.ReasonForeignKey, Field: "key",
-			Detail: fmt.Sprintf("key %q belongs to tenant %q, not to %q whose subject %q it came on", key, t, tenant, subject)}
-	}
-	if key != stored {
-		return &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
-			Detail: fmt.Sprintf("key %q does not match subject %q", key, subject)}
+			Detail: fmt.Sprintf("key %q belongs to tenant %q, not to %q, whose command subject it came on", key, t, tenant)}
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ func TestTenantRules(t *testing.T) {
 		{"a tenant's own", events.PartitionedCommandSubject("res.r-1"), set("res.r-1", "res.expire.r-1"), ""},
 		{"a tenant's own clear", events.PartitionedCommandSubject("res.r-1"), clear("res.r-1"), ""},
 		{"orders' key on a tenant's subject", events.PartitionedCommandSubject("res.o-1"), clear("o-1"), events.ReasonForeignKey},
+		{"orders' key and fire subject on a tenant's subject", events.PartitionedCommandSubject("res.o-1"), set("o-1", "orders.cancel.o-1"), events.ReasonForeignKey},
 		{"another tenant's key on a tenant's subject", events.PartitionedCommandSubject("res.r-1"), clear("inv.r-1"), events.ReasonForeignKey},
 		{"a tenant's key on orders' subject", events.PartitionedCommandSubject("r-1"), clear("res.r-1"), events.ReasonForeignKey},
 		{"orders' fire subject from a tenant", events.PartitionedCommandSubject("res.r-2"), set("res.r-2", "orders.cancel.o-1"), events.ReasonSubjectNotAllowed},
