@@ -200,23 +200,46 @@ func TestTenantIsolation(t *testing.T) {
 			}
 		})
 	}
-	// timeoutd's refusals: each with its reason, of the attacker's tenant.
+	// timeoutd's refusals: each with its reason, of the attacker's tenant,
+	// and nothing published on the victim's fire subject.
 	for _, c := range cells {
 		if c.reason == "" {
 			continue
 		}
-		var d events.DeadLetter
-		waitForExplained(t, 30*time.Second, fmt.Sprintf("%s's dead letter of %q against %s", c.attacker, c.what, c.victim), func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			var ok bool
-			d, ok = dead[c.deadID]
-			return ok && d.Reason == c.reason
-		}, func() string {
-			mu.Lock()
-			defer mu.Unlock()
-			return fmt.Sprintf("dead letter %s: %+v (none: timeoutd accepted it)", c.deadID, dead[c.deadID])
+		t.Run("dead letter/"+c.attacker+"/"+c.victim+"/"+c.what, func(t *testing.T) {
+			waitForExplained(t, 20*time.Second, fmt.Sprintf("%s's dead letter of %q against %s", c.attacker, c.what, c.victim), func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				d, ok := dead[c.deadID]
+				return ok && d.Reason == c.reason
+			}, func() string {
+				mu.Lock()
+				defer mu.Unlock()
+				d, ok := dead[c.deadID]
+				if !ok {
+					return fmt.Sprintf("no dead letter %s: timeoutd accepted it", c.deadID)
+				}
+				return fmt.Sprintf("dead letter %s: reason %s (%s)", c.deadID, d.Reason, d.Detail)
+			})
 		})
+	}
+	for _, c := range cells {
+		if c.reason != events.ReasonSubjectNotAllowed {
+			continue
+		}
+		var fire string
+		for _, v := range matrixTenants {
+			if v.Name == c.victim {
+				fire = v.FirePrefixes[0] + "own-" + c.attacker
+			}
+		}
+		cons, err := obs.js.OrderedConsumer(ctx, events.StreamExpiries, jetstream.OrderedConsumerConfig{FilterSubjects: []string{fire}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := cons.Next(jetstream.FetchMaxWait(200 * time.Millisecond)); err == nil {
+			t.Errorf("%s's deadline fired on %s's subject %s: %s", c.attacker, c.victim, m.Subject(), m.Data())
+		}
 	}
 	// Every victim unchanged.
 	for name, h := range victims {
@@ -225,8 +248,10 @@ func TestTenantIsolation(t *testing.T) {
 			t.Errorf("%s's timeout after the matrix: %+v, want version 5, deadline %v, fire subject %s", name, got, h.deadline, h.fire)
 		}
 	}
-	t.Logf("matrix: %d cells, %d refused by NATS, %d dead-lettered by timeoutd; every victim unchanged", len(cells),
-		countIf(cells, func(c attempt) bool { return c.reason == "" }), countIf(cells, func(c attempt) bool { return c.reason != "" }))
+	if !t.Failed() {
+		t.Logf("matrix: %d cells, %d refused by NATS, %d dead-lettered by timeoutd; every victim unchanged", len(cells),
+			countIf(cells, func(c attempt) bool { return c.reason == "" }), countIf(cells, func(c attempt) bool { return c.reason != "" }))
+	}
 
 	t.Run("tenant added live", func(t *testing.T) { addTenantLive(t, s) })
 }
