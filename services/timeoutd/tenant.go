@@ -51,9 +51,12 @@ func tenantOfStored(subject string) string {
 // that dead-letters its commands: an unknown tenant, or none (a subject
 // that is not a stored command's, subject_mismatch).
 func (in *ingester) checkTenant(tenant, subject string) ([]string, error) {
-	if tenant == "" {
+	if !events.ValidTenant(tenant) {
+		// A subject of no tenant: an unmapped form, or a partition
+		// subject published as it is, which the tenants' mapping files as
+		// of a "tenant" that is a partition number.
 		return nil, &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
-			Detail: fmt.Sprintf("subject %q is not timeouts.cmd.<partition>.<key>", subject)}
+			Detail: fmt.Sprintf("subject %q is not timeouts.cmd.<partition>.<key> nor timeouts.cmd.<partition>.<tenant>.<key>", subject)}
 	}
 	if prefixes, ok := in.cfg.Tenants.FirePrefixes(tenant); ok {
 		return prefixes, nil
