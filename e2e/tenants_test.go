@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 	"github.com/ordertimeout/ordertimeout/deploy/natsconf"
 	"github.com/ordertimeout/ordertimeout/internal/tenants"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
 )
 
 // The third tenant of the matrix, beside orders and reservations.
@@ -110,7 +108,7 @@ func TestTenantIsolation(t *testing.T) {
 		victims[tn.Name] = h
 	}
 	for name, h := range victims {
-		waitFor(t, 30*time.Second, name+"'s timeout pending", func() bool { return s.pendingTimeout(t, h.key) != nil })
+		waitFor(t, 30*time.Second, name+"'s timeout pending", func() bool { _, ok := pendingTimeout(t, s, h.key); return ok })
 	}
 
 	// dead letters of timeoutd, as the observer reads them.
@@ -243,9 +241,9 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	// Every victim unchanged.
 	for name, h := range victims {
-		got := s.pendingTimeout(t, h.key)
-		if got == nil || got.Version != 5 || !got.Deadline.Equal(h.deadline) || got.FireSubject != h.fire {
-			t.Errorf("%s's timeout after the matrix: %+v, want version 5, deadline %v, fire subject %s", name, got, h.deadline, h.fire)
+		got, ok := pendingTimeout(t, s, h.key)
+		if !ok || got.Version != 5 || !got.Deadline.Equal(h.deadline) || got.FireSubject != h.fire {
+			t.Errorf("%s's timeout after the matrix: pending %v, %+v; want version 5, deadline %v, fire subject %s", name, ok, got, h.deadline, h.fire)
 		}
 	}
 	if !t.Failed() {
@@ -270,25 +268,6 @@ func countIf[T any](xs []T, f func(T) bool) int {
 		}
 	}
 	return n
-}
-
-// pendingTimeout returns key's pending timeout from timeoutd's API, or nil
-// when it is not pending.
-func (s *stack) pendingTimeout(t *testing.T, key string) *api.Timeout {
-	t.Helper()
-	resp, err := http.Get(s.TimeoutdURL + "/api/v1/timeouts/" + key)
-	if err != nil {
-		t.Fatalf("get timeout %s: %v", key, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return nil
-	}
-	var got api.Timeout
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&got) != nil {
-		t.Fatalf("get timeout %s: %s", key, resp.Status)
-	}
-	return &got
 }
 
 // addTenantLive adds the tenant loyalty to the running stack as
@@ -361,7 +340,8 @@ func addTenantLive(t *testing.T, s *stack) {
 		if _, err := cl.js.Publish(ctx, events.CommandSubject(key), commandJSON(events.KindSet, key, v, at, "loyalty.expire.points-1")); err != nil {
 			t.Fatalf("the new tenant publishes: %v", err)
 		}
-		return s.pendingTimeout(t, key) != nil || time.Now().After(at)
+		_, ok := pendingTimeout(t, s, key)
+		return ok || time.Now().After(at)
 	})
 	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(20*time.Second))
 	if err != nil {
