@@ -58,7 +58,7 @@ if [ "$running" = 0 ]; then
   exit 0
 fi
 # 3. The expiry stream captures the new fire subjects.
-compose run --rm --no-deps streams >/dev/null
+out=$(compose run --rm --no-deps streams 2>&1) || { printf '%s\n' "$out" >&2; die "the streams bootstrap failed: run it again with compose run --rm streams"; }
 log "TIMEOUT_EXPIRIES captures $fire"
 # 4. timeoutd polls the registry every second.
 log "tenant $name added: timeoutd accepts its commands within a second"
