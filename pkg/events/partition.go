@@ -72,9 +72,13 @@ func PartitionedCommandSubject(key string) string {
 }
 
 // PartitionCommandSubjects returns the subjects of partition p's commands,
-// which its stream captures: timeouts.cmd.<p>.>, every tenant's.
-func PartitionCommandSubjects(p int) string {
-	return CommandSubjectPrefix + strconv.Itoa(p) + ".>"
+// which its stream captures: timeouts.cmd.<p>.* (the orders tenant's) and
+// timeouts.cmd.<p>.*.* (the other tenants'). Two subjects, not
+// timeouts.cmd.<p>.>: a stream made before tenants captures the first,
+// and JetStream refuses a stream whose subjects overlap.
+func PartitionCommandSubjects(p int) []string {
+	prefix := CommandSubjectPrefix + strconv.Itoa(p)
+	return []string{prefix + ".*", prefix + ".*.*"}
 }
 
 // KeyOfStoredCommand returns the timeout key of a command as stored in a
