@@ -48,9 +48,20 @@ for s in "${nats_services[@]}"; do
   id=$(compose ps -q "$s" 2>/dev/null | head -n1 || true)
   [ -n "$id" ] || continue
   # 2. The server reloads its configuration: users and permissions change
-  # without a restart.
+  # without a restart. A reload it refuses keeps the old configuration and
+  # says why in its log only: wait for the verdict there.
+  since=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
   docker kill -s HUP "$id" >/dev/null
-  log "$s reloaded its configuration"
+  verdict=
+  for _ in $(seq 50); do
+    verdict=$(docker logs --since "$since" "$id" 2>&1 | grep -E 'Reloaded server configuration|Failed to reload' | tail -n1 || true)
+    [ -n "$verdict" ] && break
+    sleep 0.1
+  done
+  case "$verdict" in
+    *Reloaded*) log "$s reloaded its configuration" ;;
+    *) die "$s did not reload its configuration: ${verdict:-no answer in 5s} (tenants.json and nats.conf are written: fix and send SIGHUP again)" ;;
+  esac
   running=1
 done
 if [ "$running" = 0 ]; then

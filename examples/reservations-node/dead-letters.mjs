@@ -37,9 +37,15 @@ const consumer = await js.consumers.get('DEAD_LETTERS', durable);
 const msgID = (d) => `dlq:${d.subject}:${d.stream_seq}${d.line ? `:${d.line}` : ''}`;
 
 let n = 0;
+const seen = new Set(); // stream sequences listed: a listed one comes back at once
 for (;;) {
   const m = await consumer.next({ expires: 1000 });
   if (!m) break; // none left
+  if (seen.has(m.seq)) {
+    m.nak();
+    break; // every one listed
+  }
+  seen.add(m.seq);
   const d = m.json();
   const data = Buffer.from(d.data, 'base64');
   console.log(JSON.stringify({ reason: d.reason, field: d.field, detail: d.detail, subject: d.subject, command: data.toString() }));
@@ -50,7 +56,7 @@ for (;;) {
     await js.publish(d.subject, fixed, { headers: h });
     m.ack();
   } else {
-    m.nak(5000); // back to the consumer after this run: listed, not handled
+    m.nak(); // listed, not handled: back to the consumer
   }
   n++;
 }
