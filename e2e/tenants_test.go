@@ -68,6 +68,14 @@ func commandJSON(kind events.CommandKind, key string, version int64, deadline ti
 	return data
 }
 
+// consumerJSON is the body of a request that creates the durable name on
+// stream with filter.
+func consumerJSON(stream, name, filter string) []byte {
+	data, _ := json.Marshal(map[string]any{"stream_name": stream,
+		"config": map[string]any{"durable_name": name, "filter_subject": filter, "ack_policy": "explicit"}})
+	return data
+}
+
 // TestTenantIsolation is the cross-tenant matrix against the real stack
 // (NATS with the rendered configuration and each tenant's user, timeoutd
 // with the tenant registry, Postgres): three tenants, orders,
@@ -75,9 +83,10 @@ func commandJSON(kind events.CommandKind, key string, version int64, deadline ti
 // against each other tenant, to set (move) and clear the victim's key on
 // the victim's subject, on its own subject with the victim's key in the
 // payload, through a partition subject and through orders' subject form,
-// and to set a deadline of its own that fires on the victim's subject.
-// Each attempt must be refused: by NATS, a permissions violation at the
-// producer, or by timeoutd, a dead letter with its reason on the
+// to set a deadline of its own that fires on the victim's subject, and to
+// read the victim's expiries and dead letters. Each attempt must be
+// refused: by NATS, a permissions violation at the producer, or by
+// timeoutd, a dead letter with its reason on the
 // attacker's dlq.timeoutd.<tenant>.>. Every victim's timeout is then
 // unchanged. Last, a fourth tenant is added to the running stack (NATS
 // configuration reloaded, registry rewritten, no restart) and its
@@ -171,6 +180,14 @@ func TestTenantIsolation(t *testing.T) {
 					commandJSON(events.KindSet, vk, 1004, time.Now().Add(time.Second), victims[v.Name].fire), events.ReasonForeignKey, deadID(a.Name, vk, 1004)},
 				attempt{a.Name, v.Name, "fire on the victim's subject", events.CommandSubject(own),
 					commandJSON(events.KindSet, own, 1, past, v.FirePrefixes[0]+"own-"+a.Name), events.ReasonSubjectNotAllowed, deadID(a.Name, own, 1)},
+				// Reads: a consumer of the victim's expiries or dead letters,
+				// under the attacker's own consumer names.
+				attempt{a.Name, v.Name, "read the victim's expiries", "$JS.API.CONSUMER.CREATE." + events.StreamExpiries + "." + a.Name + "." + v.FirePrefixes[0] + ">",
+					consumerJSON(events.StreamExpiries, a.Name, v.FirePrefixes[0]+">"), "", ""},
+				attempt{a.Name, v.Name, "read the victim's expiries, the filter outside the subject", "$JS.API.CONSUMER.CREATE." + events.StreamExpiries + "." + a.Name,
+					consumerJSON(events.StreamExpiries, a.Name, v.FirePrefixes[0]+">"), "", ""},
+				attempt{a.Name, v.Name, "read the victim's dead letters", "$JS.API.CONSUMER.CREATE." + events.StreamDeadLetters + "." + a.Name + "-dlq." + events.TenantDeadLetterSubject("timeoutd", v.Name, ">"),
+					consumerJSON(events.StreamDeadLetters, a.Name+"-dlq", events.TenantDeadLetterSubject("timeoutd", v.Name, ">")), "", ""},
 			)
 		}
 	}
