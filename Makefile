@@ -42,6 +42,10 @@ down: ## stop the platform and the cluster (V=1 also removes their volumes)
 	@DOWN_VOLUMES=$(V) scripts/stack.sh down
 	@DOWN_VOLUMES=$(V) STACK=ha scripts/stack.sh down
 
+.PHONY: tenant-add
+tenant-add: ## add a tenant to the running platform, no Go, no restart: make tenant-add TENANT=billing FIRE=billing.due.
+	@scripts/tenant-add.sh "$(TENANT)" "$(FIRE)"
+
 .PHONY: logs
 logs: ## follow the platform's logs
 	@scripts/stack.sh logs

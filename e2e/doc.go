@@ -37,6 +37,13 @@
 // reservations NATS user: stackOptions.ShippedNATSConf;
 // reservations_node_test.go, which needs node and npm).
 //
+// Tenants (tenants_test.go), on a stack of their own with a NATS user per
+// tenant: the cross-tenant matrix of orders, reservations and invoices
+// (every set, move and clear of another tenant's key, every foreign fire
+// subject, every read of another's expiries or dead letters, refused by
+// NATS or dead-lettered by timeoutd) and a tenant added to the running
+// stack (TestTenantIsolation, about 15 s).
+//
 // The READMEs' curl examples run on the shared stack, each status compared
 // with the one the README shows (readme_test.go).
 //

@@ -380,9 +380,10 @@ func TestHostileInputs(t *testing.T) {
 				t.Logf("dead-lettered: %s, field %q: %s", d.Reason, d.Field, d.Detail)
 			})
 		}
-		// A producer may also publish on the mapped subject itself; on a
-		// partition not its key's, the command lands in another owner's
-		// stream, which must not apply it.
+		// A partition's subject published as it is: the tenants' mapping
+		// files it as of a "tenant" that is a partition number (a user
+		// with permissions may not publish it at all), and it must not be
+		// applied.
 		t.Run("filed under another partition", func(t *testing.T) {
 			t.Parallel()
 			key := fmt.Sprintf("e2e-hostile-partition-%d", run)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -351,8 +352,12 @@ func TestNATSPermissionMatrix(t *testing.T) {
 	// The server maps timeouts.cmd.<key> to timeouts.cmd.<partition>.<key>
 	// before it checks a right, so a refusal names the mapped subject.
 	refused := func(subject string) string {
-		if key, ok := strings.CutPrefix(subject, events.CommandSubjectPrefix); ok && events.ValidKey(key) {
-			return events.PartitionedCommandSubject(key)
+		rest, ok := strings.CutPrefix(subject, events.CommandSubjectPrefix)
+		switch tokens := strings.Split(rest, "."); {
+		case ok && len(tokens) == 1:
+			return events.PartitionedCommandSubject(rest)
+		case ok && len(tokens) == 2: // the tenants' mapping, whatever the tokens
+			return events.CommandSubjectPrefix + strconv.Itoa(events.PartitionOf(tokens[1])) + "." + rest
 		}
 		return subject
 	}
@@ -364,9 +369,11 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userOrders, events.OrderEventSubject(events.OrderCreated, fmt.Sprintf("perm-%d-2", run)), true},
 		{userOrders, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-3", run)), true},
 		{userOrders, events.DeadLetterSubject("orders", events.ReasonMalformed), true},
-		// The mapped subject too: the right applies to it. A command on a
-		// partition not its key's is dead-lettered by timeoutd.
-		{userOrders, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-1b", run)), true},
+		// The mapped subject is not the producers': published as it is, the
+		// tenants' mapping takes its partition token for a tenant's.
+		{userOrders, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-1b", run)), false},
+		// Another tenant's key.
+		{userOrders, events.CommandSubject(events.TenantKey(userReservations, fmt.Sprintf("perm-%d-1c", run))), false},
 		{userOrders, events.OrderCancelSubject(fmt.Sprintf("perm-%d-4", run)), false},
 		{userOrders, events.MissedSubject(fmt.Sprintf("perm-%d-5", run)), false},
 		{userOrders, events.DeadLetterSubject("timeoutd", events.ReasonInvalidKey), false},
@@ -382,8 +389,16 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userObserver, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-13", run)), false},
 		{userObserver, events.DeadLetterSubject("inventory", events.ReasonMalformed), true},
 		{userObserver, events.DeadLetterSubject("orders", events.ReasonInvalidVersion), false},
-		{userReservations, events.CommandSubject(fmt.Sprintf("perm-%d-16", run)), true},
-		{userReservations, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-16b", run)), true},
+		// A tenant publishes only under its own token: not orders' keys,
+		// not orders' partition subjects, not the orders token.
+		{userReservations, events.CommandSubject(events.TenantKey(userReservations, fmt.Sprintf("perm-%d-16", run))), true},
+		{userReservations, events.CommandSubject(fmt.Sprintf("perm-%d-16a", run)), false},
+		{userReservations, events.PartitionedCommandSubject(fmt.Sprintf("perm-%d-16b", run)), false},
+		// Its own subject as stored: allowed, unmapped (on a partition not
+		// its key's, timeoutd dead-letters it).
+		{userReservations, events.PartitionedCommandSubject(events.TenantKey(userReservations, fmt.Sprintf("perm-%d-16c", run))), true},
+		{userReservations, events.CommandSubjectPrefix + "orders." + fmt.Sprintf("perm-%d-16d", run), false},
+		{userReservations, events.TenantDeadLetterSubject("timeoutd", userReservations, events.ReasonMalformed), false},
 		{userReservations, events.DeadLetterSubject("reservations", events.ReasonMalformed), true},
 		{userReservations, "reservations.expire." + fmt.Sprintf("perm-%d-17", run), false},
 		{userReservations, events.OrderCancelSubject(fmt.Sprintf("perm-%d-18", run)), false},

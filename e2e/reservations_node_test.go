@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ordertimeout/ordertimeout/examples/reservations"
 )
 
 // nodeExampleDir is the Node.js producer written from the AsyncAPI
@@ -56,7 +54,7 @@ func TestReservationsNodeExample(t *testing.T) {
 	}()
 	t.Cleanup(func() { <-installed }) // after the context ended, the install too
 
-	s := startStack(t, stackOptions{ShippedNATSConf: true, FireSubjectPrefixes: []string{"orders.cancel.", reservations.FireSubjectPrefix}})
+	s := startStack(t, stackOptions{ShippedNATSConf: true})
 	if r := <-installed; r.err != nil {
 		t.Fatalf("npm ci in a copy of %s: %v (is an npm registry reachable?)\n%s", nodeExampleDir, r.err, r.out)
 	}

@@ -23,7 +23,7 @@ import (
 // refused.
 func TestReservationsExample(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOptions{FireSubjectPrefixes: []string{"orders.cancel.", reservations.FireSubjectPrefix}})
+	s := startStack(t, stackOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/ordertimeout/ordertimeout/internal/tenants"
 	"github.com/ordertimeout/ordertimeout/internal/testcerts"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/ordersclient"
@@ -50,6 +52,9 @@ const (
 	svcProxy    = "toxiproxy"
 	svcJaeger   = "jaeger"
 )
+
+// tenantsFile is where timeoutd finds the stack's tenant registry.
+const tenantsFile = "/etc/ordertimeout/tenants.json"
 
 // apiToken is the orders API token the stack is started with.
 const apiToken = "e2e-token"
@@ -78,10 +83,13 @@ type stackOptions struct {
 	// cluster URLs to clients, so the proxied instance cannot reconnect
 	// around the proxy.
 	Proxied string
-	// FireSubjectPrefixes, when set, replace the fire subject prefixes
-	// timeoutd accepts and the expiry stream captures (default
-	// orders.cancel.).
-	FireSubjectPrefixes []string
+	// Tenants, when set, replace the tenant registry of the stack, the
+	// compose stack's deploy/compose/tenants.json (orders and
+	// reservations): timeoutd reads it (TIMEOUTD_TENANTS_FILE), the expiry
+	// stream captures its fire subjects, and with ShippedNATSConf or TLS
+	// NATS has its users (a tenant's password_env is set to its
+	// natsPassword).
+	Tenants []tenants.Tenant
 	// Tracing starts the OTLP receiver (jaegerImage) on the stack's network
 	// as svcJaeger and turns the services' tracing on, every span sampled
 	// and exported within 100 ms; JaegerURL is its query API.
@@ -139,6 +147,8 @@ type stack struct {
 	// (the proxied one, a skewed one).
 	timeoutdEnv map[string]string
 	instanceEnv map[string]map[string]string
+	// tenants is the stack's tenant registry (stackOptions.Tenants).
+	tenants []tenants.Tenant
 	// clientFiles copies the CA and the client certificate of
 	// stackOptions.TLS into a service's container (nothing without).
 	clientFiles testcontainers.CustomizeRequestOption
@@ -222,7 +232,12 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	if err != nil {
 		return s, fmt.Errorf("read the compose stack's init script: %w", err)
 	}
-	tlsOpts := opts.tls()
+	if s.tenants = opts.Tenants; s.tenants == nil {
+		if s.tenants, err = tenants.Load("../deploy/compose/tenants.json"); err != nil {
+			return s, err
+		}
+	}
+	tlsOpts := opts.tls(s.tenants)
 	if err := s.run(ctx, svcPostgres, testinfra.PostgresImage, "5432/tcp",
 		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"}),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
@@ -280,7 +295,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s.NATSURL = strings.Join(outside, ",")
 	// The services no longer create streams: the bootstrap step does, as in
 	// compose.
-	prefixes := strings.Join(opts.FireSubjectPrefixes, ",")
+	prefixes := strings.Join(tenants.FirePrefixes(s.tenants), ",")
 	if err := runStreamsBootstrap(ctx, s.network, tlsOpts.natsURL(inside, userBootstrap), len(s.NATSNodes), prefixes, tlsOpts.client("NATS_")); err != nil {
 		return s, err
 	}
@@ -309,9 +324,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	for k, v := range opts.OrdersEnv {
 		orders[k] = v
 	}
-	if prefixes != "" {
-		timeoutd["TIMEOUTD_FIRE_SUBJECT_PREFIXES"] = prefixes
-	}
+	timeoutd["TIMEOUTD_TENANTS_FILE"] = tenantsFile
 	if opts.Tracing {
 		if err := s.run(ctx, svcJaeger, jaegerImage, "16686/tcp", testcontainers.WithWaitStrategy(
 			wait.ForExec([]string{"/healthcheck", "http://127.0.0.1:13133/status"}).
@@ -371,7 +384,8 @@ func (s *stack) startTimeoutd(ctx context.Context, name string) error {
 		env[k] = v
 	}
 	s.mu.Unlock()
-	if err := s.run(ctx, name, timeoutdImage, "8080/tcp", testcontainers.WithEnv(env), s.clientFiles, readyz("8080/tcp")); err != nil {
+	registry := testcontainers.WithFiles(testcontainers.ContainerFile{Reader: bytes.NewReader(tenants.Marshal(s.tenants)), ContainerFilePath: tenantsFile, FileMode: 0o644})
+	if err := s.run(ctx, name, timeoutdImage, "8080/tcp", testcontainers.WithEnv(env), s.clientFiles, registry, readyz("8080/tcp")); err != nil {
 		return err
 	}
 	s.mu.Lock()

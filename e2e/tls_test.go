@@ -17,6 +17,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/ordertimeout/ordertimeout/deploy/natsconf"
+	"github.com/ordertimeout/ordertimeout/internal/tenants"
 	"github.com/ordertimeout/ordertimeout/internal/testcerts"
 	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -175,13 +176,15 @@ const tlsDir = "/tls"
 // auth (stackOptions.ShippedNATSConf), NATS's configuration and its users.
 type stackTLS struct {
 	certs *testcerts.Files
+	// tenants are the tenants whose users NATS has.
+	tenants []tenants.Tenant
 	// auth: NATS runs the shipped configuration, and clients connect as
 	// their users.
 	auth bool
 }
 
-func (o stackOptions) tls() stackTLS {
-	return stackTLS{certs: o.TLS, auth: o.TLS != nil || o.ShippedNATSConf}
+func (o stackOptions) tls(ts []tenants.Tenant) stackTLS {
+	return stackTLS{certs: o.TLS, tenants: ts, auth: o.TLS != nil || o.ShippedNATSConf}
 }
 
 // noop is an option that changes nothing.
@@ -231,18 +234,17 @@ func (c stackTLS) nats(cluster bool) (testcontainers.CustomizeRequestOption, err
 	var conf bytes.Buffer
 	var files []testcontainers.ContainerFile
 	path := "/etc/nats/nats.conf"
+	tmpl, err := os.ReadFile("../deploy/compose/nats.conf.tmpl")
+	if err != nil {
+		return nil, err
+	}
 	if c.certs == nil {
-		shipped, err := os.ReadFile("../deploy/compose/nats.conf")
-		if err != nil {
+		// The shipped deploy/compose/nats.conf, with the stack's tenants.
+		if err := natsconf.Render(&conf, string(tmpl), c.tenants, nil); err != nil {
 			return nil, err
 		}
-		conf.Write(shipped)
 	} else {
-		tmpl, err := os.ReadFile("../deploy/compose/nats.conf.tmpl")
-		if err != nil {
-			return nil, err
-		}
-		if err := natsconf.Render(&conf, string(tmpl), &natsconf.TLS{CertFile: tlsDir + "/" + testcerts.ServerCertName,
+		if err := natsconf.Render(&conf, string(tmpl), c.tenants, &natsconf.TLS{CertFile: tlsDir + "/" + testcerts.ServerCertName,
 			KeyFile: tlsDir + "/" + testcerts.ServerKeyName, CAFile: tlsDir + "/" + testcerts.CAName, VerifyClients: true, Cluster: cluster}); err != nil {
 			return nil, err
 		}

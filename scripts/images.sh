@@ -72,13 +72,14 @@ build_postgres() {
 
 build_nats() {
   local img=ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest} ctx=$BUILD/nats hash
-  hash=$( (grep -E 'nats-server|nats.go' go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go deploy/streams/*.go internal/streams/*.go internal/tlsclient/*.go pkg/events/*.go) | sha256sum | cut -c1-12)
+  hash=$( (grep -E 'nats-server|nats.go|x/crypto' go.mod; cat deploy/images/nats/* deploy/healthcheck/main.go deploy/streams/*.go internal/streams/*.go internal/tlsclient/*.go internal/tenants/*.go deploy/natsconf/*.go deploy/natsconf/cmd/natsconf/*.go pkg/events/*.go) | sha256sum | cut -c1-12)
   current "$img" "$hash" && return 0
   rm -rf "$ctx" && mkdir -p "$ctx/data"
   log "building $img from the nats-server module"
   gobuild "$ctx/nats-server" github.com/nats-io/nats-server/v2
   gobuild "$ctx/healthcheck" ./deploy/healthcheck
   gobuild "$ctx/streams" ./deploy/streams
+  gobuild "$ctx/natsconf" ./deploy/natsconf/cmd/natsconf
   cp deploy/images/nats/Dockerfile deploy/images/nats/nats.conf "$ctx/"
   dbuild --label ordertimeout.inputs="$hash" -t "$img" "$ctx"
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -108,7 +109,8 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 			"timeouts.missed.", "reservations.expire.", "dlq.timeoutd."},
 		"orders": {"$JS.API.STREAM.INFO.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.",
 			"timeouts.cmd.", "orders.created.", "orders.paid.", "orders.cancelled.", "dlq.orders."},
-		"reservations": {"$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "dlq.reservations."},
+		"reservations": {"$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "dlq.reservations.", "timeouts.cmd.",
+			"$JS.API.CONSUMER.CREATE.DEAD_LETTERS.reservations-dlq.", "$JS.ACK.DEAD_LETTERS."},
 	}
 	for _, user := range []string{"timeoutd", "orders", "reservations"} {
 		pubs, subs := rec.subjects(user)
@@ -123,8 +125,8 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 				_, opts := parse(t, r.tls)
 				perms := permissionsOf(t, opts, user)
 				for _, subj := range pubs {
-					if !allowed(perms.Publish, subj) {
-						t.Errorf("%s may not publish to %s", user, subj)
+					if !allowed(perms.Publish, mapped(subj)) {
+						t.Errorf("%s may not publish to %s (%s)", user, subj, mapped(subj))
 					}
 				}
 				for _, subj := range subs {
@@ -283,6 +285,21 @@ func driveOrders(ctx context.Context, t *testing.T, js, fires jetstream.JetStrea
 	})
 }
 
+// mapped returns subject as the server's command mappings turn it
+// before it checks a right: timeouts.cmd.<key> into
+// timeouts.cmd.<partition>.<key>, timeouts.cmd.<a>.<b> into
+// timeouts.cmd.<partition of b>.<a>.<b>.
+func mapped(subject string) string {
+	rest, ok := strings.CutPrefix(subject, events.CommandSubjectPrefix)
+	switch tokens := strings.Split(rest, "."); {
+	case ok && len(tokens) == 1:
+		return events.PartitionedCommandSubject(rest)
+	case ok && len(tokens) == 2:
+		return events.CommandSubjectPrefix + strconv.Itoa(events.PartitionOf(tokens[1])) + "." + rest
+	}
+	return subject
+}
+
 // driveLibrary runs pkg/timeouts' Consumer as the example producer's user
 // (examples/reservations) through its calls: its durable created, events
 // pulled, a slow one kept in progress and acked, one dead-lettered;
@@ -328,6 +345,25 @@ func driveLibrary(ctx context.Context, t *testing.T, js, fires jetstream.JetStre
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("the library's Run: %v", err)
+	}
+
+	// The tenant's commands, a dead letter timeoutd made of one, read
+	// and replayed by the tenant.
+	key := events.TenantKey("reservations", "calls-r")
+	if _, err := js.Publish(ctx, events.CommandSubject(key), []byte(`{}`)); err != nil {
+		t.Fatalf("the tenant publishes a command: %v", err)
+	}
+	dl := events.NewDeadLetter(events.CommandSubject(key), []byte(`{`), 1, &events.Error{Reason: events.ReasonMalformed}, time.Now())
+	dl.Tenant = "reservations"
+	if err := tjs.NewDeadLetters(fires).DeadLetter(ctx, dl); err != nil {
+		t.Fatalf("timeoutd dead-letters the tenant's command: %v", err)
+	}
+	replayed := 0
+	if err := timeouts.ReadDeadLetters(ctx, js, "reservations", func(d events.DeadLetter) error {
+		replayed++
+		return timeouts.Replay(ctx, js, d, []byte(`{}`))
+	}); err != nil || replayed != 1 {
+		t.Fatalf("the tenant reads and replays its dead letters: %d replayed, %v", replayed, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/ordertimeout/ordertimeout/internal/tenants"
 	"github.com/ordertimeout/ordertimeout/internal/testcerts"
 	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -30,7 +31,7 @@ func TestConfIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want bytes.Buffer
-	if err := Render(&want, string(text), nil); err != nil {
+	if err := Render(&want, string(text), shippedTenants(t), nil); err != nil {
 		t.Fatal(err)
 	}
 	have, err := os.ReadFile("../compose/nats.conf")
@@ -56,9 +57,23 @@ func TestImageConfDeclaresTheMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `"` + events.CommandMappingSource + `": "` + events.CommandMappingDestination + `"`; !strings.Contains(string(conf), want) {
-		t.Fatalf("deploy/images/nats/nats.conf lacks the mapping %s", want)
+	for _, want := range []string{`"` + events.CommandMappingSource + `": "` + events.CommandMappingDestination + `"`,
+		`"` + events.TenantCommandMappingSource + `": "` + events.TenantCommandMappingDestination + `"`} {
+		if !strings.Contains(string(conf), want) {
+			t.Fatalf("deploy/images/nats/nats.conf lacks the mapping %s", want)
+		}
 	}
+}
+
+// shippedTenants returns the tenant registry of the compose stack,
+// deploy/compose/tenants.json.
+func shippedTenants(t *testing.T) []tenants.Tenant {
+	t.Helper()
+	ts, err := tenants.Load("../compose/tenants.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
 }
 
 // routePassword is NATS_ROUTE_PASSWORD while the configuration is parsed.
@@ -77,7 +92,7 @@ func parse(t *testing.T, tls *TLS) (string, *server.Options) {
 		t.Fatal(err)
 	}
 	var conf bytes.Buffer
-	if err := Render(&conf, string(text), tls); err != nil {
+	if err := Render(&conf, string(text), shippedTenants(t), tls); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "nats.conf")
@@ -143,7 +158,7 @@ func TestTLSBlocks(t *testing.T) {
 			}
 		})
 	}
-	if err := Render(io.Discard, "", &TLS{CertFile: "c"}); err == nil || !strings.Contains(err.Error(), "KeyFile") {
+	if err := Render(io.Discard, "", shippedTenants(t), &TLS{CertFile: "c"}); err == nil || !strings.Contains(err.Error(), "KeyFile") {
 		t.Errorf("TLS without its key: err = %v, want one naming KeyFile", err)
 	}
 }

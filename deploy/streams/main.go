@@ -12,7 +12,8 @@
 //	NATS_CERT_FILE, NATS_KEY_FILE   a client certificate and its key, for servers that verify their clients
 //	STREAMS_REPLICAS                replicas of every stream; default 1 (3 in a cluster)
 //	STREAMS_DUPLICATE_WINDOW        duplicate window; default 2m
-//	STREAMS_FIRE_SUBJECT_PREFIXES   comma-separated, as TIMEOUTD_FIRE_SUBJECT_PREFIXES; default orders.cancel.
+//	STREAMS_TENANTS_FILE            the tenant registry (deploy/compose/tenants.json): the expiry stream captures every tenant's fire subjects
+//	STREAMS_FIRE_SUBJECT_PREFIXES   without STREAMS_TENANTS_FILE: comma-separated, as TIMEOUTD_FIRE_SUBJECT_PREFIXES; default orders.cancel.
 //	STREAMS_TIMEOUT                 how long to wait for NATS and finish; default 60s
 package main
 
@@ -32,6 +33,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/tenants"
 	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 )
 
@@ -53,6 +55,7 @@ type config struct {
 	URL     string          `env:"NATS_URL"`
 	TLS     tlsclient.Files `envPrefix:"NATS_"`
 	Timeout time.Duration   `env:"STREAMS_TIMEOUT"`
+	Tenants string          `env:"STREAMS_TENANTS_FILE"`
 	Streams streams.Config  `envPrefix:"STREAMS_"`
 }
 
@@ -74,6 +77,12 @@ func configFromEnv(environ map[string]string) (config, error) {
 	check(c.Timeout <= 0, "STREAMS_TIMEOUT must be positive")
 	if _, err := c.TLS.Config("NATS_"); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Tenants != "" {
+		ts, err := tenants.Load(c.Tenants)
+		check(err != nil, "STREAMS_TENANTS_FILE: %v", err)
+		check(len(c.Streams.FireSubjectPrefixes) > 0, "STREAMS_FIRE_SUBJECT_PREFIXES and STREAMS_TENANTS_FILE: set one")
+		c.Streams.FireSubjectPrefixes = tenants.FirePrefixes(ts)
 	}
 	for _, p := range c.Streams.FireSubjectPrefixes {
 		check(!strings.HasSuffix(p, ".") || strings.ContainsAny(p, "*> "), "STREAMS_FIRE_SUBJECT_PREFIXES: %q must be a literal subject prefix ending in '.'", p)

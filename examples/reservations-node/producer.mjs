@@ -7,7 +7,10 @@
 //   npm ci && node producer.mjs
 //
 // Settings (environment): NATS_URL (nats://127.0.0.1:4222), NATS_USER and
-// NATS_PASSWORD (reservations / reservations-dev, the compose stack's),
+// NATS_PASSWORD (reservations / reservations-dev, the compose stack's; the
+// user is the tenant: its keys are <user>.<key>, its durable consumer is
+// named after it), FIRE_PREFIX (reservations.expire., the tenant's fire
+// subject prefix in the platform's tenant registry),
 // KEYS (40, how many deadlines), DEADLINE_MS (2000, the first deadline
 // after now; a moved one is 2 s later), TIMEOUT_MS (30000, how long to wait
 // for the expiries). It prints one JSON line with the counts and exits 1
@@ -21,18 +24,24 @@ const cfg = {
   url: env.NATS_URL ?? 'nats://127.0.0.1:4222',
   user: env.NATS_USER ?? 'reservations',
   pass: env.NATS_PASSWORD ?? 'reservations-dev',
+  firePrefix: env.FIRE_PREFIX ?? 'reservations.expire.',
   keys: Number(env.KEYS ?? 40),
   deadlineMs: Number(env.DEADLINE_MS ?? 2000),
   timeoutMs: Number(env.TIMEOUT_MS ?? 30000),
 };
 
-// The contract: subjects, stream, the service's fire subject prefix and
-// durable consumer (its NATS user may use no other), and the consumer's
-// settings (channel fired, x-jetstream.consumer), shared by every instance.
+// The contract: the tenant (its NATS user's name), whose keys are
+// <tenant>.<key> and whose commands go to timeouts.cmd.<tenant>.<key>, the
+// only command subjects its user may publish; the stream, its fire subject
+// prefix and durable consumer (named after the tenant: its user may use no
+// other), and the consumer's settings (channel fired,
+// x-jetstream.consumer), shared by every instance.
+const TENANT = cfg.user;
+const tenantKey = (local) => `${TENANT}.${local}`;
 const commandSubject = (key) => `timeouts.cmd.${key}`;
-const FIRE_PREFIX = 'reservations.expire.';
+const FIRE_PREFIX = cfg.firePrefix;
 const STREAM = 'TIMEOUT_EXPIRIES';
-const DURABLE = 'reservations';
+const DURABLE = TENANT;
 const CONSUMER = {
   durable_name: DURABLE,
   filter_subject: `${FIRE_PREFIX}>`,
@@ -65,7 +74,7 @@ function decodeExpiry(data) {
   const schema = e.schema ?? 1;
   if (schema !== 1) throw new Error(`unsupported schema ${schema}`);
   if (e.outcome !== 'fired') throw new Error(`outcome ${e.outcome} on a fire subject`);
-  if (typeof e.key !== 'string' || !/^[A-Za-z0-9_-]{1,128}$/.test(e.key)) throw new Error(`invalid key ${e.key}`);
+  if (typeof e.key !== 'string' || !/^([a-z][a-z0-9_]{0,31}\.)?[A-Za-z0-9_-]{1,128}$/.test(e.key)) throw new Error(`invalid key ${e.key}`);
   if (!Number.isSafeInteger(e.version) || e.version < 1) throw new Error(`invalid version ${e.version}`);
   const deadline = timeNs(e.deadline);
   const firedAt = timeNs(e.fired_at);
@@ -79,7 +88,7 @@ const nc = await connect({
   pass: cfg.pass,
   name: 'reservations-node',
   // The user may subscribe only below its own inbox prefix.
-  inboxPrefix: '_INBOX_reservations',
+  inboxPrefix: `_INBOX_${cfg.user}`,
 });
 const js = jetstream(nc);
 // The manager's default check calls $JS.API.INFO, which the service's user
@@ -105,15 +114,16 @@ const start = Date.now();
 let lastDeadlineMs = start; // of any command, cleared ones' included
 const counts = { set: 0, moved: 0, cleared: 0 };
 await Promise.all(Array.from({ length: cfg.keys }, async (_, i) => {
-  const key = `${run}-${i}`;
+  const local = `${run}-${i}`;
+  const key = tenantKey(local);
   const first = start + cfg.deadlineMs + (i % 10) * 50;
   lastDeadlineMs = Math.max(lastDeadlineMs, first);
-  await publish({ kind: 'set', key, version: 1, deadline: iso(first), fire_subject: FIRE_PREFIX + key, payload: { n: i } });
+  await publish({ kind: 'set', key, version: 1, deadline: iso(first), fire_subject: FIRE_PREFIX + local, payload: { n: i } });
   counts.set++;
   if (i % 5 === 1) {
     const moved = first + 2000;
     lastDeadlineMs = Math.max(lastDeadlineMs, moved);
-    await publish({ kind: 'set', key, version: 2, deadline: iso(moved), fire_subject: FIRE_PREFIX + key, payload: { n: i, moved: true } });
+    await publish({ kind: 'set', key, version: 2, deadline: iso(moved), fire_subject: FIRE_PREFIX + local, payload: { n: i, moved: true } });
     counts.moved++;
     want.set(key, { version: 2, deadlineNs: BigInt(moved) * 1_000_000n });
   } else if (i % 5 === 2) {
@@ -141,14 +151,14 @@ for await (const m of messages) {
   try {
     e = decodeExpiry(m.data);
   } catch (err) {
-    // A real service dead-letters it on dlq.reservations.<reason>.
+    // A real service dead-letters it on dlq.<tenant>.<reason>.
     console.error(`invalid expiry on ${m.subject}: ${err.message}`);
     problems.invalid++;
     m.term();
     continue;
   }
   m.ack();
-  if (!e.key.startsWith(`${run}-`)) {
+  if (!e.key.startsWith(tenantKey(`${run}-`))) {
     other++;
     continue;
   }

@@ -19,10 +19,15 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/timeouts"
 )
 
+// Tenant is the service's tenant on the platform: its NATS user, the
+// namespace of its keys (reservations.<id>) and its commands' subject
+// token (timeouts.cmd.reservations.<id>), in the tenant registry
+// (deploy/compose/tenants.json) with its fire subject prefix.
+const Tenant = "reservations"
+
 // FireSubjectPrefix is where the expiries of reservations go:
-// reservations.expire.<id>. timeoutd must accept it
-// (TIMEOUTD_FIRE_SUBJECT_PREFIXES) and the TIMEOUT_EXPIRIES stream capture
-// it (the streams bootstrap's STREAMS_FIRE_SUBJECT_PREFIXES).
+// reservations.expire.<id>, the tenant's fire subject prefix in the
+// registry.
 const FireSubjectPrefix = "reservations.expire."
 
 // Status is a reservation's state: held until confirmed or expired.
@@ -89,7 +94,7 @@ type Service struct {
 // after each commit that wrote a command.
 func NewService(pool *pgxpool.Pool, committed func(), now func() time.Time) *Service {
 	return &Service{pool: pool, committed: committed, now: now,
-		deadlines: timeouts.Writer{FireSubjectPrefixes: []string{FireSubjectPrefix}, Now: now}}
+		deadlines: timeouts.Writer{Tenant: Tenant, FireSubjectPrefixes: []string{FireSubjectPrefix}, Now: now}}
 }
 
 // deadline is the timeout of r: at its expiry, on its fire subject, at its
@@ -145,10 +150,14 @@ func (s *Service) Confirm(ctx context.Context, id string) (Reservation, error) {
 // held at the event's version. Applying it again, or a stale version's, is
 // a no-op, so redeliveries are harmless. It reports whether it expired.
 func (s *Service) Expire(ctx context.Context, e events.Expiry) (bool, error) {
+	tenant, id := events.SplitKey(e.Key) // the event's key is reservations.<id>
+	if tenant != Tenant {
+		return false, fmt.Errorf("expire reservation: key %q is not of tenant %s", e.Key, Tenant)
+	}
 	tag, err := s.pool.Exec(ctx, `UPDATE reservations SET status = $1 WHERE id = $2 AND version = $3 AND status = $4`,
-		StatusExpired, e.Key, e.Version, StatusHeld)
+		StatusExpired, id, e.Version, StatusHeld)
 	if err != nil {
-		return false, fmt.Errorf("expire reservation %s: %w", e.Key, err)
+		return false, fmt.Errorf("expire reservation %s: %w", id, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -110,7 +110,7 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 	}
 	specs := make([]jetstream.StreamConfig, 0, events.Partitions+3)
 	for p := range events.Partitions {
-		commands := base(events.CommandStream(p), []string{events.PartitionCommandSubjects(p)}, 0)
+		commands := base(events.CommandStream(p), events.PartitionCommandSubjects(p), 0)
 		commands.Description = fmt.Sprintf("timeout commands of partition %d", p)
 		commands.Retention = jetstream.WorkQueuePolicy
 		specs = append(specs, commands)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +228,42 @@ func TestVerifyOnlyReadsAndNamesWhatIsMissing(t *testing.T) {
 	err := streams.Verify(ctx, js, streams.Config{FireSubjectPrefixes: []string{"carts.expire."}}, events.StreamExpiries)
 	if err == nil || !strings.Contains(err.Error(), "carts.expire.>") {
 		t.Fatalf("Verify with an undeclared fire prefix: %v, want an error naming carts.expire.>", err)
+	}
+}
+
+// TestEnsureUpgradesToTenantSubjects: a command stream made before tenants
+// (timeouts.cmd.<p>.*) is updated to capture every tenant's form too
+// (timeouts.cmd.<p>.*.*), keeping the commands it holds; commands of both
+// forms then land in it.
+func TestEnsureUpgradesToTenantSubjects(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := testinfra.NATS(t).JetStream(t)
+	const key = "o-upgrade"
+	p := events.PartitionOf(key)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.CommandStream(p), Retention: jetstream.WorkQueuePolicy,
+		Subjects: []string{events.CommandSubjectPrefix + strconv.Itoa(p) + ".*"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, events.CommandSubject(key), []byte(`{}`)); err != nil {
+		t.Fatalf("publish before the upgrade: %v", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatalf("Ensure over the stream made before tenants: %v", err)
+	}
+	if _, err := js.Publish(ctx, events.CommandSubject(events.TenantKey("res", key)), []byte(`{}`)); err != nil {
+		t.Fatalf("publish a tenant's command after the upgrade: %v", err)
+	}
+	s, err := js.Stream(ctx, events.CommandStream(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 || !slices.Equal(info.Config.Subjects, events.PartitionCommandSubjects(p)) {
+		t.Fatalf("after the upgrade: %d commands, subjects %v; want both commands and %v", info.State.Msgs, info.Config.Subjects, events.PartitionCommandSubjects(p))
 	}
 }

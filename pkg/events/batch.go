@@ -103,7 +103,7 @@ func Batch(msgs []CommandMessage) []CommandMessage {
 	var open [Partitions]*batch
 	for i, m := range msgs {
 		key, ok := strings.CutPrefix(m.Subject, CommandSubjectPrefix)
-		if !ok || m.Count != 1 || !ValidKey(key) || bytes.IndexByte(m.Data, '\n') >= 0 {
+		if !ok || m.Count != 1 || !ValidTimeoutKey(key) || bytes.IndexByte(m.Data, '\n') >= 0 {
 			out = append(out, m)
 			continue
 		}

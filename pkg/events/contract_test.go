@@ -291,7 +291,7 @@ var contractTypes = []struct {
 	{"order-event.schema.json", reflect.TypeFor[events.OrderEvent](), decodeOrder,
 		`{"schema":1,"type":"cancelled","order_id":"o-1","version":2,"status":"cancelled","cancel_reason":"customer","customer_id":"c","amount_minor":100,"currency":"EUR","pay_by":"2026-11-28T18:00:00Z","at":"2026-11-28T17:00:00Z"}`, true},
 	{"dead-letter.schema.json", reflect.TypeFor[events.DeadLetter](), nil,
-		`{"schema":1,"reason":"invalid_key","field":"key","detail":"d","subject":"timeouts.cmd.1.k","data":"e30=","stream_seq":3,"line":2,"rejected_at":"2026-11-28T17:00:00Z"}`, true},
+		`{"schema":1,"reason":"invalid_key","field":"key","detail":"d","tenant":"reservations","subject":"timeouts.cmd.1.k","data":"e30=","stream_seq":3,"line":2,"rejected_at":"2026-11-28T17:00:00Z"}`, true},
 }
 
 // rawSchema is the part of a schema file the drift test reads.
@@ -516,8 +516,11 @@ func TestContractEnums(t *testing.T) {
 	if got := def["schema"]["enum"]; !reflect.DeepEqual(got, []any{float64(events.SchemaVersion)}) {
 		t.Errorf("schema version enum %v, pkg/events writes %d", got, events.SchemaVersion)
 	}
-	if got := def["key"]["pattern"]; got != "^[A-Za-z0-9_-]{1,"+strconv.Itoa(events.MaxKeyLen)+"}$" {
-		t.Errorf("key pattern %v, want at most MaxKeyLen (%d) letters, digits, '-' or '_'", got, events.MaxKeyLen)
+	if got := def["localKey"]["pattern"]; got != "^[A-Za-z0-9_-]{1,"+strconv.Itoa(events.MaxKeyLen)+"}$" {
+		t.Errorf("localKey pattern %v, want at most MaxKeyLen (%d) letters, digits, '-' or '_'", got, events.MaxKeyLen)
+	}
+	if got := def["key"]["pattern"]; got != "^([a-z][a-z0-9_]{0,"+strconv.Itoa(events.MaxTenantLen-1)+"}\\.)?[A-Za-z0-9_-]{1,"+strconv.Itoa(events.MaxKeyLen)+"}$" {
+		t.Errorf("key pattern %v, want an optional tenant of at most MaxTenantLen (%d) and a local key of at most MaxKeyLen (%d)", got, events.MaxTenantLen, events.MaxKeyLen)
 	}
 	if got := def["subject"]["maxLength"]; got != float64(events.MaxSubjectLen) {
 		t.Errorf("subject maxLength %v, want MaxSubjectLen (%d)", got, events.MaxSubjectLen)
@@ -570,7 +573,9 @@ func TestContractAgreesWithDecoders(t *testing.T) {
 		{"version zero", clear, decodeCommand, `{"kind":"clear","key":"k","version":0}`, false},
 		{"version null", clear, decodeCommand, `{"kind":"clear","key":"k","version":null}`, false},
 		{"version fractional", clear, decodeCommand, `{"kind":"clear","key":"k","version":1.5}`, false},
-		{"key with a dot", clear, decodeCommand, `{"kind":"clear","key":"a.b","version":1}`, false},
+		{"key of a tenant", clear, decodeCommand, `{"kind":"clear","key":"a.b","version":1}`, true},
+		{"key with two dots", clear, decodeCommand, `{"kind":"clear","key":"a.b.c","version":1}`, false},
+		{"tenant with a capital", clear, decodeCommand, `{"kind":"clear","key":"A.b","version":1}`, false},
 		{"key of 129 bytes", clear, decodeCommand, `{"kind":"clear","key":"` + strings.Repeat("k", 129) + `","version":1}`, false},
 		{"key of 128 bytes", clear, decodeCommand, `{"kind":"clear","key":"` + strings.Repeat("k", 128) + `","version":1}`, true},
 		{"key not ASCII", clear, decodeCommand, `{"kind":"clear","key":"ключ","version":1}`, false},

@@ -13,6 +13,10 @@ type DeadLetter struct {
 	// Field and Detail explain the rejection, as in *Error.
 	Field  string `json:"field,omitempty"`
 	Detail string `json:"detail"`
+	// Tenant, when set, is the tenant whose message it is (timeoutd: the
+	// tenant whose command subject it was published on); the dead letter
+	// is then published on TenantDeadLetterSubject.
+	Tenant string `json:"tenant,omitempty"`
 	// Subject and Data are the rejected message as received.
 	Subject string `json:"subject"`
 	Data    []byte `json:"data"`

@@ -29,6 +29,12 @@ const (
 	// consumer still keeps the versions of forgotten keys (timeoutd's
 	// TIMEOUTD_MARK_RETENTION), so it cannot be told from a stale one.
 	ReasonCommandTooOld Reason = "command_too_old"
+	// ReasonUnknownTenant: the command's subject names a tenant its
+	// consumer does not know (timeoutd's tenant registry).
+	ReasonUnknownTenant Reason = "unknown_tenant"
+	// ReasonForeignKey: the command's key belongs to another tenant than
+	// the one whose subject it was published on.
+	ReasonForeignKey Reason = "foreign_key"
 )
 
 // Error describes why a message was rejected: the reason, the JSON field it

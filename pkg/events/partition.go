@@ -13,27 +13,41 @@ import (
 // plausible instance count, so that partitions spread evenly.
 const Partitions = 64
 
-// PartitionOf returns the partition of key: FNV-1a (32 bits) of the key's
-// bytes modulo Partitions. It is the hash NATS's partition() subject
-// transform computes, so the server's subject mapping
-// (CommandMappingDestination) files each command under timeouts.cmd.<partition>.<key> with the same
-// result (see PartitionedCommandSubject).
+// PartitionOf returns the partition of key, a timeout key
+// (ValidTimeoutKey): FNV-1a (32 bits) of its local key's bytes (the key
+// without its tenant, see SplitKey) modulo Partitions. It is the hash NATS's
+// partition() subject transform computes, so the server's subject mappings
+// (CommandMappingDestination, TenantCommandMappingDestination) file each
+// command under timeouts.cmd.<partition>.<key> with the same result (see
+// PartitionedCommandSubject).
 func PartitionOf(key string) int {
+	if i := strings.IndexByte(key, '.'); i >= 0 {
+		key = key[i+1:]
+	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % Partitions)
 }
 
-// CommandMappingSource and CommandMappingDestination are the subject mapping
-// every NATS server of the platform declares (mappings { … } in its
-// configuration): producers publish on timeouts.cmd.<key> (CommandSubject)
-// and the server rewrites the subject to timeouts.cmd.<partition>.<key>
-// before any stream or permission sees it, so that the command lands in its
-// partition's stream (CommandStream), consumed by the instance that owns the
-// partition.
+// CommandMappingSource and CommandMappingDestination, and
+// TenantCommandMappingSource and TenantCommandMappingDestination, are the
+// subject mappings every NATS server of the platform declares (mappings {
+// … } in its configuration): producers publish on timeouts.cmd.<key>
+// (CommandSubject) and the server rewrites the subject to
+// timeouts.cmd.<partition>.<key> before any stream or permission sees it,
+// so that the command lands in its partition's stream (CommandStream),
+// consumed by the instance that owns the partition. The first mapping takes
+// the orders tenant's commands, timeouts.cmd.<key>; the second the other
+// tenants', timeouts.cmd.<tenant>.<key>, whose partition is their local
+// key's. The tenant's token stays in the stored subject, where each
+// tenant's NATS permissions bind it (timeouts.cmd.*.<tenant>.*; the orders
+// tenant alone may publish timeouts.cmd.*.*): timeoutd learns a command's
+// tenant from it.
 const (
-	CommandMappingSource      = CommandSubjectPrefix + "*"
-	CommandMappingDestination = CommandSubjectPrefix + "{{partition(64,1)}}.{{wildcard(1)}}" // 64: Partitions
+	CommandMappingSource            = CommandSubjectPrefix + "*"
+	CommandMappingDestination       = CommandSubjectPrefix + "{{partition(64,1)}}.{{wildcard(1)}}" // 64: Partitions
+	TenantCommandMappingSource      = CommandSubjectPrefix + "*.*"
+	TenantCommandMappingDestination = CommandSubjectPrefix + "{{partition(64,2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
 )
 
 // CommandStream returns the name of partition p's command stream:
@@ -50,19 +64,26 @@ func CommandStreams() []string {
 }
 
 // PartitionedCommandSubject returns the subject a command for key is
-// stored under in its partition's stream: timeouts.cmd.<partition>.<key>.
+// stored under in its partition's stream: timeouts.cmd.<partition>.<key>
+// (timeouts.cmd.<partition>.<tenant>.<local key> for a tenant other than
+// orders).
 func PartitionedCommandSubject(key string) string {
 	return CommandSubjectPrefix + strconv.Itoa(PartitionOf(key)) + "." + key
 }
 
 // PartitionCommandSubjects returns the subjects of partition p's commands,
-// which its stream captures: timeouts.cmd.<p>.*.
-func PartitionCommandSubjects(p int) string {
-	return CommandSubjectPrefix + strconv.Itoa(p) + ".*"
+// which its stream captures: timeouts.cmd.<p>.* (the orders tenant's) and
+// timeouts.cmd.<p>.*.* (the other tenants'). Two subjects, not
+// timeouts.cmd.<p>.>: a stream made before tenants captures the first,
+// and JetStream refuses a stream whose subjects overlap.
+func PartitionCommandSubjects(p int) []string {
+	prefix := CommandSubjectPrefix + strconv.Itoa(p)
+	return []string{prefix + ".*", prefix + ".*.*"}
 }
 
-// KeyOfStoredCommand returns the key of a command as stored in a command
-// stream (timeouts.cmd.<partition>.<key>), and false when the subject is not
+// KeyOfStoredCommand returns the timeout key of a command as stored in a
+// command stream (timeouts.cmd.<partition>.<key>, the key qualified by its
+// tenant for a tenant other than orders), and false when the subject is not
 // of that form or its partition token is not the key's partition.
 func KeyOfStoredCommand(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, CommandSubjectPrefix)
@@ -70,7 +91,7 @@ func KeyOfStoredCommand(subject string) (string, bool) {
 		return "", false
 	}
 	part, key, ok := strings.Cut(rest, ".")
-	if !ok || !ValidKey(key) || part != strconv.Itoa(PartitionOf(key)) {
+	if !ok || !ValidTimeoutKey(key) || part != strconv.Itoa(PartitionOf(key)) {
 		return "", false
 	}
 	return key, true

@@ -43,9 +43,11 @@ func TestKeyOfStoredCommand(t *testing.T) {
 	}{
 		{"timeouts.cmd.44.a", "a", true},
 		{PartitionedCommandSubject("o-1"), "o-1", true},
-		{"timeouts.cmd.43.a", "", false}, // the wrong partition
-		{"timeouts.cmd.a", "", false},    // not transformed
-		{"timeouts.cmd.44.a.b", "", false},
+		{"timeouts.cmd.43.a", "", false},        // the wrong partition
+		{"timeouts.cmd.a", "", false},           // not transformed
+		{"timeouts.cmd.44.r.a", "r.a", true},    // a tenant's: the local key's partition
+		{"timeouts.cmd.44.orders.a", "", false}, // the orders tenant's keys are unqualified
+		{"timeouts.cmd.44.a.b.c", "", false},
 		{"orders.cancel.44.a", "", false},
 		{"timeouts.cmd.44.", "", false},
 	}
@@ -54,7 +56,7 @@ func TestKeyOfStoredCommand(t *testing.T) {
 			t.Errorf("KeyOfStoredCommand(%q) = %q, %v; want %q, %v", tt.subject, key, ok, tt.key, tt.ok)
 		}
 	}
-	if got := PartitionCommandSubjects(7); got != "timeouts.cmd.7.*" {
+	if got := PartitionCommandSubjects(7); !slices.Equal(got, []string{"timeouts.cmd.7.*", "timeouts.cmd.7.*.*"}) {
 		t.Errorf("PartitionCommandSubjects(7) = %q", got)
 	}
 }
@@ -66,6 +68,12 @@ func TestCommandMappingMatchesPartitions(t *testing.T) {
 	t.Parallel()
 	if want := "{{partition(" + strconv.Itoa(Partitions) + ",1)}}"; !strings.Contains(CommandMappingDestination, want) {
 		t.Errorf("CommandMappingDestination = %q, want it to hold %s", CommandMappingDestination, want)
+	}
+	if want := "{{partition(" + strconv.Itoa(Partitions) + ",2)}}"; !strings.Contains(TenantCommandMappingDestination, want) {
+		t.Errorf("TenantCommandMappingDestination = %q, want it to hold %s", TenantCommandMappingDestination, want)
+	}
+	if PartitionOf("reservations.a") != PartitionOf("a") {
+		t.Errorf("PartitionOf(reservations.a) = %d, PartitionOf(a) = %d: a tenant's key is in its local key's partition", PartitionOf("reservations.a"), PartitionOf("a"))
 	}
 	names := CommandStreams()
 	if len(names) != Partitions || names[0] != "TIMEOUT_COMMANDS_00" || names[63] != "TIMEOUT_COMMANDS_63" {

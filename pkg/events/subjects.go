@@ -26,11 +26,14 @@ const (
 
 // Subject prefixes and wildcards.
 const (
-	// CommandSubjectPrefix is followed by the key: timeouts.cmd.<key>.
+	// CommandSubjectPrefix is followed by the key: timeouts.cmd.<key> for
+	// a key of the orders tenant, timeouts.cmd.<tenant>.<key> for another
+	// tenant's (TenantKey).
 	CommandSubjectPrefix = "timeouts.cmd."
 	// CommandSubjects matches every timeout command.
 	CommandSubjects = CommandSubjectPrefix + ">"
-	// MissedSubjectPrefix is followed by the key: timeouts.missed.<key>.
+	// MissedSubjectPrefix is followed by the key: timeouts.missed.<key>,
+	// timeouts.missed.<tenant>.<key> for a key of a tenant other than orders.
 	MissedSubjectPrefix = "timeouts.missed."
 	// OrderCancelSubjectPrefix is the fire subject prefix the orders service
 	// uses: the expiry of an order's payment deadline is published on
@@ -39,12 +42,17 @@ const (
 	// OrderCancelSubjects matches the payment deadline expiries of every
 	// order: the filter of the orders service's cancel consumer.
 	OrderCancelSubjects = OrderCancelSubjectPrefix + ">"
-	// DeadLetterSubjectPrefix is followed by the service and the reason:
-	// dlq.<service>.<reason>.
+	// DeadLetterSubjectPrefix is followed by the service and the reason,
+	// dlq.<service>.<reason>, or by the service, the tenant whose message it
+	// is and the reason, dlq.<service>.<tenant>.<reason>
+	// (TenantDeadLetterSubject).
 	DeadLetterSubjectPrefix = "dlq."
 )
 
-// CommandSubject returns the subject of the commands for key.
+// CommandSubject returns the subject of the commands for key, a timeout
+// key (ValidTimeoutKey): timeouts.cmd.<key>, which is
+// timeouts.cmd.<tenant>.<local key> for a key of a tenant other than
+// orders.
 func CommandSubject(key string) string { return CommandSubjectPrefix + key }
 
 // MissedSubject returns the subject of the missed event of key.
@@ -67,10 +75,77 @@ func DeadLetterSubject(service string, reason Reason) string {
 	return DeadLetterSubjectPrefix + service + "." + string(reason)
 }
 
+// TenantDeadLetterSubject returns dlq.<service>.<tenant>.<reason>: where
+// service dead-letters a message of tenant (timeoutd, a command the
+// tenant published), so that the tenant may read its own
+// (dlq.timeoutd.<tenant>.>).
+func TenantDeadLetterSubject(service, tenant string, reason Reason) string {
+	return DeadLetterSubjectPrefix + service + "." + tenant + "." + string(reason)
+}
+
+// OrdersTenant is the tenant of the orders service. Its keys are the
+// unqualified ones (order ids): every key stored before the platform had
+// tenants is its, and its commands keep the subject timeouts.cmd.<key>.
+const OrdersTenant = "orders"
+
+// MaxTenantLen is the longest tenant name, in bytes.
+const MaxTenantLen = 32
+
+// ValidTenant reports whether name is a valid tenant name: 1 to
+// MaxTenantLen bytes of lower-case ASCII letters, digits and '_', starting
+// with a letter. A tenant name is a NATS subject token and a NATS user
+// name.
+func ValidTenant(name string) bool {
+	if len(name) == 0 || len(name) > MaxTenantLen || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// TenantKey returns the timeout key of tenant's key local (ValidKey):
+// local itself for OrdersTenant, <tenant>.<local> for any other tenant.
+// Each tenant's keys are a namespace of their own: two tenants' keys
+// never collide, whatever their local keys.
+func TenantKey(tenant, local string) string {
+	if tenant == OrdersTenant {
+		return local
+	}
+	return tenant + "." + local
+}
+
+// SplitKey returns the tenant and the local key of a timeout key, the
+// inverse of TenantKey: OrdersTenant and key for a key without '.'.
+func SplitKey(key string) (tenant, local string) {
+	t, l, ok := strings.Cut(key, ".")
+	if !ok {
+		return OrdersTenant, key
+	}
+	return t, l
+}
+
+// ValidTimeoutKey reports whether key is a valid timeout key: a local key
+// (ValidKey) of the orders tenant, or <tenant>.<local key> of another
+// (ValidTenant, ValidKey). The orders tenant's keys have one spelling, the
+// unqualified one: "orders.<key>" is not valid.
+func ValidTimeoutKey(key string) bool {
+	t, l, ok := strings.Cut(key, ".")
+	if !ok {
+		return ValidKey(key)
+	}
+	return t != OrdersTenant && ValidTenant(t) && ValidKey(l)
+}
+
 // MaxKeyLen is the longest accepted key, in bytes.
 const MaxKeyLen = 128
 
-// ValidKey reports whether key is a valid timeout key or order id: 1 to
+// ValidKey reports whether key is a valid local key (a tenant's own key,
+// see TenantKey) or order id: 1 to
 // MaxKeyLen bytes of ASCII letters, digits, '-' and '_', so it is safe as a
 // NATS subject token and in a Nats-Msg-Id.
 func ValidKey(key string) bool {

@@ -77,8 +77,8 @@ func (c Command) Validate() error {
 	if c.Kind != KindSet && c.Kind != KindClear {
 		return invalid(ReasonUnknownKind, "kind", "must be %q or %q, got %q", KindSet, KindClear, c.Kind)
 	}
-	if !ValidKey(c.Key) {
-		return invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_'", MaxKeyLen)
+	if !ValidTimeoutKey(c.Key) {
+		return invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_', after <tenant>. for a tenant other than %s", MaxKeyLen, OrdersTenant)
 	}
 	if c.Version <= 0 {
 		return invalid(ReasonInvalidVersion, "version", "must be a positive integer, got %d", c.Version)
@@ -238,8 +238,8 @@ func DecodeExpiry(data []byte) (Expiry, error) {
 	if e.Outcome != OutcomeFired && e.Outcome != OutcomeMissed {
 		return Expiry{}, invalid(ReasonUnknownKind, "outcome", "must be %q or %q, got %q", OutcomeFired, OutcomeMissed, e.Outcome)
 	}
-	if !ValidKey(e.Key) {
-		return Expiry{}, invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_'", MaxKeyLen)
+	if !ValidTimeoutKey(e.Key) {
+		return Expiry{}, invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_', after <tenant>. for a tenant other than %s", MaxKeyLen, OrdersTenant)
 	}
 	var err error
 	if e.Version, err = parseVersion(w.Version); err != nil {

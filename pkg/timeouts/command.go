@@ -15,7 +15,8 @@ import (
 // clears or moves it.
 type Deadline struct {
 	// Key names the timeout (say, a reservation id): 1 to events.MaxKeyLen
-	// letters, digits, '-' or '_'. The producer owns its keys.
+	// letters, digits, '-' or '_', qualified by the producer's tenant
+	// (events.TenantKey; Writer does it). Each tenant owns its keys.
 	Key string
 	// Version orders the commands of Key: each command must carry a
 	// version greater than the last one (a row's version column, bumped
@@ -26,7 +27,7 @@ type Deadline struct {
 	// before it.
 	At time.Time
 	// FireSubject is where the expiry event goes; timeoutd accepts only
-	// subjects under its TIMEOUTD_FIRE_SUBJECT_PREFIXES.
+	// subjects under the tenant's fire prefixes (the tenant registry).
 	FireSubject string
 	// Payload is an optional JSON object of at most events.MaxPayloadBytes,
 	// returned verbatim in the expiry event.
@@ -70,7 +71,7 @@ func check(c events.Command) error {
 }
 
 // Message returns c as the outbox row the relay publishes: on its command
-// subject, timeouts.cmd.<key>, with its Nats-Msg-Id (<kind>:<key>:<version>),
+// subject, timeouts.cmd.<key> (timeouts.cmd.<tenant>.<local key>), with its Nats-Msg-Id (<kind>:<key>:<version>),
 // so a republish after a crash is dropped as a duplicate. It returns a
 // *RefusedError for a command timeoutd would refuse.
 func Message(c events.Command) (outbox.Message, error) {

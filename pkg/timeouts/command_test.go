@@ -23,7 +23,7 @@ func TestSetCommandRefuses(t *testing.T) {
 		reason events.Reason
 		field  string
 	}{
-		{"bad key", func(d *timeouts.Deadline) { d.Key = "res.1" }, at, events.ReasonInvalidKey, "key"},
+		{"bad key", func(d *timeouts.Deadline) { d.Key = "res.1.2" }, at, events.ReasonInvalidKey, "key"},
 		{"empty key", func(d *timeouts.Deadline) { d.Key = "" }, at, events.ReasonInvalidKey, "key"},
 		{"zero version", func(d *timeouts.Deadline) { d.Version = 0 }, at, events.ReasonInvalidVersion, "version"},
 		{"no deadline", func(d *timeouts.Deadline) { d.At = time.Time{} }, at, events.ReasonInvalidDeadline, "deadline"},

@@ -11,7 +11,7 @@ import (
 var ErrRefused = errors.New("timeouts: refused")
 
 // RefusedError is a command timeoutd would refuse and dead-letter on
-// dlq.timeoutd.<Reason>, caught by the producer before it is written, so
+// dlq.timeoutd.<tenant>.<Reason>, caught by the producer before it is written, so
 // that the caller's transaction fails instead of the deadline vanishing
 // later. Reason is the dead letter's reason (an events.Reason), Field the
 // command's JSON field it concerns.

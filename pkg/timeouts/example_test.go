@@ -33,7 +33,7 @@ func (printTx) Exec(_ context.Context, _ string, args ...any) (pgconn.CommandTag
 func ExampleWriter() {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
-	w := timeouts.Writer{FireSubjectPrefixes: []string{"reservations.expire."}, Now: func() time.Time { return now }}
+	w := timeouts.Writer{Tenant: "reservations", FireSubjectPrefixes: []string{"reservations.expire."}, Now: func() time.Time { return now }}
 	var tx printTx
 	d := timeouts.Deadline{Key: "res-42", Version: 1, At: now.Add(15 * time.Minute), FireSubject: "reservations.expire.res-42"}
 	if err := w.Set(ctx, tx, d); err != nil {
@@ -47,15 +47,15 @@ func ExampleWriter() {
 		fmt.Println(err)
 	}
 	// Output:
-	// timeouts.cmd.res-42 set:res-42:1
-	// timeouts.cmd.res-42 set:res-42:2
-	// timeouts.cmd.res-42 clear:res-42:3
+	// timeouts.cmd.reservations.res-42 set:reservations.res-42:1
+	// timeouts.cmd.reservations.res-42 set:reservations.res-42:2
+	// timeouts.cmd.reservations.res-42 clear:reservations.res-42:3
 }
 
 // What the platform would refuse is refused at the call, with the reason
 // timeoutd would dead-letter it with; nothing is written.
 func ExampleRefusedError() {
-	w := timeouts.Writer{FireSubjectPrefixes: []string{"reservations.expire."}}
+	w := timeouts.Writer{Tenant: "reservations", FireSubjectPrefixes: []string{"reservations.expire."}}
 	for _, d := range []timeouts.Deadline{
 		{Key: "res 42", Version: 1, At: time.Now(), FireSubject: "reservations.expire.res-42"},
 		{Key: "res-42", Version: 1, At: time.Now(), FireSubject: "orders.cancel.res-42"},
@@ -67,10 +67,17 @@ func ExampleRefusedError() {
 			fmt.Println(errors.Is(err, timeouts.ErrRefused), r.Reason, r.Field)
 		}
 	}
+	// Another tenant's key, in a command written as it is.
+	orders, _ := timeouts.ClearCommand("01a206f9-f111-7d86-b38b-7b1371060b99", 1000, time.Now())
+	var r *timeouts.RefusedError
+	if errors.As(w.Write(context.Background(), printTx{}, orders), &r) {
+		fmt.Println(r.Reason, r.Field)
+	}
 	// Output:
 	// true invalid_key key
 	// true subject_not_allowed fire_subject
 	// true invalid_payload payload
+	// foreign_key key
 }
 
 // The command a deadline becomes, as published: its subject, its dedupe

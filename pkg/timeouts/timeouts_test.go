@@ -51,7 +51,7 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
-	w := timeouts.Writer{FireSubjectPrefixes: []string{"reservations.expire."}, Now: func() time.Time { return now }}
+	w := timeouts.Writer{Tenant: "res", FireSubjectPrefixes: []string{"reservations.expire."}, Now: func() time.Time { return now }}
 	const writer = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	ctx = trace.ContextWithRemoteSpanContext(ctx, mustSpanContext(t, writer))
 	set := func(key string, commit bool) error {
@@ -79,7 +79,7 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Flush = %d, %v; want the one committed command", n, err)
 	}
-	key := "res-committed"
+	key := events.TenantKey("res", "res-committed")
 	s, err := js.Stream(ctx, events.CommandStream(events.PartitionOf(key)))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("command of %s not in its partition's stream: %v", key, err)
 	}
-	if id := m.Header.Get(jetstream.MsgIDHeader); id != "set:res-committed:1" {
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != "set:res.res-committed:1" {
 		t.Fatalf("Nats-Msg-Id %q", id)
 	}
 	if tp := m.Header.Get("traceparent"); tp != writer {
@@ -98,7 +98,7 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	if err != nil || c.FireSubject != "reservations.expire.res-committed" || !c.IssuedAt.Equal(now) {
 		t.Fatalf("stored command %+v, %v", c, err)
 	}
-	for _, k := range []string{"res-rolled-back"} {
+	for _, k := range []string{events.TenantKey("res", "res-rolled-back")} {
 		s, err := js.Stream(ctx, events.CommandStream(events.PartitionOf(k)))
 		if err != nil {
 			t.Fatal(err)

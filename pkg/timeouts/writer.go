@@ -16,10 +16,17 @@ import (
 // call its Kick after the commit. The zero Writer is ready to use. A
 // Writer only reads its fields, so one may be shared by goroutines.
 type Writer struct {
+	// Tenant is the producer's tenant, the name of its NATS user: the keys
+	// given to Set and Clear are its own (local keys), written as
+	// events.TenantKey(Tenant, key), and Write refuses a command of
+	// another tenant's key (events.ReasonForeignKey). Empty is the orders
+	// tenant, whose keys are unqualified.
+	Tenant string
 	// Table is the outbox table; default outbox.TableDefault.
 	Table string
 	// FireSubjectPrefixes, when set, are the fire subject prefixes the
-	// platform accepts (timeoutd's TIMEOUTD_FIRE_SUBJECT_PREFIXES): a set
+	// platform accepts from the tenant (its fire_prefixes in the tenant
+	// registry, deploy/compose/tenants.json): a set
 	// whose fire subject is under none is refused here, with reason
 	// events.ReasonSubjectNotAllowed, rather than dead-lettered by timeoutd.
 	FireSubjectPrefixes []string
@@ -28,10 +35,11 @@ type Writer struct {
 	Now func() time.Time
 }
 
-// Set writes the command that creates, moves or extends d.Key's deadline.
-// It returns a *RefusedError, writing nothing, for a command the platform
-// would refuse.
+// Set writes the command that creates, moves or extends the deadline of
+// d.Key, a key of the Writer's tenant. It returns a *RefusedError, writing
+// nothing, for a command the platform would refuse.
 func (w Writer) Set(ctx context.Context, tx outbox.Execer, d Deadline) error {
+	d.Key = events.TenantKey(w.tenant(), d.Key)
 	c, err := SetCommand(d, w.now())
 	if err != nil {
 		return err
@@ -39,10 +47,11 @@ func (w Writer) Set(ctx context.Context, tx outbox.Execer, d Deadline) error {
 	return w.Write(ctx, tx, c)
 }
 
-// Clear writes the command that removes key's deadline at version. It
-// returns a *RefusedError, writing nothing, for an invalid key or version.
+// Clear writes the command that removes the deadline of key, a key of the
+// Writer's tenant, at version. It returns a *RefusedError, writing
+// nothing, for an invalid key or version.
 func (w Writer) Clear(ctx context.Context, tx outbox.Execer, key string, version int64) error {
-	c, err := ClearCommand(key, version, w.now())
+	c, err := ClearCommand(events.TenantKey(w.tenant(), key), version, w.now())
 	if err != nil {
 		return err
 	}
@@ -57,6 +66,10 @@ func (w Writer) Write(ctx context.Context, tx outbox.Execer, cmds ...events.Comm
 	msgs := make([]outbox.Message, len(cmds))
 	tp := outbox.TraceParent(ctx)
 	for i, c := range cmds {
+		if t, _ := events.SplitKey(c.Key); t != w.tenant() {
+			return &RefusedError{Reason: events.ReasonForeignKey, Field: "key",
+				Detail: fmt.Sprintf("is tenant %s's, not this writer's %s", t, w.tenant()), Key: c.Key}
+		}
 		if err := allowed(c, w.FireSubjectPrefixes); err != nil {
 			return err
 		}
@@ -72,6 +85,8 @@ func (w Writer) Write(ctx context.Context, tx outbox.Execer, cmds ...events.Comm
 	}
 	return nil
 }
+
+func (w Writer) tenant() string { return cmp.Or(w.Tenant, events.OrdersTenant) }
 
 func (w Writer) now() time.Time {
 	if w.Now == nil {

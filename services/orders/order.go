@@ -304,13 +304,17 @@ func (o Order) next(now time.Time) Order {
 	return o
 }
 
+// The orders service is the tenant events.OrdersTenant, whose timeout
+// keys are the order ids themselves (events.TenantKey), on
+// timeouts.cmd.<id>.
+
 func (o Order) setCommand() *events.Command {
-	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: o.ID, Version: o.Version,
+	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: events.TenantKey(events.OrdersTenant, o.ID), Version: o.Version,
 		Deadline: o.PayBy, FireSubject: events.OrderCancelSubject(o.ID), IssuedAt: o.UpdatedAt}
 }
 
 func (o Order) clearCommand() *events.Command {
-	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: o.ID, Version: o.Version, IssuedAt: o.UpdatedAt}
+	return &events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: events.TenantKey(events.OrdersTenant, o.ID), Version: o.Version, IssuedAt: o.UpdatedAt}
 }
 
 func (o Order) event(t events.OrderEventType) *events.OrderEvent {

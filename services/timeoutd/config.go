@@ -79,9 +79,20 @@ const (
 // Config configures a Service. The zero value plus the adapters is valid.
 type Config struct {
 	// FireSubjectPrefixes are the allowed fire subject prefixes, each ending
-	// in "."; default [events.OrderCancelSubjectPrefix]. Commands with
-	// another fire subject are dead-lettered (subject_not_allowed).
+	// in "."; default [events.OrderCancelSubjectPrefix]. Without Tenants,
+	// they are the orders tenant's, the only one: commands of any other
+	// tenant are dead-lettered (unknown_tenant), and those with another
+	// fire subject too (subject_not_allowed). With Tenants, they are every
+	// tenant's (those the expiry stream must capture).
 	FireSubjectPrefixes []string `env:"FIRE_SUBJECT_PREFIXES" envSeparator:","`
+	// Tenants, when set, is the registry of the tenants whose commands are
+	// accepted, and of each one's fire subject prefixes (the daemon's
+	// TIMEOUTD_TENANTS_FILE); a command is dead-lettered when its
+	// subject's tenant is unknown (unknown_tenant), its key is another
+	// tenant's (foreign_key) or its fire subject is under none of its
+	// tenant's prefixes (subject_not_allowed). Default: the orders tenant
+	// alone, with FireSubjectPrefixes.
+	Tenants Tenants
 	// DefaultFireSubjectPrefix makes a timeout's fire subject, prefix plus
 	// key, the default one: stored as nothing, so that the timeout is plain
 	// (it fires without a read of its row) when it stores nothing else.
@@ -213,6 +224,9 @@ func DefaultInstanceID() (string, error) {
 func (c Config) withDefaults() (Config, error) {
 	if len(c.FireSubjectPrefixes) == 0 {
 		c.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
+	}
+	if c.Tenants == nil {
+		c.Tenants = ordersOnly(c.FireSubjectPrefixes)
 	}
 	c.DefaultFireSubjectPrefix = cmp.Or(c.DefaultFireSubjectPrefix, events.OrderCancelSubjectPrefix)
 	c.Tick = cmp.Or(c.Tick, TickDefault)

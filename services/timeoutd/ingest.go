@@ -264,28 +264,37 @@ func (in *ingester) settle(valid []delivered, refused map[int]bool, deferred map
 // none is terminated.
 func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]events.Command, error) {
 	stored, _ := events.KeyOfStoredCommand(m.Subject())
+	tenant := tenantOfStored(m.Subject())
+	prefixes, terr := in.checkTenant(tenant, m.Subject())
 	header := m.Header(events.HeaderBatch)
 	if header == "" {
-		cmd, err := in.decode(m.Data(), now)
-		if err == nil && cmd.Key != stored {
+		var c events.Command
+		err := terr
+		if err == nil {
+			c, err = in.decode(m.Data(), tenant, prefixes, now)
+		}
+		if err == nil && c.Key != stored {
 			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
-				Detail: fmt.Sprintf("key %q does not match subject %q", cmd.Key, m.Subject())}
+				Detail: fmt.Sprintf("key %q does not match subject %q", c.Key, m.Subject())}
 		}
 		if err != nil {
-			return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
+			return nil, in.deadLetter(ctx, m, in.deadLetterOf(producerSubject(m.Subject()), tenant, m.Data(), m.Seq(), err, now), true)
 		}
 		if tracing.Enabled() {
-			cmd.TraceParent = m.Header(tracing.HeaderTraceParent)
+			c.TraceParent = m.Header(tracing.HeaderTraceParent)
 		}
-		return []events.Command{cmd}, nil
+		return []events.Command{c}, nil
 	}
 	lines, err := events.SplitBatch(m.Data(), header)
 	if err == nil && stored == "" {
 		err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
 			Detail: fmt.Sprintf("batch stored under subject %q, which is not its first key's partition", m.Subject())}
 	}
+	if err == nil {
+		err = terr
+	}
 	if err != nil {
-		return nil, in.deadLetter(ctx, m, events.NewDeadLetter(producerSubject(m.Subject()), m.Data(), m.Seq(), err, now), true)
+		return nil, in.deadLetter(ctx, m, in.deadLetterOf(producerSubject(m.Subject()), tenant, m.Data(), m.Seq(), err, now), true)
 	}
 	part := events.PartitionOf(stored)
 	var traces []string
@@ -294,7 +303,7 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 	}
 	out := make([]events.Command, 0, len(lines))
 	for i, line := range lines {
-		cmd, err := in.decode(line, now)
+		cmd, err := in.decode(line, tenant, prefixes, now)
 		if err == nil && events.PartitionOf(cmd.Key) != part {
 			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
 				Detail: fmt.Sprintf("key %q is not of partition %d, the batch's (subject %q)", cmd.Key, part, m.Subject())}
@@ -307,10 +316,10 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 			continue
 		}
 		subject := producerSubject(m.Subject())
-		if events.ValidKey(cmd.Key) {
+		if events.ValidTimeoutKey(cmd.Key) {
 			subject = events.CommandSubject(cmd.Key) // where a fixed command is replayed
 		}
-		d := events.NewDeadLetter(subject, line, m.Seq(), err, now)
+		d := in.deadLetterOf(subject, tenant, line, m.Seq(), err, now)
 		d.Line = i + 1
 		if err := in.deadLetter(ctx, m, d, false); err != nil {
 			return nil, err
@@ -320,6 +329,17 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 		in.term(m) // every command dead-lettered
 	}
 	return out, nil
+}
+
+// deadLetterOf returns the dead letter of a command of tenant ("" when
+// its subject names none) rejected with err: published on the tenant's
+// dead-letter subject, where the tenant may read it.
+func (in *ingester) deadLetterOf(subject, tenant string, data []byte, seq uint64, err error, now time.Time) events.DeadLetter {
+	d := events.NewDeadLetter(subject, data, seq, err, now)
+	if events.ValidTenant(tenant) {
+		d.Tenant = tenant
+	}
+	return d
 }
 
 // startIngestSpans starts an ingest span for each command that came with
@@ -373,13 +393,17 @@ func (in *ingester) apply(changes []Change) {
 	in.stats.cleared.Add(uint64(cleared))
 }
 
-// decode parses a command and applies the service's own rules: with
-// MarkRetention, the command was issued within it; the fire subject is
-// under an allowed prefix and the deadline within MaxHorizon. The command
-// is returned with the error when it parsed.
-func (in *ingester) decode(data []byte, now time.Time) (events.Command, error) {
+// decode parses a command of tenant (its subject's) and applies the
+// service's own rules: its key is the tenant's; with MarkRetention, the
+// command was issued within it; the fire subject is under one of prefixes
+// (the tenant's) and the deadline within MaxHorizon. The command is
+// returned with the error when it parsed.
+func (in *ingester) decode(data []byte, tenant string, prefixes []string, now time.Time) (events.Command, error) {
 	cmd, err := events.DecodeCommand(data)
 	if err != nil {
+		return cmd, err
+	}
+	if err := checkKeyTenant(cmd.Key, tenant); err != nil {
 		return cmd, err
 	}
 	if r := in.cfg.MarkRetention; r > 0 {
@@ -396,12 +420,12 @@ func (in *ingester) decode(data []byte, now time.Time) (events.Command, error) {
 		return cmd, nil
 	}
 	allowed := false
-	for _, p := range in.cfg.FireSubjectPrefixes {
+	for _, p := range prefixes {
 		allowed = allowed || strings.HasPrefix(cmd.FireSubject, p)
 	}
 	if !allowed {
 		return cmd, &events.Error{Reason: events.ReasonSubjectNotAllowed, Field: "fire_subject",
-			Detail: fmt.Sprintf("must start with one of %v", in.cfg.FireSubjectPrefixes)}
+			Detail: fmt.Sprintf("must start with one of %v, its tenant's", prefixes)}
 	}
 	if cmd.Deadline.After(now.Add(in.cfg.MaxHorizon)) {
 		return cmd, &events.Error{Reason: events.ReasonDeadlineOutOfRange, Field: "deadline",
@@ -411,21 +435,29 @@ func (in *ingester) decode(data []byte, now time.Time) (events.Command, error) {
 }
 
 // producerSubject returns the subject a stored command was published on:
-// the server's mapping filed timeouts.cmd.<token> under its token's
-// partition, as timeouts.cmd.<p>.<token>, whatever the token (a valid key
-// or not), and producerSubject undoes it. A subject the mapping did not
-// make (another form, or a partition token that is not the token's)
-// is returned as it was stored.
+// the server's mappings filed timeouts.cmd.<token> under its token's
+// partition, as timeouts.cmd.<p>.<token>, and
+// timeouts.cmd.<tenant>.<token> as timeouts.cmd.<p>.<tenant>.<token>,
+// whatever the token (a valid key or not), and producerSubject undoes it.
+// A subject the mappings did not make (another form, or a partition token
+// that is not the token's) is returned as it was stored.
 func producerSubject(stored string) string {
 	rest, ok := strings.CutPrefix(stored, events.CommandSubjectPrefix)
 	if !ok {
 		return stored
 	}
-	part, token, ok := strings.Cut(rest, ".")
-	if !ok || token == "" || strings.Contains(token, ".") || part != strconv.Itoa(events.PartitionOf(token)) {
+	part, key, ok := strings.Cut(rest, ".")
+	if !ok || part != strconv.Itoa(events.PartitionOf(key)) {
 		return stored
 	}
-	return events.CommandSubjectPrefix + token
+	tenant, token, qualified := strings.Cut(key, ".")
+	if !qualified {
+		tenant, token = "", key
+	}
+	if token == "" || qualified && tenant == "" || strings.Contains(token, ".") {
+		return stored
+	}
+	return events.CommandSubjectPrefix + key
 }
 
 // deadLetter publishes d, the dead letter of m or of one of its commands,

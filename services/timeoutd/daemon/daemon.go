@@ -25,6 +25,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
+	"github.com/ordertimeout/ordertimeout/internal/tenants"
 	"github.com/ordertimeout/ordertimeout/internal/tlsclient"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
@@ -151,6 +152,14 @@ type Config struct {
 	// TIMEOUTD_PREFETCH, TIMEOUTD_ACK_WAIT, TIMEOUTD_PULL_HEARTBEAT,
 	// TIMEOUTD_LINGER).
 	Consumer tjs.ConsumerConfig `envPrefix:"TIMEOUTD_"`
+	// TenantsFile (TIMEOUTD_TENANTS_FILE), when set, is the tenant
+	// registry (internal/tenants; deploy/compose/tenants.json): the
+	// tenants whose commands are accepted and each one's fire subject
+	// prefixes, read again within a second of a change, so that a tenant
+	// added on a running platform needs no restart. It replaces
+	// TIMEOUTD_FIRE_SUBJECT_PREFIXES. Default: the orders tenant alone,
+	// with TIMEOUTD_FIRE_SUBJECT_PREFIXES.
+	TenantsFile string `env:"TIMEOUTD_TENANTS_FILE"`
 	// Service configures the domain service (TIMEOUTD_ and the names of
 	// its tags: TIMEOUTD_TICK, TIMEOUTD_LEASE_TTL, …).
 	Service timeoutd.Config `envPrefix:"TIMEOUTD_"`
@@ -186,6 +195,13 @@ func (c Config) withDefaults() (_ Config, err error) {
 		}
 	}
 	c.Service.Logger = cmp.Or(c.Service.Logger, c.Logger)
+	if c.TenantsFile != "" && c.Service.Tenants == nil {
+		reg, err := tenants.Open(c.TenantsFile, 0, c.Logger)
+		if err != nil {
+			return c, fmt.Errorf("daemon: TIMEOUTD_TENANTS_FILE (TenantsFile): %w", err)
+		}
+		c.Service.Tenants, c.Service.FireSubjectPrefixes = reg, reg.All()
+	}
 	c.Service.CrashGrace = cmp.Or(c.Service.CrashGrace, postgres.CrashGrace) // the store's crash detection
 	if len(c.Service.FireSubjectPrefixes) == 0 {
 		c.Service.FireSubjectPrefixes = []string{events.OrderCancelSubjectPrefix}
@@ -468,6 +484,9 @@ func (m *Main) Run(ctx context.Context) error {
 	pctx, stopPings := context.WithCancel(gctx)
 	defer stopPings()
 	go m.pingNATS(pctx)
+	if reg, ok := m.cfg.Service.Tenants.(*tenants.Registry); ok {
+		go func() { _ = reg.Run(pctx) }()
+	}
 	if m.dbg != nil {
 		// Profiles are served until Close; their failure stops nothing.
 		go func() {

@@ -190,7 +190,7 @@ func TestInvalidCommandsAreDeadLettered(t *testing.T) {
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			subject := events.DeadLetterSubject("timeoutd", tt.reason)
+			subject := events.TenantDeadLetterSubject("timeoutd", events.OrdersTenant, tt.reason)
 			var m *jetstream.RawStreamMsg
 			eventually(t, 5*time.Second, "dead letter on "+subject, func() bool {
 				m = e.last(t, events.StreamDeadLetters, subject)
@@ -260,7 +260,7 @@ func TestBatchedCommands(t *testing.T) {
 	if st, v := e.state(t, keys[1]); st != int16(timeoutd.StateCleared) || v != 2 {
 		t.Errorf("%s: state %d version %d, want cleared at 2", keys[1], st, v)
 	}
-	subject := events.DeadLetterSubject("timeoutd", events.ReasonSubjectNotAllowed)
+	subject := events.TenantDeadLetterSubject("timeoutd", events.OrdersTenant, events.ReasonSubjectNotAllowed)
 	var dm *jetstream.RawStreamMsg
 	eventually(t, 5*time.Second, "dead letter on "+subject, func() bool {
 		dm = e.last(t, events.StreamDeadLetters, subject)
@@ -376,7 +376,7 @@ func TestCrashBeforeCommitRedeliversTheBatch(t *testing.T) {
 			t.Errorf("%s state = %d, want %d", key, st, want)
 		}
 	}
-	if m := e.last(t, events.StreamDeadLetters, events.DeadLetterSubject("timeoutd", events.ReasonMalformed)); m == nil {
+	if m := e.last(t, events.StreamDeadLetters, events.TenantDeadLetterSubject("timeoutd", events.OrdersTenant, events.ReasonMalformed)); m == nil {
 		t.Error("the malformed command was not dead-lettered")
 	}
 	eventually(t, 5*time.Second, "command stream empty", func() bool {
@@ -822,7 +822,7 @@ func TestForgottenMarksRefuseStaleCommandsByAge(t *testing.T) {
 		reason events.Reason
 		key    string
 	}{{events.ReasonCommandTooOld, "f-old"}, {events.ReasonInvalidField, "f-unstamped"}} {
-		subject := events.DeadLetterSubject("timeoutd", tt.reason)
+		subject := events.TenantDeadLetterSubject("timeoutd", events.OrdersTenant, tt.reason)
 		var m *jetstream.RawStreamMsg
 		eventually(t, 5*time.Second, "dead letter on "+subject, func() bool { m = e.last(t, events.StreamDeadLetters, subject); return m != nil })
 		var dl events.DeadLetter

@@ -308,7 +308,7 @@ func decodeCursor(s string) (timeoutd.Cursor, error) {
 	}
 	ns, key, ok := strings.Cut(string(b), ":")
 	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil || !events.ValidKey(key) {
+	if !ok || err != nil || !events.ValidTimeoutKey(key) {
 		return timeoutd.Cursor{}, bad
 	}
 	return timeoutd.Cursor{Deadline: time.Unix(0, n).UTC(), Key: key}, nil
@@ -353,8 +353,8 @@ func (s *server) listTimeouts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := timeoutd.Query{Limit: limit, KeyPrefix: r.URL.Query().Get("key")}
-	if q.KeyPrefix != "" && !events.ValidKey(q.KeyPrefix) {
-		s.fail(w, r, &invalidParam{"key", "must be a key prefix of letters, digits, '-' or '_'"})
+	if p := q.KeyPrefix; p != "" && !events.ValidTimeoutKey(p) && !events.ValidTimeoutKey(p+"_") { // "_": a prefix may end with the tenant's '.'
+		s.fail(w, r, &invalidParam{"key", "must be a key prefix of letters, digits, '-' or '_', after <tenant>. for a tenant's keys"})
 		return
 	}
 	if c := r.URL.Query().Get("cursor"); c != "" {
@@ -377,8 +377,8 @@ func (s *server) getTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := chi.URLParam(r, "key")
-	if !events.ValidKey(key) {
-		s.fail(w, r, &invalidParam{"key", "must be 1 to 128 letters, digits, '-' or '_'"})
+	if !events.ValidTimeoutKey(key) {
+		s.fail(w, r, &invalidParam{"key", "must be 1 to 128 letters, digits, '-' or '_', after <tenant>. for a tenant's keys"})
 		return
 	}
 	t, err := s.svc.GetPending(r.Context(), key)

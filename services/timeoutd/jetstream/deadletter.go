@@ -13,11 +13,14 @@ import (
 )
 
 // Service is the service token of timeoutd's dead-letter subjects:
-// dlq.timeoutd.<reason>.
+// dlq.timeoutd.<tenant>.<reason>, or dlq.timeoutd.<reason> for a message
+// of no tenant.
 const Service = "timeoutd"
 
-// DeadLetters publishes dead letters on events.DeadLetterSubject(Service,
-// reason) with their Nats-Msg-Id. It implements timeoutd.DeadLetterer.
+// DeadLetters publishes dead letters on
+// events.TenantDeadLetterSubject(Service, tenant, reason) (or
+// events.DeadLetterSubject(Service, reason) for one without a tenant) with
+// their Nats-Msg-Id. It implements timeoutd.DeadLetterer.
 type DeadLetters struct{ js jetstream.JetStream }
 
 var _ timeoutd.DeadLetterer = DeadLetters{}
@@ -31,7 +34,11 @@ func (p DeadLetters) DeadLetter(ctx context.Context, d events.DeadLetter) error 
 	if err != nil {
 		return fmt.Errorf("encode dead letter: %w", err)
 	}
-	m := &nats.Msg{Subject: events.DeadLetterSubject(Service, d.Reason), Data: data, Header: nats.Header{}}
+	subject := events.DeadLetterSubject(Service, d.Reason)
+	if d.Tenant != "" {
+		subject = events.TenantDeadLetterSubject(Service, d.Tenant, d.Reason)
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, d.MsgID())
 	if _, err := p.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("publish dead letter: %w", err)

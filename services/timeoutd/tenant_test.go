@@ -1,0 +1,91 @@
+package timeoutd
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+)
+
+// tenantsMap is a Tenants of fixed tenants.
+type tenantsMap map[string][]string
+
+func (m tenantsMap) FirePrefixes(tenant string) ([]string, bool) {
+	p, ok := m[tenant]
+	return p, ok
+}
+
+// TestTenantRules: a command is its subject's tenant's, whatever its
+// payload says: a key of another tenant, a fire subject outside the
+// tenant's prefixes and an unknown tenant are dead-lettered with their
+// reasons, on the tenant's own dead-letter subject; commands stored before
+// tenants (timeouts.cmd.<p>.<key>) are the orders tenant's.
+func TestTenantRules(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	set := func(key, fire string) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindSet, Key: key, Version: 1, Deadline: now.Add(time.Minute), FireSubject: fire}
+	}
+	clear := func(key string) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindClear, Key: key, Version: 1000}
+	}
+	tests := []struct {
+		name    string
+		subject string
+		cmd     events.Command
+		reason  events.Reason // empty: accepted
+	}{
+		{"orders' own", events.PartitionedCommandSubject("o-1"), set("o-1", "orders.cancel.o-1"), ""},
+		{"a tenant's own", events.PartitionedCommandSubject("res.r-1"), set("res.r-1", "res.expire.r-1"), ""},
+		{"a tenant's own clear", events.PartitionedCommandSubject("res.r-1"), clear("res.r-1"), ""},
+		{"orders' key on a tenant's subject", events.PartitionedCommandSubject("res.o-1"), clear("o-1"), events.ReasonForeignKey},
+		{"orders' key and fire subject on a tenant's subject", events.PartitionedCommandSubject("res.o-1"), set("o-1", "orders.cancel.o-1"), events.ReasonForeignKey},
+		{"another tenant's key on a tenant's subject", events.PartitionedCommandSubject("res.r-1"), clear("inv.r-1"), events.ReasonForeignKey},
+		{"a tenant's key on orders' subject", events.PartitionedCommandSubject("r-1"), clear("res.r-1"), events.ReasonForeignKey},
+		{"orders' fire subject from a tenant", events.PartitionedCommandSubject("res.r-2"), set("res.r-2", "orders.cancel.o-1"), events.ReasonSubjectNotAllowed},
+		{"a tenant's fire subject from orders", events.PartitionedCommandSubject("o-2"), set("o-2", "res.expire.o-2"), events.ReasonSubjectNotAllowed},
+		{"a partition subject published as it is", "timeouts.cmd." + strconv.Itoa(events.PartitionOf("o-1")) + ".3.o-1", clear("o-1"), events.ReasonSubjectMismatch},
+		{"unknown tenant", events.PartitionedCommandSubject("ghost.g-1"), set("ghost.g-1", "res.expire.g-1"), events.ReasonUnknownTenant},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, dlq := newTestService(t, newClock(now))
+			s.ingest.cfg.Tenants = tenantsMap{"orders": {"orders.cancel."}, "res": {"res.expire."}, "inv": {"inv.due."}}
+			m := cmdMsg(t, 1, tt.cmd)
+			m.subject = tt.subject
+			got, err := s.ingest.commands(context.Background(), m, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.reason == "" {
+				if len(got) != 1 || len(dlq.got) != 0 {
+					t.Fatalf("got %+v, dead letters %+v; want the command accepted", got, dlq.got)
+				}
+				return
+			}
+			if len(got) != 0 || len(dlq.got) != 1 || dlq.got[0].Reason != tt.reason || m.fate != "term" {
+				t.Fatalf("got %+v, dead letters %+v, fate %q; want it dead-lettered as %s", got, dlq.got, m.fate, tt.reason)
+			}
+			if want := tenantOfStored(tt.subject); events.ValidTenant(want) && dlq.got[0].Tenant != want {
+				t.Errorf("dead letter's tenant %q, want the subject's, %q", dlq.got[0].Tenant, want)
+			}
+		})
+	}
+}
+
+func TestProducerSubject(t *testing.T) {
+	t.Parallel()
+	for stored, want := range map[string]string{
+		events.PartitionedCommandSubject("o-1"):     "timeouts.cmd.o-1",
+		events.PartitionedCommandSubject("res.r-1"): "timeouts.cmd.res.r-1",
+		"timeouts.cmd.3.res.r-1":                    "timeouts.cmd.3.res.r-1", // not its partition
+		"orders.cancel.1":                           "orders.cancel.1",
+	} {
+		if got := producerSubject(stored); got != want {
+			t.Errorf("producerSubject(%q) = %q, want %q", stored, got, want)
+		}
+	}
+}
