@@ -12,4 +12,7 @@
 //
 // Cost: one small publish per held message per tick, none when nothing is
 // held; a consumer bounds what it holds by its MaxAckPending.
+//
+// Its pull settings (PullExpiry, PullHeartbeat) bound the other wait of
+// such a consumer: a pull request lost with its consumer's leader.
 package inflight

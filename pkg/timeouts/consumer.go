@@ -170,7 +170,7 @@ func (c *Consumer[T]) Run(ctx context.Context) error {
 		received <- m
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		c.cfg.Logger.Warn("pull events; pulling on", "durable", c.cfg.Durable, "err", err)
-	}))
+	}), jetstream.PullExpiry(inflight.PullExpiry), jetstream.PullHeartbeat(inflight.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("timeouts: consume %s: %w", c.cfg.Durable, err)
 	}

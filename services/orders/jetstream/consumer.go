@@ -255,7 +255,8 @@ func (c *Consumer) run(ctx context.Context) {
 // closes it when ctx ends) or fails with an error other than a missed
 // heartbeat.
 func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency * c.cfg.BatchMax))
+	it, err := c.cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency*c.cfg.BatchMax),
+		jetstream.PullExpiry(inflight.PullExpiry), jetstream.PullHeartbeat(inflight.PullHeartbeat))
 	if err != nil {
 		return err
 	}
