@@ -14,5 +14,5 @@
 // held; a consumer bounds what it holds by its MaxAckPending.
 //
 // Its pull settings (PullExpiry, PullHeartbeat) bound the other wait of
-// such a consumer: a pull request lost with its consumer's leader.
+// such a consumer: a pull request the server lost without a word.
 package inflight
