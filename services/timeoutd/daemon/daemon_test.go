@@ -295,8 +295,11 @@ func TestMisfireBoundEmitsMissed(t *testing.T) {
 	e.publish(t, lenient)
 
 	ex := e.expiry(t, events.MissedSubject("m-1"), events.OutcomeMissed, "m-1", 1, late.Deadline)
-	if ex.LatenessNs < int64(2*time.Second) {
-		t.Errorf("missed lateness = %v, want ≥ 2s", time.Duration(ex.LatenessNs))
+	// 2 s past due when published, judged by timeoutd's estimate of
+	// Postgres's clock, which trails this host's by up to its hold (tens
+	// of milliseconds under load): well beyond MaxLateness either way.
+	if ex.LatenessNs < int64(1500*time.Millisecond) {
+		t.Errorf("missed lateness = %v, want about 2s", time.Duration(ex.LatenessNs))
 	}
 	fired := e.expiry(t, events.OrderCancelSubject("m-2"), events.OutcomeFired, "m-2", 1, lenient.Deadline)
 	if string(fired.Payload) != `{"shop":"s1"}` {
