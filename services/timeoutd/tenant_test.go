@@ -1,7 +1,6 @@
 package timeoutd
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -54,20 +53,9 @@ func TestTenantRules(t *testing.T) {
 			t.Parallel()
 			s, _, dlq := newTestService(t, newClock(now))
 			s.ingest.cfg.Tenants = tenantsMap{"orders": {"orders.cancel."}, "res": {"res.expire."}, "inv": {"inv.due."}}
-			m := cmdMsg(t, 1, tt.cmd)
-			m.subject = tt.subject
-			got, err := s.ingest.commands(context.Background(), m, now)
-			if err != nil {
-				t.Fatal(err)
-			}
+			checkCommandFate(t, s, dlq, tt.subject, tt.cmd, now, tt.reason)
 			if tt.reason == "" {
-				if len(got) != 1 || len(dlq.got) != 0 {
-					t.Fatalf("got %+v, dead letters %+v; want the command accepted", got, dlq.got)
-				}
 				return
-			}
-			if len(got) != 0 || len(dlq.got) != 1 || dlq.got[0].Reason != tt.reason || m.fate != "term" {
-				t.Fatalf("got %+v, dead letters %+v, fate %q; want it dead-lettered as %s", got, dlq.got, m.fate, tt.reason)
 			}
 			if want := tenantOfStored(tt.subject); events.ValidTenant(want) && dlq.got[0].Tenant != want {
 				t.Errorf("dead letter's tenant %q, want the subject's, %q", dlq.got[0].Tenant, want)

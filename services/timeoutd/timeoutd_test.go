@@ -383,22 +383,30 @@ func TestDecodeRules(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, _, dlq := newTestService(t, newClock(now))
-			m := cmdMsg(t, 1, tt.cmd)
-			m.subject = tt.subject
-			got, err := s.ingest.commands(context.Background(), m, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.reason == "" {
-				if len(got) != 1 || len(dlq.got) != 0 {
-					t.Fatalf("got %+v, dead letters %+v; want the command accepted", got, dlq.got)
-				}
-				return
-			}
-			if len(got) != 0 || len(dlq.got) != 1 || dlq.got[0].Reason != tt.reason || m.fate != "term" {
-				t.Fatalf("got %+v, dead letters %+v, fate %q; want it dead-lettered as %s", got, dlq.got, m.fate, tt.reason)
-			}
+			checkCommandFate(t, s, dlq, tt.subject, tt.cmd, now, tt.reason)
 		})
+	}
+}
+
+// checkCommandFate decodes cmd published on subject through s's ingest and
+// checks that it was accepted (reason "") or dead-lettered alone, its
+// message terminated, as reason.
+func checkCommandFate(t *testing.T, s *Service, dlq *fakeDLQ, subject string, cmd events.Command, now time.Time, reason events.Reason) {
+	t.Helper()
+	m := cmdMsg(t, 1, cmd)
+	m.subject = subject
+	got, err := s.ingest.commands(context.Background(), m, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason == "" {
+		if len(got) != 1 || len(dlq.got) != 0 {
+			t.Fatalf("got %+v, dead letters %+v; want the command accepted", got, dlq.got)
+		}
+		return
+	}
+	if len(got) != 0 || len(dlq.got) != 1 || dlq.got[0].Reason != reason || m.fate != "term" {
+		t.Fatalf("got %+v, dead letters %+v, fate %q; want it dead-lettered as %s", got, dlq.got, m.fate, reason)
 	}
 }
 
