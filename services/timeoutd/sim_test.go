@@ -316,7 +316,8 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		badP = 0.10
 	}
 	// waiting counts the new keys whose first set is not committed yet:
-	// deferred for room, or still in the stream.
+	// lingering in a batch, in the stream, or deferred for room; they count
+	// against the cap as much as the pending rows do.
 	waiting := func() int {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -368,10 +369,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			}
 			now := time.Now()
 			flush(now)
-			pending := w.pending()
-			if full {
-				pending += waiting()
-			}
+			pending := w.pending() + waiting()
 			room := pending < capacity || (pending < burst && now.Before(burstEnd))
 			var k *simKey
 			switch r := prodRng.Float64(); {

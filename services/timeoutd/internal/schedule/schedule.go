@@ -340,16 +340,19 @@ func (s *Schedule) Load(rows []Entry, now time.Time) (held []Ref, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	limit := s.cfg.MaxPending - s.reserved // the room Admit granted stays theirs
+	full := func(err error) error {
+		return fmt.Errorf("%w (%d held, %d reserved for sets being committed)", err, s.x.len(), s.reserved)
+	}
 	for _, r := range rows {
 		if r.Deadline.UnixNano() > nowNs {
 			if err := s.setLocked(r, r.Deadline, limit); err != nil {
-				return held, err
+				return held, full(err)
 			}
 			continue
 		}
 		h, ok, err := s.holdLocked(r, limit)
 		if err != nil {
-			return held, err
+			return held, full(err)
 		}
 		if ok {
 			held = append(held, h)
