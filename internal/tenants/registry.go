@@ -31,6 +31,7 @@ type Registry struct {
 type snapshot struct {
 	data     []byte
 	prefixes map[string][]string
+	all      []string // every tenant's prefixes, in the file's order
 }
 
 // Open loads the registry at path, or fails with the file's first problem.
@@ -56,7 +57,7 @@ func Open(path string, interval time.Duration, log *slog.Logger) (*Registry, err
 }
 
 func newSnapshot(data []byte, ts []Tenant) *snapshot {
-	s := &snapshot{data: data, prefixes: make(map[string][]string, len(ts))}
+	s := &snapshot{data: data, prefixes: make(map[string][]string, len(ts)), all: FirePrefixes(ts)}
 	for _, t := range ts {
 		s.prefixes[t.Name] = slices.Clone(t.FirePrefixes)
 	}
@@ -71,10 +72,7 @@ func (r *Registry) FirePrefixes(tenant string) ([]string, bool) {
 }
 
 // All returns every tenant's fire subject prefixes, in the file's order.
-func (r *Registry) All() []string {
-	ts, _ := Parse(r.cur.Load().data) // parsed before
-	return FirePrefixes(ts)
-}
+func (r *Registry) All() []string { return slices.Clone(r.cur.Load().all) }
 
 // Run reads the file every interval until ctx ends, and takes its
 // content when it changed and checks.
