@@ -254,16 +254,18 @@ func runSeed(t *testing.T, seed uint64) simResult {
 	// restart (with more instances, a takeover of more than an instance
 	// holds is a limit of capacity, not a bug).
 	full := rand.New(rand.NewPCG(seed, 0xf011)).Float64() < 0.2
+	lanes := func() int { return 1 + rng.IntN(4) }
 	if full {
 		nodes = nodes[:1]
 		maxPending = func() int { return 24 + rng.IntN(40) }
+		lanes = func() int { return 2 + rng.IntN(3) } // lanes race for the room a fire frees
 	}
 	settings := []string{fmt.Sprintf("instances %d, latency up to %v", len(nodes), w.cfg.latency)}
 	for i := range nodes {
 		n := newSimNode(w, fmt.Sprintf("t%d", i+1))
 		n.cfg = Config{InstanceID: n.id, Now: n.wall, Logger: logger.With("instance", n.id),
 			MaxPending: maxPending(), FireBatch: 1 + rng.IntN(32), FireConcurrency: 1 + rng.IntN(3),
-			MarkDelay: time.Duration(1+rng.IntN(30)) * time.Millisecond, IngestLanes: 1 + rng.IntN(4),
+			MarkDelay: time.Duration(1+rng.IntN(30)) * time.Millisecond, IngestLanes: lanes(),
 			RetryDelay: 200 * time.Millisecond, RecoveryCatchupMax: 2 * time.Second}
 		n.skew.Store(int64(time.Duration(rng.IntN(2001)-1000) * time.Millisecond))
 		settings = append(settings, fmt.Sprintf("%s: MaxPending %d, FireBatch %d, FireConcurrency %d, MarkDelay %v, lanes %d, skew %v",

@@ -67,7 +67,7 @@ type worldConfig struct {
 	batch       int           // the most commands one Next returns
 	pubAckLossP float64       // per publish, a PubAck lost after the store
 	// latency is the most a statement or a publish takes on a healthy
-	// link (each draws up to it).
+	// link (each draws up to it), but for the slow tail (see draw).
 	latency time.Duration
 	rand    func() float64
 }
@@ -158,10 +158,24 @@ func (w *world) loseSessions(id string) {
 	}
 }
 
-// draw returns a healthy link's latency, up to cfg.latency, under w.mu.
+// draw returns a healthy link's latency, under w.mu: up to cfg.latency,
+// and one time in slowOneIn slowFactor times that, a statement or a
+// publish that meets a busy server (a checkpoint, a vacuum, a leader's
+// fsync). The tail widens the windows between an admission, a commit and
+// its apply, where another lane's statement may overtake.
 func (w *world) draw() time.Duration {
-	return time.Duration(w.cfg.rand() * float64(w.cfg.latency))
+	d := time.Duration(w.cfg.rand() * float64(w.cfg.latency))
+	if w.cfg.rand() < 1.0/slowOneIn {
+		d *= slowFactor
+	}
+	return d
 }
+
+// slowOneIn and slowFactor shape the tail of a healthy link's latency.
+const (
+	slowOneIn  = 20
+	slowFactor = 20
+)
 
 // hang blocks until ctx ends or the link changes, and fails.
 func hang(ctx context.Context, healed <-chan struct{}) error {
