@@ -35,3 +35,16 @@ func Backoff(maxWait time.Duration) *backoff.ExponentialBackOff {
 	b.Reset()
 	return b
 }
+
+// Sleep waits d, or until ctx ends, and reports whether ctx is still
+// alive (false: it ended first).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -12,7 +12,7 @@ import (
 // step, a resumed VM), forward or back, moves nothing. The heartbeats
 // measure it against Postgres's clock, and the schedule holds every
 // deadline by the least upper bound measured of how far it runs ahead
-// (membership.measureClock, Schedule.Hold): deadlines are judged by an
+// (lease.Membership's measureClock, Schedule.Hold): deadlines are judged by an
 // estimate of Postgres's clock that never runs ahead of it. It implements
 // wheel.Clock.
 type monoClock struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // Defaults of Config.
@@ -329,8 +330,8 @@ func (c Config) validate() error {
 }
 
 // renewDeadline is how long after sending a renewal the leases are trusted
-// here without another: two thirds of LeaseTTL.
-func (c Config) renewDeadline() time.Duration { return c.LeaseTTL * 2 / 3 }
+// here without another (lease.Config.RenewDeadline).
+func (c Config) renewDeadline() time.Duration { return lease.Config{TTL: c.LeaseTTL}.RenewDeadline() }
 
 // contactWindow is how long after sending the last statement that reached
 // the database this instance publishes fires: four fifths of CrashGrace,

@@ -1,6 +1,6 @@
 // Package timeoutd is the durable timeout daemon's domain: the Timeout type
 // and its errors (timeoutd.go), the contracts of its adapters (ports.go:
-// [Store], [Reader], [Leases], [Source], [DeadLetterer], [Publisher],
+// [Store], [Reader], [Source], [DeadLetterer], [Publisher],
 // [Metrics]), its [Config] (config.go), and the [Service] (service.go) that
 // runs one component per job around the in-memory schedule:
 //
@@ -26,12 +26,15 @@
 //     ready; no timeout fires until ingest has consumed
 //     the commands waiting at start (bounded by RecoveryCatchupMax), and the
 //     overdue ones are then released at a bounded rate.
-//   - the membership (cluster.go): the instance's heartbeat and its leases
-//     on the 64 partitions through [Leases] (a pool of its own), the
-//     epochs that fence every write (ownership), the takeover of a gained
-//     partition (load its rows, start its consumer) and the drop of a lost
-//     one, the hold of fires by the clock offset from the database, and the
-//     cluster view of every live instance.
+//   - the membership (internal/lease): the instance's heartbeat and its
+//     leases on the 64 partitions through lease.Table (a pool of its own),
+//     the epochs that fence every write (lease.Ownership, which ingest, the
+//     fire path and the janitor ask on every batch), the contact with
+//     Postgres that the fire path needs to publish, the takeover of a
+//     gained partition (recovery, above, implements lease.Partitions) and
+//     the drop of a lost one, and the hold of fires by the clock offset
+//     from the database; cluster.go keeps the cluster view of every live
+//     instance.
 //   - the janitor (janitor.go): expired tombstones shrink to version marks
 //     in batches (a key's version is never forgotten).
 //   - stats (stats.go): counters, rates, recent expiries and the sampler of

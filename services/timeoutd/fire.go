@@ -14,7 +14,9 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/waitlock"
 )
 
 // firer is the fire path: it receives the schedule's due timeouts in
@@ -32,12 +34,12 @@ type firer struct {
 	store Store
 	pub   Publisher
 	sched *schedule.Schedule
-	own   *ownership
+	own   *lease.Ownership
 	stats *stats
 	m     Metrics
 	// hard is the context of every fire's I/O; Kill cancels it.
 	hard     context.Context
-	mu       waitLock       // held by an onDue call in progress
+	mu       waitlock.Mutex // held by an onDue call in progress
 	slots    chan struct{}  // one per batch in flight
 	inFlight sync.WaitGroup // the batches in flight
 	stopping atomic.Bool
@@ -92,9 +94,9 @@ func (f *firer) onDue(due []schedule.Due) {
 	ready := due[:0]
 	for _, d := range due {
 		switch p := events.PartitionOf(d.Key); {
-		case f.own.isOpen(p):
+		case f.own.Open(p):
 			ready = append(ready, d)
-		case f.own.owns(p):
+		case f.own.Owns(p):
 			wait = append(wait, d.Ref)
 		default:
 			gone = append(gone, d.Ref)
@@ -144,12 +146,12 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		return nil
 	}
 	switch {
-	case !f.own.trusted():
+	case !f.own.Trusted():
 		// The leases were not renewed in time: publish nothing a new owner
 		// may be publishing too; the membership drops them or renews.
 		f.retry(p, "lease", errLeasesUntrusted)
 		return nil
-	case !f.own.inContact():
+	case !f.own.InContact():
 		// Cut off from the database long enough for the others to read
 		// this instance as crashed and take its partitions.
 		f.retry(p, "contact", errOutOfContact)
@@ -157,13 +159,13 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	}
 	// Pin the partitions still open here: one handed over since the
 	// hand-out is not published for, and one handed over from now on is
-	// released only after this publish (ownership.settled).
+	// released only after this publish (lease.Membership waits for it).
 	var parts []int
 	for _, t := range found {
 		parts = appendPartitions(parts, events.PartitionOf(t.Key))
 	}
-	open := f.own.pin(parts)
-	defer f.own.unpin(keep(slices.Clone(parts), open))
+	open := f.own.Pin(parts)
+	defer f.own.Unpin(keep(slices.Clone(parts), open))
 	// Claim what is still current: a timeout replaced or cleared by a
 	// command applied since the hand-out is not published, and the
 	// commands applied from now on wait for the PubAcks of those claimed
@@ -357,7 +359,7 @@ func (f *firer) markBatches(ps []*published) {
 		parts = appendPartitions(parts, p.parts...)
 	}
 	start := time.Now()
-	refused, err := f.store.MarkFired(f.hard, f.own.fence(parts), rows, firedAt)
+	refused, err := f.store.MarkFired(f.hard, f.own.Fence(parts), rows, firedAt)
 	if err != nil {
 		for _, p := range ps {
 			f.retry(p, "mark", err)
@@ -372,7 +374,7 @@ func (f *firer) markBatches(ps []*published) {
 	// schedule, and its new owner loaded the rows.
 	var again []int
 	for _, part := range refused {
-		if f.own.owns(part) {
+		if f.own.Owns(part) {
 			again = append(again, part)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -30,7 +31,7 @@ type ingester struct {
 	store Store
 	dlq   DeadLetterer
 	sched *schedule.Schedule
-	own   *ownership
+	own   *lease.Ownership
 	stats *stats
 	m     Metrics
 	// hard is the context of every batch's I/O: Stop lets the batch in
@@ -60,7 +61,7 @@ func (in *ingester) run(ctx context.Context) {
 		}
 		if err != nil {
 			in.cfg.Logger.Warn("fetch commands", "err", err)
-			if !sleep(ctx, wait.NextBackOff()) {
+			if !retry.Sleep(ctx, wait.NextBackOff()) {
 				return
 			}
 			continue
@@ -102,7 +103,7 @@ func (in *ingester) ingestRetrying(ctx context.Context, msgs []Message) {
 			return
 		}
 		in.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)
-		if !sleep(ctx, wait.NextBackOff()) {
+		if !retry.Sleep(ctx, wait.NextBackOff()) {
 			return
 		}
 	}
@@ -211,7 +212,7 @@ func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.T
 		parts = appendPartitions(parts, events.PartitionOf(c.Key))
 	}
 	spans := startIngestSpans(ctx, cmds)
-	changes, lost, err := in.store.Apply(ctx, in.own.fence(parts), cmds, now)
+	changes, lost, err := in.store.Apply(ctx, in.own.Fence(parts), cmds, now)
 	endSpans(spans, err)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apply %d commands: %w", len(cmds), err)
@@ -383,7 +384,7 @@ func endSpans(spans []trace.Span, err error) {
 func (in *ingester) apply(changes []Change) {
 	sc := make([]schedule.Change, 0, len(changes))
 	for _, c := range changes {
-		if !in.own.owns(events.PartitionOf(c.Key)) {
+		if !in.own.Owns(events.PartitionOf(c.Key)) {
 			continue // lost since the commit: the new owner loads it
 		}
 		sc = append(sc, schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline, Plain: c.Plain}, Clear: c.State != StatePending})

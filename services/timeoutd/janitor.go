@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // janitor retires expired tombstones (cleared and fired keys older than
@@ -20,7 +22,7 @@ type janitor struct {
 	startstop.Base
 	cfg   Config
 	store Store
-	own   *ownership
+	own   *lease.Ownership
 }
 
 // janitorPartition is the partition whose owner sweeps.
@@ -30,8 +32,8 @@ const janitorPartition = 0
 func (j *janitor) Start(ctx context.Context) { j.Base.Start(ctx, j.run) }
 
 func (j *janitor) run(ctx context.Context) {
-	for sleep(ctx, j.cfg.JanitorInterval) {
-		fence := j.own.fence([]int{janitorPartition})
+	for retry.Sleep(ctx, j.cfg.JanitorInterval) {
+		fence := j.own.Fence([]int{janitorPartition})
 		if len(fence.Leases) == 0 {
 			continue // another instance sweeps
 		}
@@ -44,7 +46,7 @@ func (j *janitor) run(ctx context.Context) {
 }
 
 // sweep calls step in batches of JanitorBatch until one comes back short.
-func (j *janitor) sweep(ctx context.Context, what string, fence Fence, step func(context.Context, Fence, time.Time, int) (int, error), before time.Time) {
+func (j *janitor) sweep(ctx context.Context, what string, fence lease.Fence, step func(context.Context, lease.Fence, time.Time, int) (int, error), before time.Time) {
 	for total := 0; ; {
 		n, err := step(ctx, fence, before, j.cfg.JanitorBatch)
 		if err != nil {

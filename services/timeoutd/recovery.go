@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -20,14 +23,37 @@ type recovery struct {
 	store Store
 	src   Source
 	sched *schedule.Schedule
-	own   *ownership
+	own   *lease.Ownership
 	// hard is the context of the store reads.
 	hard context.Context
 }
 
-// takeover is what load found for a set of partitions, for release.
+// Load implements lease.Partitions: it loads the leases' partitions
+// (load), logs what it found, and returns the takeover, whose Open
+// releases it.
+func (r *recovery) Load(ctx context.Context, leases []lease.Lease) (lease.Takeover, error) {
+	t, err := r.load(ctx, leases)
+	if err == nil {
+		r.cfg.Logger.Info("partitions acquired", "partitions", t.parts, "pending", t.loaded, "overdue", len(t.held),
+			"rows", t.rows, "consumers", t.consumers)
+	}
+	return t, err
+}
+
+// Forget implements lease.Partitions: it stops consuming parts and takes
+// their timeouts out of the schedule.
+func (r *recovery) Forget(parts []int) {
+	for _, p := range parts {
+		r.src.Remove(p)
+	}
+	r.sched.Drop(func(p int) bool { return slices.Contains(parts, p) })
+}
+
+// takeover is what load found for a set of partitions, for release; it
+// implements lease.Takeover.
 type takeover struct {
-	leases []Lease
+	r      *recovery
+	leases []lease.Lease
 	parts  []int
 	held   []schedule.Ref // the overdue timeouts, held
 	marks  []uint64       // per partition, the source's backlog at load
@@ -47,9 +73,9 @@ type takeover struct {
 // armed, but none fires before release opens its partition, so a row due
 // during the catch-up cannot beat a clear queued in the backlog either. A
 // failed page is retried until ctx ends.
-func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) {
-	parts := partitionsOf(leases)
-	t := &takeover{leases: leases, parts: parts, marks: make([]uint64, len(parts))}
+func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, error) {
+	parts := lease.PartitionsOf(leases)
+	t := &takeover{r: r, leases: leases, parts: parts, marks: make([]uint64, len(parts))}
 	start := time.Now()
 	pages := make(chan []Timeout, 1)
 	loadErr := make(chan error, 1)
@@ -81,13 +107,13 @@ func (r *recovery) load(ctx context.Context, leases []Lease) (*takeover, error) 
 	g.SetLimit(takeoverConcurrency)
 	for i, p := range parts {
 		g.Go(func() error {
-			if r.own.epochs[p].Load() != leases[i].Epoch {
+			if r.own.Epoch(p) != leases[i].Epoch {
 				return nil // handed over or lost while it loaded: not ours to consume
 			}
 			if err := r.src.Add(gctx, p); err != nil {
 				return fmt.Errorf("consume partition %d: %w", p, err)
 			}
-			if r.own.epochs[p].Load() == 0 {
+			if r.own.Epoch(p) == 0 {
 				r.src.Remove(p) // lost while it started, and not owned again
 				return nil
 			}
@@ -118,7 +144,7 @@ func (r *recovery) loadPages(ctx context.Context, parts []int, pages chan<- []Ti
 			rows, err := r.store.LoadPending(r.hard, p, after, r.cfg.RecoveryBatch)
 			if err != nil {
 				r.cfg.Logger.Warn("load pending timeouts; retrying", "partition", p, "after", after, "err", err)
-				if !sleep(ctx, r.cfg.RetryDelay) {
+				if !retry.Sleep(ctx, r.cfg.RetryDelay) {
 					return fmt.Errorf("load pending timeouts: %w", err)
 				}
 				continue
@@ -136,6 +162,12 @@ func (r *recovery) loadPages(ctx context.Context, parts []int, pages chan<- []Ti
 	}
 	return nil
 }
+
+// Loaded implements lease.Takeover.
+func (t *takeover) Loaded() int { return t.loaded }
+
+// Open implements lease.Takeover with release.
+func (t *takeover) Open(ctx context.Context) bool { return t.r.release(ctx, t) }
 
 // release opens the fires of t's partitions once the source has consumed
 // every command of each up to its mark (the backlog that waited while no
@@ -157,7 +189,7 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 		var g errgroup.Group
 		g.SetLimit(takeoverConcurrency)
 		for j, i := range waiting {
-			if r.own.epochs[t.parts[i]].Load() != t.leases[i].Epoch {
+			if r.own.Epoch(t.parts[i]) != t.leases[i].Epoch {
 				done[j] = true // handed over or lost meanwhile: no longer ours to wait for
 				continue
 			}
@@ -187,14 +219,14 @@ func (r *recovery) release(ctx context.Context, t *takeover) bool {
 				"partitions", len(waiting), "waited", time.Since(start))
 			break
 		}
-		if !sleep(ctx, catchupPoll) {
+		if !retry.Sleep(ctx, catchupPoll) {
 			return false
 		}
 	}
 	released := r.sched.Release(t.held, r.sched.Now(), r.cfg.OverdueRate)
 	var opened []int // the partitions still owned at their takeover's epoch
 	for _, l := range t.leases {
-		if r.own.openAt(l.Partition, l.Epoch) {
+		if r.own.OpenAt(l.Partition, l.Epoch) {
 			opened = append(opened, l.Partition)
 		}
 	}

@@ -2,6 +2,7 @@ package timeoutd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -26,7 +28,7 @@ type Deps struct {
 	// Publisher publishes the expiry events.
 	Publisher Publisher
 	// Leases is the partition lease table.
-	Leases Leases
+	Leases lease.Table
 	// BrokerHealthy, when set, reports whether the broker (NATS) answered
 	// lately: while it does not, the instance can neither ingest nor
 	// publish, so it hands every partition over to the instances that can,
@@ -48,8 +50,8 @@ type Service struct {
 	sched *schedule.Schedule
 	stats *stats
 
-	own        *ownership
-	membership *membership
+	own        *lease.Ownership
+	membership *lease.Membership
 	view       *clusterView
 	recovery   *recovery
 	ingest     *ingester
@@ -103,10 +105,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s := &Service{cfg: cfg, store: d.Store, reads: d.Reads, src: d.Source, m: d.Metrics,
 		ready: make(chan struct{}), stats: newStats(cfg.Recent)}
 	s.hard, s.kill = context.WithCancel(context.Background())
-	s.own = &ownership{id: cfg.InstanceID, now: time.Now, contactWindow: cfg.contactWindow()}
+	s.own = lease.NewOwnership(cfg.InstanceID, time.Now, cfg.contactWindow())
 	// Every statement that reaches Postgres proves this instance's sessions
-	// live (see ownership.inContact).
-	d.Store, d.Leases = contactStore{d.Store, s.own}, contactLeases{d.Leases, s.own}
+	// live (see lease.Ownership.Contacted).
+	d.Store, d.Leases = contactStore{d.Store, s.own}, s.own.Watch(d.Leases)
 	s.store = d.Store
 	clock := newMonoClock(cfg.Now)
 	s.view = &clusterView{}
@@ -120,8 +122,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	s.fire.sched = s.sched
 	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, sched: s.sched, own: s.own, hard: s.hard}
-	s.membership = &membership{cfg: cfg, leases: d.Leases, src: d.Source, sched: s.sched, rec: s.recovery, own: s.own,
-		stats: s.stats, now: time.Now, clock: clock, info: s.instanceInfo, brokerHealthy: d.BrokerHealthy, view: s.view, ready: s.markReady, caughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }}
+	s.membership = lease.NewMembership(lease.Config{InstanceID: cfg.InstanceID, TTL: cfg.LeaseTTL,
+		RenewInterval: cfg.LeaseRenewInterval, ProbeInterval: cfg.LeaseProbeInterval, Logger: cfg.Logger},
+		lease.Deps{Table: d.Leases, Own: s.own, Partitions: s.recovery, Clock: clock.Now, Hold: s.sched.Hold,
+			Info: s.heartbeatInfo, BrokerHealthy: d.BrokerHealthy, View: func(in []lease.Instance) { s.view.set(cfg.InstanceID, in) },
+			Ready: s.markReady, CaughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }, Counters: &s.stats.members})
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
 	s.janitor = &janitor{cfg: cfg, store: d.Store, own: s.own}
@@ -183,7 +188,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The membership takes this instance's share of the partitions over
 	// (load, consume, open) and reports ready; ingest consumes what it adds.
 	// It outlives ctx: during a graceful shutdown it keeps renewing the
-	// leases until the writes in flight are done and releaseAll hands them
+	// leases until the writes in flight are done and ReleaseAll hands them
 	// over, so that no lease expires before the handover (Kill ends it).
 	mctx, stopMembership := context.WithCancel(hard)
 	defer stopMembership()
@@ -196,7 +201,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Graceful shutdown (ctx ended, or Kill).
 	s.live.Store(false)
-	s.membership.leave() // renewals only: nothing acquired or handed over now
+	s.membership.Leave() // renewals only: nothing acquired or handed over now
 	for _, c := range components {
 		c.Stop() // ingest first: the batch in flight commits and is acked
 	}
@@ -211,7 +216,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	// Every write is done: hand the partitions over at once.
 	rctx, cancel := context.WithTimeout(hard, s.cfg.LeaseTTL)
-	s.membership.releaseAll(rctx)
+	s.membership.ReleaseAll(rctx)
 	cancel()
 	if err := s.src.Close(); err != nil {
 		s.cfg.Logger.Warn("close command source", "err", err)
@@ -229,18 +234,6 @@ func (s *Service) markReady(loaded int) {
 		s.m.RecoveryDuration(took)
 		s.cfg.Logger.Info("recovery done", "pending", loaded, "took", took)
 	})
-}
-
-// sleep waits d or until ctx ends; it reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Pending returns the number of pending timeouts held in memory.
@@ -266,6 +259,13 @@ func (s *Service) GetPending(ctx context.Context, key string) (Timeout, error) {
 
 // Check reports whether Postgres answers; readiness also needs IsReady.
 func (s *Service) Check(ctx context.Context) error { return s.store.Ping(ctx) }
+
+// heartbeatInfo is what this instance's heartbeat publishes: its
+// instanceInfo as JSON.
+func (s *Service) heartbeatInfo() []byte {
+	info, _ := json.Marshal(s.instanceInfo()) // cannot fail: plain fields
+	return info
+}
 
 // instanceInfo is what this instance's heartbeat publishes.
 func (s *Service) instanceInfo() InstanceInfo {
@@ -293,10 +293,10 @@ func (s *Service) Cluster() []Member { return s.view.get() }
 func (s *Service) InstanceID() string { return s.cfg.InstanceID }
 
 // Owned returns the partitions this instance owns.
-func (s *Service) Owned() []int { return s.own.owned() }
+func (s *Service) Owned() []int { return s.own.Owned() }
 
 // Serves reports whether this instance owns partition p under leases it
 // still trusts (renewed within the renew deadline). A former owner whose
 // lease another instance took does not: that lease had to expire, or its
 // sessions to vanish, first, and either leaves its leases untrusted here.
-func (s *Service) Serves(p int) bool { return s.own.owns(p) && s.own.trusted() }
+func (s *Service) Serves(p int) bool { return s.own.Owns(p) && s.own.Trusted() }

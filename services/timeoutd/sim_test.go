@@ -18,6 +18,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 )
 
@@ -366,7 +367,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		defer func() { flush(time.Now().Add(linger)) }()
 		burstEnd := time.Now().Add(simLoad / 2)
 		for n := 0; time.Now().Before(loadEnd); n++ {
-			if !sleep(ctx, time.Duration(1+prodRng.IntN(25))*time.Millisecond) {
+			if !retry.Sleep(ctx, time.Duration(1+prodRng.IntN(25))*time.Millisecond) {
 				return
 			}
 			now := time.Now()
@@ -433,7 +434,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		var faults sync.WaitGroup
 		defer faults.Wait()
 		for time.Now().Before(loadEnd.Add(-3 * time.Second)) {
-			if !sleep(ctx, time.Duration(200+nemRng.IntN(2000))*time.Millisecond) {
+			if !retry.Sleep(ctx, time.Duration(200+nemRng.IntN(2000))*time.Millisecond) {
 				return
 			}
 			n := nodes[nemRng.IntN(len(nodes))]
@@ -445,7 +446,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			w.mu.Unlock()
 			heal := func(f func(*link)) {
 				faults.Go(func() {
-					sleep(ctx, d)
+					retry.Sleep(ctx, d)
 					w.setLink(n.id, f)
 				})
 			}
@@ -453,7 +454,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			case faultCrash:
 				n.crash()
 				faults.Go(func() {
-					sleep(ctx, d)
+					retry.Sleep(ctx, d)
 					n.start(t)
 				})
 			case faultRestart:
@@ -490,7 +491,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 
 	// Bounded memory, sampled.
 	wg.Go(func() {
-		for sleep(ctx, 10*time.Millisecond) {
+		for retry.Sleep(ctx, 10*time.Millisecond) {
 			for _, n := range nodes {
 				if held, bound := n.pending(); held > bound {
 					w.mu.Lock()
@@ -501,12 +502,12 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		}
 	})
 
-	sleep(ctx, simLoad)
+	retry.Sleep(ctx, simLoad)
 	// Every fault heals; crashed nodes are back.
 	for _, n := range nodes {
 		w.setLink(n.id, func(l *link) { *l = link{healed: l.healed} })
 	}
-	sleep(ctx, simSettle)
+	retry.Sleep(ctx, simSettle)
 	cancel()
 	wg.Wait()
 	for _, n := range nodes {

@@ -13,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // The simulation's world (TestSimulation): in-memory models of what
@@ -198,7 +200,7 @@ func (w *world) statement(ctx context.Context, id string, write bool, fn func(no
 	if cut {
 		return hang(ctx, healed)
 	}
-	if latency > 0 && !sleep(ctx, latency) {
+	if latency > 0 && !retry.Sleep(ctx, latency) {
 		return ctx.Err()
 	}
 	w.mu.Lock()
@@ -220,9 +222,9 @@ func (w *world) statement(ctx context.Context, id string, write bool, fn func(no
 
 // fenced returns the partitions of parts whose lease fence does not hold
 // for fence at now, under w.mu.
-func (w *world) fenced(fence Fence, parts []int, now time.Time) (refused []int) {
+func (w *world) fenced(fence lease.Fence, parts []int, now time.Time) (refused []int) {
 	for _, p := range parts {
-		i := slices.IndexFunc(fence.Leases, func(l Lease) bool { return l.Partition == p })
+		i := slices.IndexFunc(fence.Leases, func(l lease.Lease) bool { return l.Partition == p })
 		if i < 0 {
 			refused = append(refused, p)
 			continue
@@ -256,7 +258,7 @@ type simStore struct {
 
 var _ Store = simStore{}
 
-func (s simStore) Apply(ctx context.Context, fence Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error) {
+func (s simStore) Apply(ctx context.Context, fence lease.Fence, cmds []events.Command, now time.Time) (changes []Change, refused []int, err error) {
 	err = s.w.statement(ctx, s.id, true, func(at time.Time) error {
 		changes, refused = nil, nil
 		var parts []int
@@ -309,7 +311,7 @@ func (s simStore) DueRows(ctx context.Context, due []Due) (out []Timeout, err er
 	return out, err
 }
 
-func (s simStore) MarkFired(ctx context.Context, fence Fence, due []Due, firedAt time.Time) (refused []int, err error) {
+func (s simStore) MarkFired(ctx context.Context, fence lease.Fence, due []Due, firedAt time.Time) (refused []int, err error) {
 	err = s.w.statement(ctx, s.id, true, func(at time.Time) error {
 		var parts []int
 		for _, d := range due {
@@ -343,12 +345,14 @@ func (s simStore) LoadPending(ctx context.Context, partition int, afterKey strin
 	return out, err
 }
 
-func (s simStore) RetireTombstones(context.Context, Fence, time.Time, int) (int, error) {
+func (s simStore) RetireTombstones(context.Context, lease.Fence, time.Time, int) (int, error) {
 	return 0, nil
 }
-func (s simStore) ForgetMarks(context.Context, Fence, time.Time, int) (int, error) { return 0, nil }
-func (s simStore) ListPending(context.Context, Query) ([]Timeout, error)           { return nil, nil }
-func (s simStore) GetPending(context.Context, string) (Timeout, error)             { return Timeout{}, ErrNotFound }
+func (s simStore) ForgetMarks(context.Context, lease.Fence, time.Time, int) (int, error) {
+	return 0, nil
+}
+func (s simStore) ListPending(context.Context, Query) ([]Timeout, error) { return nil, nil }
+func (s simStore) GetPending(context.Context, string) (Timeout, error)   { return Timeout{}, ErrNotFound }
 func (s simStore) Ping(ctx context.Context) error {
 	return s.w.statement(ctx, s.id, false, func(time.Time) error { return nil })
 }
@@ -359,11 +363,11 @@ type simLeases struct {
 	id string
 }
 
-var _ Leases = simLeases{}
+var _ lease.Table = simLeases{}
 
 // cluster returns what a heartbeat or probe learns, under w.mu.
-func (l simLeases) cluster(now time.Time) Beat {
-	b := Beat{Live: 1, DBTime: now}
+func (l simLeases) cluster(now time.Time) lease.Beat {
+	b := lease.Beat{Live: 1, DBTime: now}
 	for id, in := range l.w.insts {
 		if id != l.id && in.serving && in.expires.After(now) && !l.w.gone(id, now) {
 			b.Live++
@@ -382,7 +386,7 @@ func (l simLeases) cluster(now time.Time) Beat {
 	return b
 }
 
-func (l simLeases) Heartbeat(ctx context.Context, id string, ttl time.Duration, _ []byte, serving bool) (b Beat, err error) {
+func (l simLeases) Heartbeat(ctx context.Context, id string, ttl time.Duration, _ []byte, serving bool) (b lease.Beat, err error) {
 	err = l.w.statement(ctx, l.id, true, func(now time.Time) error {
 		in := l.w.insts[id]
 		if in == nil {
@@ -405,7 +409,7 @@ func (l simLeases) Probe(ctx context.Context, id string, _ time.Duration) (live,
 	return live, takeable, err
 }
 
-func (l simLeases) Acquire(ctx context.Context, id string, n int, held []int, ttl time.Duration) (got []Lease, err error) {
+func (l simLeases) Acquire(ctx context.Context, id string, n int, held []int, ttl time.Duration) (got []lease.Lease, err error) {
 	err = l.w.statement(ctx, l.id, true, func(now time.Time) error {
 		got = nil
 		for p := range l.w.leases {
@@ -415,7 +419,7 @@ func (l simLeases) Acquire(ctx context.Context, id string, n int, held []int, tt
 			}
 			if ls.owner == "" || ls.owner == id || !ls.expires.After(now) || l.w.gone(ls.owner, now) {
 				ls.owner, ls.epoch, ls.expires = id, ls.epoch+1, now.Add(ttl)
-				got = append(got, Lease{Partition: p, Epoch: ls.epoch})
+				got = append(got, lease.Lease{Partition: p, Epoch: ls.epoch})
 			}
 		}
 		if len(got) > 0 {
@@ -426,7 +430,7 @@ func (l simLeases) Acquire(ctx context.Context, id string, n int, held []int, tt
 	return got, err
 }
 
-func (l simLeases) Renew(ctx context.Context, id string, held []Lease, ttl time.Duration) (out []Lease, err error) {
+func (l simLeases) Renew(ctx context.Context, id string, held []lease.Lease, ttl time.Duration) (out []lease.Lease, err error) {
 	err = l.w.statement(ctx, l.id, true, func(now time.Time) error {
 		out = nil
 		for _, h := range held {
@@ -440,7 +444,7 @@ func (l simLeases) Renew(ctx context.Context, id string, held []Lease, ttl time.
 	return out, err
 }
 
-func (l simLeases) Release(ctx context.Context, id string, leases []Lease) error {
+func (l simLeases) Release(ctx context.Context, id string, leases []lease.Lease) error {
 	return l.w.statement(ctx, l.id, true, func(now time.Time) error {
 		for _, h := range leases {
 			if ls := &l.w.leases[h.Partition]; ls.owner == id && ls.epoch == h.Epoch {
@@ -459,7 +463,7 @@ func (l simLeases) Leave(ctx context.Context, id string) error {
 	})
 }
 
-func (l simLeases) Instances(ctx context.Context) ([]Instance, error) {
+func (l simLeases) Instances(ctx context.Context) ([]lease.Instance, error) {
 	return nil, l.w.statement(ctx, l.id, false, func(time.Time) error { return nil })
 }
 
@@ -695,7 +699,7 @@ func (w *world) checkScheduled(id string, cmd events.Command, now time.Time) {
 		return
 	}
 	svc := n.svc.Load()
-	if svc == nil || !svc.own.isOpen(events.PartitionOf(cmd.Key)) {
+	if svc == nil || !svc.own.Open(events.PartitionOf(cmd.Key)) {
 		return
 	}
 	if r := w.rows[cmd.Key]; r == nil || r.version != cmd.Version || r.state != StatePending {
@@ -746,7 +750,7 @@ func (p simPublisher) Publish(ctx context.Context, evs []Event) (time.Time, erro
 	if cut {
 		return time.Time{}, hang(ctx, healed)
 	}
-	if latency > 0 && !sleep(ctx, latency) {
+	if latency > 0 && !retry.Sleep(ctx, latency) {
 		return time.Time{}, ctx.Err()
 	}
 	p.w.mu.Lock()
@@ -786,7 +790,7 @@ func (p simPublisher) DeadLetter(ctx context.Context, d events.DeadLetter) error
 	if cut {
 		return hang(ctx, healed)
 	}
-	if latency > 0 && !sleep(ctx, latency) {
+	if latency > 0 && !retry.Sleep(ctx, latency) {
 		return ctx.Err()
 	}
 	// A batch's acknowledgement does not accept the commands of it that

@@ -6,8 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // rateWindow is the number of one-second samples rates are computed over.
@@ -46,9 +48,7 @@ type counters struct{ scheduled, cleared, fired, missed, deadLettered uint64 }
 // stats holds the counters, rate samples and recent expiries.
 type stats struct {
 	scheduled, cleared, fired, missed, deadLettered atomic.Uint64
-	// The membership's counters and clock offset (ns); see Stats.
-	leaseLapses, partitionsGained, partitionsLost, partitionsReleased atomic.Uint64
-	clockAhead                                                        atomic.Int64
+	members                                         lease.Counters // the membership's counters and clock offset; see Stats
 
 	mu       sync.Mutex
 	samples  [rateWindow + 1]counters // ring of one-second samples
@@ -79,7 +79,7 @@ func (sm *sampler) run(ctx context.Context) {
 	for {
 		now := sm.cfg.Now()
 		sm.stats.sample(now)
-		if !sleep(ctx, time.Second) {
+		if !retry.Sleep(ctx, time.Second) {
 			return
 		}
 	}
@@ -99,8 +99,8 @@ func (s *Service) Stats() Stats {
 	t := st.totals()
 	out := Stats{Now: s.cfg.Now().UTC(), Ready: s.IsReady(), Pending: int64(s.Pending()),
 		Scheduled: t.scheduled, Cleared: t.cleared, Fired: t.fired, Missed: t.missed, DeadLettered: t.deadLettered,
-		LeaseLapses: st.leaseLapses.Load(), PartitionsGained: st.partitionsGained.Load(), PartitionsLost: st.partitionsLost.Load(),
-		PartitionsReleased: st.partitionsReleased.Load(), ClockOffset: time.Duration(st.clockAhead.Load())}
+		LeaseLapses: st.members.Lapses.Load(), PartitionsGained: st.members.Gained.Load(), PartitionsLost: st.members.Lost.Load(),
+		PartitionsReleased: st.members.Released.Load(), ClockOffset: time.Duration(st.members.ClockAhead.Load())}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.nSamples >= 2 {

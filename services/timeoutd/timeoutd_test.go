@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/schedule"
 )
 
@@ -44,7 +45,7 @@ type fakeStore struct {
 	refuse map[int]bool
 }
 
-func (f *fakeStore) Apply(_ context.Context, fence Fence, cmds []events.Command, now time.Time) ([]Change, []int, error) {
+func (f *fakeStore) Apply(_ context.Context, fence lease.Fence, cmds []events.Command, now time.Time) ([]Change, []int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = append(f.applied, cmds)
@@ -114,7 +115,7 @@ func (f *fakeStore) Stored(_ context.Context, subject, msgID string) (bool, erro
 	return false, nil
 }
 
-func (f *fakeStore) MarkFired(_ context.Context, _ Fence, due []Due, _ time.Time) ([]int, error) {
+func (f *fakeStore) MarkFired(_ context.Context, _ lease.Fence, due []Due, _ time.Time) ([]int, error) {
 	f.mu.Lock()
 	f.markSizes = append(f.markSizes, len(due))
 	gate := f.markGate
@@ -152,11 +153,13 @@ func (f *fakeStore) LoadPending(_ context.Context, p int, after string, _ int) (
 	}
 	return out, nil
 }
-func (f *fakeStore) RetireTombstones(context.Context, Fence, time.Time, int) (int, error) {
+func (f *fakeStore) RetireTombstones(context.Context, lease.Fence, time.Time, int) (int, error) {
 	return 0, nil
 }
-func (f *fakeStore) ForgetMarks(context.Context, Fence, time.Time, int) (int, error) { return 0, nil }
-func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error)           { return nil, nil }
+func (f *fakeStore) ForgetMarks(context.Context, lease.Fence, time.Time, int) (int, error) {
+	return 0, nil
+}
+func (f *fakeStore) ListPending(context.Context, Query) ([]Timeout, error) { return nil, nil }
 func (f *fakeStore) GetPending(context.Context, string) (Timeout, error) {
 	return Timeout{}, ErrNotFound
 }
@@ -196,35 +199,35 @@ func (nopSource) Consumed(context.Context, int, uint64) (bool, error) { return t
 // of one.
 type soleLeases struct{}
 
-func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte, bool) (Beat, error) {
-	return Beat{Live: 1}, nil
+func (soleLeases) Heartbeat(context.Context, string, time.Duration, []byte, bool) (lease.Beat, error) {
+	return lease.Beat{Live: 1}, nil
 }
 func (soleLeases) Probe(context.Context, string, time.Duration) (int, int, error) { return 1, 0, nil }
-func (soleLeases) Acquire(_ context.Context, _ string, n int, held []int, _ time.Duration) ([]Lease, error) {
-	var out []Lease
+func (soleLeases) Acquire(_ context.Context, _ string, n int, held []int, _ time.Duration) ([]lease.Lease, error) {
+	var out []lease.Lease
 	for p := 0; p < events.Partitions && len(out) < n; p++ {
 		if !slices.Contains(held, p) {
-			out = append(out, Lease{Partition: p, Epoch: 1})
+			out = append(out, lease.Lease{Partition: p, Epoch: 1})
 		}
 	}
 	return out, nil
 }
-func (soleLeases) Renew(_ context.Context, _ string, held []Lease, _ time.Duration) ([]Lease, error) {
+func (soleLeases) Renew(_ context.Context, _ string, held []lease.Lease, _ time.Duration) ([]lease.Lease, error) {
 	return held, nil
 }
-func (soleLeases) Release(context.Context, string, []Lease) error { return nil }
-func (soleLeases) Leave(context.Context, string) error            { return nil }
-func (soleLeases) Instances(context.Context) ([]Instance, error)  { return nil, nil }
+func (soleLeases) Release(context.Context, string, []lease.Lease) error { return nil }
+func (soleLeases) Leave(context.Context, string) error                  { return nil }
+func (soleLeases) Instances(context.Context) ([]lease.Instance, error)  { return nil, nil }
 
 // ownAll makes s the owner of every partition, open, its leases trusted
 // for an hour: as after the membership's first round, without running it.
 func ownAll(s *Service) {
 	for p := range events.Partitions {
-		s.own.gain(Lease{Partition: p, Epoch: 1})
-		s.own.openAt(p, 1)
+		s.own.Gain(lease.Lease{Partition: p, Epoch: 1})
+		s.own.OpenAt(p, 1)
 	}
-	s.own.contacted(time.Now().Add(time.Hour), nil) // in contact with the database for an hour
-	s.own.trustUntil(time.Now().Add(time.Hour))
+	s.own.Contacted(time.Now().Add(time.Hour), nil) // in contact with the database for an hour
+	s.own.TrustUntil(time.Now().Add(time.Hour))
 }
 
 type fakeDLQ struct{ got []events.DeadLetter }
@@ -580,9 +583,9 @@ func TestFailedFireIsRequeued(t *testing.T) {
 		}, 1},
 		{"leases not renewed in time", func(_ *fakeStore, s *Service, on bool) {
 			if on {
-				s.own.trustUntil(time.Now())
+				s.own.TrustUntil(time.Now())
 			} else {
-				s.own.trustUntil(time.Now().Add(time.Hour))
+				s.own.TrustUntil(time.Now().Add(time.Hour))
 			}
 		}, 0},
 	}
@@ -771,9 +774,9 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			for i := 0; events.PartitionOf(b) != p; i++ {
 				b = fmt.Sprintf("b%d", i)
 			}
-			lease := Lease{Partition: p, Epoch: 1}
-			s.own.gain(lease)
-			s.own.trustUntil(time.Now().Add(time.Hour))
+			l := lease.Lease{Partition: p, Epoch: 1}
+			s.own.Gain(l)
+			s.own.TrustUntil(time.Now().Add(time.Hour))
 			overdue := time.Now().Add(-time.Minute)
 			held, err := s.sched.Load([]schedule.Entry{{Key: "a", Version: 1, Deadline: overdue}, {Key: b, Version: 1, Deadline: overdue}}, time.Now())
 			if err != nil || len(held) != 2 {
@@ -781,13 +784,13 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 			}
 			// A newer command replaces b while it is held.
 			s.ingest.apply([]Change{{Key: b, Version: 2, Deadline: time.Now().Add(time.Hour)}})
-			tk := &takeover{leases: []Lease{lease}, parts: []int{p}, held: held, marks: []uint64{7}}
+			tk := &takeover{leases: []lease.Lease{l}, parts: []int{p}, held: held, marks: []uint64{7}}
 			start := time.Now()
 			s.recovery.release(context.Background(), tk)
 			if waited := time.Since(start); waited < tt.minWaited {
 				t.Fatalf("released after %v, want at least %v", waited, tt.minWaited)
 			}
-			if !s.own.isOpen(p) {
+			if !s.own.Open(p) {
 				t.Fatalf("partition %d not open after release", p)
 			}
 			if src.tooEarly > 0 {
@@ -868,7 +871,7 @@ func TestAMarkRefusedForAPartitionGoneIsNotCounted(t *testing.T) {
 		return len(st.built) == 1 && len(st.markSizes) == 1
 	})
 	p := events.PartitionOf("k")
-	s.own.lose(p)
+	s.own.Lose(p)
 	st.mu.Lock()
 	st.refuse = map[int]bool{p: true}
 	st.mu.Unlock()

@@ -18,8 +18,8 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/postgres"
 )
 
@@ -262,11 +262,11 @@ const testInstance = "daemon-test"
 
 // previous takes every partition's lease as the daemon's previous process
 // did, and returns its fence, for writes made as that process.
-func (e *env) previous(t testing.TB) timeoutd.Fence {
+func (e *env) previous(t testing.TB) lease.Fence {
 	t.Helper()
 	leases, err := postgres.NewLeases(e.pool).Acquire(context.Background(), testInstance, events.Partitions, nil, time.Minute)
 	if err != nil || len(leases) != events.Partitions {
 		t.Fatalf("acquire the leases: %d, %v", len(leases), err)
 	}
-	return timeoutd.Fence{Owner: testInstance, Leases: leases}
+	return lease.Fence{Owner: testInstance, Leases: leases}
 }

@@ -7,18 +7,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
-// Leases implements timeoutd.Leases on the timeout_leases and
+// Leases implements lease.Table on the timeout_leases and
 // timeoutd_instances tables (migration 00005). Every expiry is computed with
 // Postgres's now(), and every statement that takes several lease rows takes
 // them in partition order, as fenceSQL does, so that lease changes and
 // fenced writes never deadlock.
 type Leases struct{ pool *pgxpool.Pool }
 
-var _ timeoutd.Leases = Leases{}
+var _ lease.Table = Leases{}
 
 // NewLeases returns the lease table on pool: a pool of its own (see
 // LeasePoolConfig), so that renewals never wait for a connection behind
@@ -106,18 +105,18 @@ SELECT ` + clusterSelect + `, now()`
 SELECT ` + clusterSelect
 )
 
-// Heartbeat implements timeoutd.Leases.
-func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte, serving bool) (timeoutd.Beat, error) {
-	var b timeoutd.Beat
+// Heartbeat implements lease.Table.
+func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte, serving bool) (lease.Beat, error) {
+	var b lease.Beat
 	var nextMs int64
 	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info, serving).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime); err != nil {
-		return timeoutd.Beat{}, fmt.Errorf("heartbeat: %w", err)
+		return lease.Beat{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	b.NextExpiry = time.Duration(nextMs) * time.Millisecond
 	return b, nil
 }
 
-// Probe implements timeoutd.Leases.
+// Probe implements lease.Table.
 func (l Leases) Probe(ctx context.Context, id string, ttl time.Duration) (live, takeable int, err error) {
 	var nextMs int64
 	if err := l.pool.QueryRow(ctx, probeSQL, id, ttl.Milliseconds()).Scan(&live, &nextMs, &takeable); err != nil {
@@ -139,8 +138,8 @@ UPDATE timeout_leases l SET owner = $1, epoch = l.epoch + 1, expires_at = now() 
 FROM pick WHERE l.part = pick.part
 RETURNING l.part, l.epoch`
 
-// Acquire implements timeoutd.Leases.
-func (l Leases) Acquire(ctx context.Context, id string, n int, held []int, ttl time.Duration) ([]timeoutd.Lease, error) {
+// Acquire implements lease.Table.
+func (l Leases) Acquire(ctx context.Context, id string, n int, held []int, ttl time.Duration) ([]lease.Lease, error) {
 	parts := make([]int16, len(held))
 	for i, p := range held {
 		parts[i] = int16(p)
@@ -159,22 +158,22 @@ UPDATE timeout_leases l SET expires_at = now() + $4 * interval '1 millisecond'
 FROM mine WHERE l.part = mine.part
 RETURNING l.part, l.epoch`
 
-// Renew implements timeoutd.Leases.
-func (l Leases) Renew(ctx context.Context, id string, held []timeoutd.Lease, ttl time.Duration) ([]timeoutd.Lease, error) {
-	parts, epochs := fenceArrays(timeoutd.Fence{Leases: held})
+// Renew implements lease.Table.
+func (l Leases) Renew(ctx context.Context, id string, held []lease.Lease, ttl time.Duration) ([]lease.Lease, error) {
+	parts, epochs := fenceArrays(lease.Fence{Leases: held})
 	return l.leases(ctx, "renew leases", renewSQL, id, parts, epochs, ttl.Milliseconds())
 }
 
-func (l Leases) leases(ctx context.Context, what, sql string, args ...any) ([]timeoutd.Lease, error) {
+func (l Leases) leases(ctx context.Context, what, sql string, args ...any) ([]lease.Lease, error) {
 	rows, err := l.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Lease, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease.Lease, error) {
 		var p int16
 		var e int64
 		err := r.Scan(&p, &e)
-		return timeoutd.Lease{Partition: int(p), Epoch: e}, err
+		return lease.Lease{Partition: int(p), Epoch: e}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -192,18 +191,18 @@ WITH mine AS (
 UPDATE timeout_leases l SET owner = NULL, expires_at = '-infinity'
 FROM mine WHERE l.part = mine.part`
 
-// Release implements timeoutd.Leases. Its row locks (FOR UPDATE) wait
+// Release implements lease.Table. Its row locks (FOR UPDATE) wait
 // for the fenced writes in flight (FOR KEY SHARE), so that a released
 // lease has no write of its former owner still running.
-func (l Leases) Release(ctx context.Context, id string, leases []timeoutd.Lease) error {
-	parts, epochs := fenceArrays(timeoutd.Fence{Leases: leases})
+func (l Leases) Release(ctx context.Context, id string, leases []lease.Lease) error {
+	parts, epochs := fenceArrays(lease.Fence{Leases: leases})
 	if _, err := l.pool.Exec(ctx, releaseSQL, id, parts, epochs); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
 	return nil
 }
 
-// Leave implements timeoutd.Leases.
+// Leave implements lease.Table.
 func (l Leases) Leave(ctx context.Context, id string) error {
 	if _, err := l.pool.Exec(ctx, `DELETE FROM timeoutd_instances WHERE id = $1`, id); err != nil {
 		return fmt.Errorf("leave: %w", err)
@@ -219,14 +218,14 @@ LEFT JOIN timeout_leases l ON l.owner = i.id AND l.expires_at > now()
 WHERE i.expires_at > now()
 GROUP BY i.id ORDER BY i.id`
 
-// Instances implements timeoutd.Leases.
-func (l Leases) Instances(ctx context.Context) ([]timeoutd.Instance, error) {
+// Instances implements lease.Table.
+func (l Leases) Instances(ctx context.Context) ([]lease.Instance, error) {
 	rows, err := l.pool.Query(ctx, instancesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (timeoutd.Instance, error) {
-		var in timeoutd.Instance
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease.Instance, error) {
+		var in lease.Instance
 		var parts []int16
 		err := r.Scan(&in.ID, &in.StartedAt, &in.Info, &parts)
 		for _, p := range parts {

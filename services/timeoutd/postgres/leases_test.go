@@ -12,6 +12,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // TestFencingRefusesAFormerOwner is the fence, shown on Postgres: once
@@ -28,7 +29,7 @@ func TestFencingRefusesAFormerOwner(t *testing.T) {
 	if err != nil || len(a) != events.Partitions {
 		t.Fatalf("a acquires every partition: %d, %v", len(a), err)
 	}
-	fenceA := timeoutd.Fence{Owner: "a", Leases: a}
+	fenceA := lease.Fence{Owner: "a", Leases: a}
 	lost, kept := "k-lost", "k-kept"
 	for i := 0; events.PartitionOf(kept) == events.PartitionOf(lost); i++ {
 		kept = fmt.Sprintf("k-kept-%d", i)
@@ -81,7 +82,7 @@ func TestFencingRefusesAFormerOwner(t *testing.T) {
 		t.Fatalf("%s after a's mark: state %d, want fired", kept, st)
 	}
 	// The owner of the new epoch marks it.
-	fenceB := timeoutd.Fence{Owner: "b", Leases: b}
+	fenceB := lease.Fence{Owner: "b", Leases: b}
 	if refused, err := s.MarkFired(ctx, fenceB, due[:1], time.Now()); err != nil || len(refused) != 0 {
 		t.Fatalf("b marks %s: refused %v, %v", lost, refused, err)
 	}
@@ -200,7 +201,7 @@ func TestMembership(t *testing.T) {
 
 // acquiredByA returns a fresh database's pool, its lease table, and n
 // leases instance "a" acquired there for ttl.
-func acquiredByA(t *testing.T, n int, ttl time.Duration) (*pgxpool.Pool, Leases, []timeoutd.Lease) {
+func acquiredByA(t *testing.T, n int, ttl time.Duration) (*pgxpool.Pool, Leases, []lease.Lease) {
 	t.Helper()
 	_, pool := newStore(t)
 	leases := NewLeases(pool)
@@ -214,7 +215,7 @@ func acquiredByA(t *testing.T, n int, ttl time.Duration) (*pgxpool.Pool, Leases,
 // writeInFlight begins a transaction that holds the fence of "a"'s leases
 // as a fenced write in flight does (key-share locks), until the test
 // commits or rolls it back.
-func writeInFlight(t *testing.T, pool *pgxpool.Pool, leases []timeoutd.Lease) pgx.Tx {
+func writeInFlight(t *testing.T, pool *pgxpool.Pool, leases []lease.Lease) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -222,14 +223,14 @@ func writeInFlight(t *testing.T, pool *pgxpool.Pool, leases []timeoutd.Lease) pg
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	fp, fe := fenceArrays(timeoutd.Fence{Leases: leases})
+	fp, fe := fenceArrays(lease.Fence{Leases: leases})
 	if _, err := tx.Exec(ctx, fenceSQL, fp, fe, "a"); err != nil {
 		t.Fatal(err)
 	}
 	return tx
 }
 
-func timeoutdParts(leases []timeoutd.Lease) []int {
+func timeoutdParts(leases []lease.Lease) []int {
 	out := make([]int, len(leases))
 	for i, l := range leases {
 		out[i] = l.Partition

@@ -16,6 +16,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/migrate"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 //go:embed migrations/*.sql
@@ -149,7 +150,7 @@ RETURNING key, version, state, deadline_ns, ` + plainSQL
 // rows go in the order of their stored
 // keys (key.go), so the upsert locks them in the order Fire does and the two
 // never deadlock.
-func (s *Store) Apply(ctx context.Context, fence timeoutd.Fence, cmds []events.Command, now time.Time) ([]timeoutd.Change, []int, error) {
+func (s *Store) Apply(ctx context.Context, fence lease.Fence, cmds []events.Command, now time.Time) ([]timeoutd.Change, []int, error) {
 	n := len(cmds)
 	order, stored := storedKeyOrder(n, func(i int) string { return cmds[i].Key })
 	versions, deadlines := make([]int64, n), make([]int64, n)
@@ -211,7 +212,7 @@ func collectChanges(out *[]timeoutd.Change) func(pgx.Rows) error {
 }
 
 // fenceArrays returns the partitions and epochs of fence's leases.
-func fenceArrays(fence timeoutd.Fence) ([]int16, []int64) {
+func fenceArrays(fence lease.Fence) ([]int16, []int64) {
 	parts, epochs := make([]int16, len(fence.Leases)), make([]int64, len(fence.Leases))
 	for i, l := range fence.Leases {
 		parts[i], epochs[i] = int16(l.Partition), l.Epoch
@@ -331,7 +332,7 @@ AND state = 0`
 // its schedule, to be fired again only by the next owner, maybe past its
 // misfire bound as a missed event with another Nats-Msg-Id. The wait is
 // off the publish path: the events are already stored.
-func (s *Store) MarkFired(ctx context.Context, fence timeoutd.Fence, due []timeoutd.Due, firedAt time.Time) ([]int, error) {
+func (s *Store) MarkFired(ctx context.Context, fence lease.Fence, due []timeoutd.Due, firedAt time.Time) ([]int, error) {
 	keys, versions := dueArrays(due)
 	parts := make([]int16, len(due))
 	for i, d := range due {
@@ -405,7 +406,7 @@ var retireTombstonesSQL = heldSQL + `UPDATE timeouts SET state = 3, payload = NU
 	AND state IN (1, 2) AND ` + leaseHeldSQL
 
 // RetireTombstones implements timeoutd.Store.
-func (s *Store) RetireTombstones(ctx context.Context, fence timeoutd.Fence, before time.Time, limit int) (int, error) {
+func (s *Store) RetireTombstones(ctx context.Context, fence lease.Fence, before time.Time, limit int) (int, error) {
 	fp, fe := fenceArrays(fence)
 	tag, err := s.pool.Exec(ctx, retireTombstonesSQL, before.UnixNano(), limit, fp, fence.Owner, fe)
 	if err != nil {
@@ -421,7 +422,7 @@ var forgetMarksSQL = heldSQL + `DELETE FROM timeouts
 	AND state = 3 AND ` + leaseHeldSQL
 
 // ForgetMarks implements timeoutd.Store.
-func (s *Store) ForgetMarks(ctx context.Context, fence timeoutd.Fence, before time.Time, limit int) (int, error) {
+func (s *Store) ForgetMarks(ctx context.Context, fence lease.Fence, before time.Time, limit int) (int, error) {
 	fp, fe := fenceArrays(fence)
 	tag, err := s.pool.Exec(ctx, forgetMarksSQL, before.UnixNano(), limit, fp, fence.Owner, fe)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 func TestMain(m *testing.M) { testinfra.Main(m) }
@@ -743,20 +744,20 @@ func TestApplyRefusesDeadlineOutOfRange(t *testing.T) {
 }
 
 // fences holds each test store's fence: every partition, acquired once.
-var fences sync.Map // *Store → timeoutd.Fence
+var fences sync.Map // *Store → lease.Fence
 
 // fenceAll returns a fence granting every partition on s's database, to
 // the owner "test", acquiring the leases at the first call.
-func fenceAll(t testing.TB, s *Store) timeoutd.Fence {
+func fenceAll(t testing.TB, s *Store) lease.Fence {
 	t.Helper()
 	if f, ok := fences.Load(s); ok {
-		return f.(timeoutd.Fence)
+		return f.(lease.Fence)
 	}
 	leases, err := NewLeases(s.pool).Acquire(context.Background(), "test", events.Partitions, nil, time.Hour)
 	if err != nil || len(leases) != events.Partitions {
 		t.Fatalf("acquire every lease: %d, %v", len(leases), err)
 	}
-	f := timeoutd.Fence{Owner: "test", Leases: leases}
+	f := lease.Fence{Owner: "test", Leases: leases}
 	fences.Store(s, f)
 	return f
 }
@@ -869,9 +870,9 @@ func TestTheJanitorIsFenced(t *testing.T) {
 		}
 	}
 	owner := fenceAll(t, s)
-	zero := timeoutd.Fence{Owner: owner.Owner, Leases: owner.Leases[:1]}
-	stale := timeoutd.Fence{Owner: owner.Owner, Leases: []timeoutd.Lease{{Partition: 0, Epoch: owner.Leases[0].Epoch - 1}}}
-	for name, f := range map[string]timeoutd.Fence{"no lease": {Owner: "other"}, "another owner": {Owner: "other", Leases: zero.Leases}, "a former epoch": stale} {
+	zero := lease.Fence{Owner: owner.Owner, Leases: owner.Leases[:1]}
+	stale := lease.Fence{Owner: owner.Owner, Leases: []lease.Lease{{Partition: 0, Epoch: owner.Leases[0].Epoch - 1}}}
+	for name, f := range map[string]lease.Fence{"no lease": {Owner: "other"}, "another owner": {Owner: "other", Leases: zero.Leases}, "a former epoch": stale} {
 		if n, err := s.RetireTombstones(ctx, f, time.Now(), 100); err != nil || n != 0 {
 			t.Fatalf("%s: retired %d, %v; want none", name, n, err)
 		}
@@ -896,7 +897,7 @@ func TestAReleaseWaitsForTheJanitor(t *testing.T) {
 	s, pool := newStore(t)
 	ctx := context.Background()
 	owner := fenceAll(t, s)
-	zero := timeoutd.Fence{Owner: owner.Owner, Leases: owner.Leases[:1]}
+	zero := lease.Fence{Owner: owner.Owner, Leases: owner.Leases[:1]}
 	fp, fe := fenceArrays(zero)
 	tx, err := pool.Begin(ctx) // a janitor statement in progress: its transaction still open
 	if err != nil {
