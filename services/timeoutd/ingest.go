@@ -2,6 +2,7 @@ package timeoutd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -128,7 +129,16 @@ type admitted struct {
 	valid    []delivered
 	deferred map[string]bool
 	room     schedule.Admission
+	// epochs are the epochs of the partitions of cmds at admission, and
+	// uncertain says that a write of them failed, so it may have
+	// committed (see ingest).
+	epochs    map[int]int64
+	uncertain bool
 }
+
+// errLapsed is an ingest batch's retry while a partition that an earlier
+// attempt may have written is refused by the fence but still owned here.
+var errLapsed = errors.New("the fence refused a partition still owned here, after a write whose outcome is unknown")
 
 // ingest processes one batch of messages, each one command or a batch of
 // a partition's commands (events.HeaderBatch): it decodes them, admits the
@@ -152,12 +162,33 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message, b *admitted) err
 		// again.
 		b.cmds, b.deferred, b.room = in.sched.Admit(cmds)
 		b.valid, b.done = valid, true
+		b.epochs = make(map[int]int64, len(b.valid))
+		for _, d := range b.valid {
+			b.epochs[d.part] = in.own.Epoch(d.part)
+		}
 	}
 	var refused map[int]bool
 	if len(b.cmds) > 0 {
 		changes, lost, err := in.write(ctx, b.cmds, now)
 		if err != nil {
+			b.uncertain = true
 			return err
+		}
+		// After a write whose outcome is unknown (a commit whose reply was
+		// lost), a partition the fence refuses while this instance still
+		// owns it at the same epoch (its lease lapsed: not renewed in
+		// time, but nobody took it) is retried, not handed back: the
+		// earlier attempt may have committed its sets, which only this
+		// batch, with the room it was granted, puts in the schedule.
+		// Handed back, the rows would stay pending outside any schedule,
+		// and their room could go to other sets: more rows pending than
+		// MaxPending, which no restart could load. Once the partition is
+		// lost, or taken again at a newer epoch, its takeover loads the
+		// rows, and the commands are handed back.
+		for p := range lost {
+			if e := in.own.Epoch(p); b.uncertain && e != 0 && e == b.epochs[p] {
+				return fmt.Errorf("partition %d: %w", p, errLapsed)
+			}
 		}
 		refused = lost
 		// Applied before the acks: once a command is acknowledged, no

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // batchSource delivers its batches in order, then closes drained on the
@@ -288,4 +290,55 @@ func (in *ingester) ingestOnce(ctx context.Context, msgs []Message) error {
 	var b admitted
 	defer func() { in.sched.Unreserve(b.room) }()
 	return in.ingest(ctx, msgs, &b)
+}
+
+// lapsingStore commits its first Apply and loses the reply (an ambiguous
+// commit), refuses the second for every partition (the lease lapsed: not
+// renewed in time, nobody took it), and applies the rest as fakeStore does
+// (the renewal came).
+type lapsingStore struct {
+	*fakeStore
+	calls int
+}
+
+func (s *lapsingStore) Apply(ctx context.Context, fence lease.Fence, cmds []events.Command, now time.Time) ([]Change, []int, error) {
+	s.calls++
+	switch s.calls {
+	case 1:
+		if _, _, err := s.fakeStore.Apply(ctx, fence, cmds, now); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, errors.New("commit reply lost")
+	case 2:
+		return nil, lease.PartitionsOf(fence.Leases), nil
+	default:
+		return s.fakeStore.Apply(ctx, fence, cmds, now)
+	}
+}
+
+// TestAnAmbiguousCommitRefusedOnRetryIsRetried: a batch whose commit lost
+// its reply, and whose retry the fence refuses while this instance still
+// owns the partition (its lease lapsed), is retried until the fence
+// accepts it, not handed back: its first attempt committed the set, which
+// only this batch puts in the schedule, with the room it was granted.
+// Handed back, the row would stay pending outside the schedule and its
+// room go to another set (found by the simulation's check "committed
+// fits", seed 148).
+func TestAnAmbiguousCommitRefusedOnRetryIsRetried(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC()
+	st := &lapsingStore{fakeStore: &fakeStore{rows: map[string]Timeout{}}}
+	s, err := New(Config{Now: func() time.Time { return now }, RetryDelay: time.Millisecond},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st.fakeStore, Leases: soleLeases{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.Stop)
+	ownAll(s)
+	m := cmdMsg(t, 1, events.Command{Schema: 1, Kind: events.KindSet, Key: "k", Version: 1, Deadline: now.Add(time.Hour),
+		FireSubject: events.OrderCancelSubject("k")})
+	s.ingest.ingestRetrying(t.Context(), []Message{m})
+	if v, held := s.sched.Version("k"); !held || v != 1 || m.fate != "ack" || st.calls != 3 {
+		t.Fatalf("after %d writes: k held %v at v%d, message %q; want held at v1, acked after 3 writes", st.calls, held, v, m.fate)
+	}
 }

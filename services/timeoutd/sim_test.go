@@ -231,7 +231,8 @@ type simKey struct {
 func runSeed(t *testing.T, seed uint64) simResult {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	worldRng := rand.New(rand.NewPCG(seed, 0x3041d))
-	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault,
+	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault, silence: time.Second, // postgres.SilenceGrace
+
 		batch: 1 + rng.IntN(64), pubAckLossP: 0.02 * rng.Float64(), latency: time.Duration(rng.IntN(5000)) * time.Microsecond,
 		rand: worldRng.Float64})
 	res := simResult{faults: map[string]int{}}
@@ -272,6 +273,9 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		settings = append(settings, fmt.Sprintf("%s: MaxPending %d, FireBatch %d, FireConcurrency %d, MarkDelay %v, lanes %d, skew %v",
 			n.id, n.cfg.MaxPending, n.cfg.FireBatch, n.cfg.FireConcurrency, n.cfg.MarkDelay, n.cfg.IngestLanes, time.Duration(n.skew.Load())))
 		nodes[i] = n
+	}
+	if full {
+		w.cfg.fits = nodes[0].cfg.MaxPending
 	}
 	w.nodes = make(map[string]*simNode, len(nodes))
 	for _, n := range nodes {

@@ -26,7 +26,8 @@ import (
 //   - Postgres: versioned rows (pending, cleared, fired), the lease table
 //     with owners, epochs and expiries by its clock, the instance registry
 //     with crash detection (an instance whose sessions are all gone for
-//     crashGrace is dead, its partitions takeable at once). Each statement
+//     crashGrace, or silent for silence and crashGrace more, is dead, its
+//     partitions takeable at once). Each statement
 //     runs atomically at one instant, its fence checked in the same step,
 //     as the row locks make it in Postgres. Per instance, a statement can
 //     hang until its context ends or the link heals (then it fails without
@@ -66,12 +67,17 @@ type worldConfig struct {
 	ackWait     time.Duration // of the command consumers
 	dedupe      time.Duration // the expiry stream's duplicate window
 	crashGrace  time.Duration // sessions gone this long: dead
+	silence     time.Duration // sessions silent this long (and crashGrace more): dead
 	batch       int           // the most commands one Next returns
 	pubAckLossP float64       // per publish, a PubAck lost after the store
 	// latency is the most a statement or a publish takes on a healthy
 	// link (each draws up to it), but for the slow tail (see draw).
 	latency time.Duration
 	rand    func() float64
+	// fits, when positive, is the MaxPending of an instance that holds
+	// every partition (the full-schedule seeds): the pending rows must
+	// never exceed it (the check "committed fits").
+	fits int
 }
 
 type simRow struct {
@@ -96,6 +102,8 @@ type simInstance struct {
 	serving bool
 	// lostAt is when its sessions were all gone (zero: it has some).
 	lostAt time.Time
+	// spokeAt is when a statement of its last ran.
+	spokeAt time.Time
 }
 
 // link is one instance's connectivity, set by the nemesis.
@@ -209,7 +217,7 @@ func (w *world) statement(ctx context.Context, id string, write bool, fn func(no
 		return hang(ctx, healed)
 	}
 	if in := w.insts[id]; in != nil {
-		in.lostAt = time.Time{} // a session of its own is back
+		in.lostAt, in.spokeAt = time.Time{}, time.Now() // a session of its own is back, and speaks
 	}
 	err := fn(time.Now())
 	lost := write && err == nil && ambiguous > 0 && w.cfg.rand() < ambiguous
@@ -244,10 +252,20 @@ func (w *world) holds(id string, p int, now time.Time) bool {
 	return l.owner == id && l.expires.After(now)
 }
 
-// gone reports whether instance id is dead by crash detection, under w.mu.
+// gone reports whether instance id is dead by crash detection, under w.mu:
+// its sessions all gone for crashGrace, or silent (no statement of its
+// ran) for silence and crashGrace more, the earliest the store's probes
+// can find it so.
 func (w *world) gone(id string, now time.Time) bool {
 	in := w.insts[id]
-	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.crashGrace
+	switch {
+	case in == nil:
+		return false
+	case !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.crashGrace:
+		return true
+	default:
+		return w.cfg.silence > 0 && !in.spokeAt.IsZero() && now.Sub(in.spokeAt) >= w.cfg.silence+w.cfg.crashGrace
+	}
 }
 
 // simStore is instance id's Store.
@@ -291,6 +309,9 @@ func (s simStore) Apply(ctx context.Context, fence lease.Fence, cmds []events.Co
 			s.w.rows[c.Key] = r
 			s.w.hist.add(at, "commit", s.id, c.Key, c.Version, string(c.Kind))
 			changes = append(changes, Change{Key: c.Key, Version: r.version, State: r.state, Deadline: r.deadline, Plain: r.plain})
+			if want == StatePending {
+				s.w.checkFits(c.Key, at)
+			}
 		}
 		return nil
 	})
@@ -693,6 +714,28 @@ func (m simMessage) Ack() error {
 // acknowledged set must never be pending in Postgres alone while its
 // partition's owner runs (a restart's load would hide such a loss from
 // the end's checks). Under w.mu.
+// checkFits checks, under w.mu, as key's set commits, that the pending
+// rows fit the schedule of the instance that holds every partition
+// (worldConfig.fits): a set committed beyond it (admitted without room)
+// leaves a row that no schedule holds, and that a restart cannot load.
+// The rows count what ingest commits ahead of its apply, so this sees a
+// set that took another's room at its commit, whether or not an apply
+// meets the full schedule afterwards.
+func (w *world) checkFits(key string, now time.Time) {
+	if w.cfg.fits <= 0 {
+		return
+	}
+	n := 0
+	for _, r := range w.rows {
+		if r.state == StatePending {
+			n++
+		}
+	}
+	if n > w.cfg.fits {
+		w.hist.violate(now, "committed fits", key, fmt.Sprintf("the pending rows now number %d, beyond MaxPending %d", n, w.cfg.fits))
+	}
+}
+
 func (w *world) checkScheduled(id string, cmd events.Command, now time.Time) {
 	n := w.nodes[id]
 	if cmd.Kind != events.KindSet || n == nil {
