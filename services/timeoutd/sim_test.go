@@ -257,7 +257,11 @@ func runSeed(t *testing.T, seed uint64) simResult {
 	// holds is a limit of capacity, not a bug).
 	full := rand.New(rand.NewPCG(seed, 0xf011)).Float64() < 0.2
 	lanes := func() int { return 1 + rng.IntN(4) }
+	markDelay := func() time.Duration { return time.Duration(1+rng.IntN(30)) * time.Millisecond }
 	if full {
+		// Marks gathered longer keep fired timeouts in flight longer, for
+		// the producer's moves of keys at their deadline to meet.
+		markDelay = func() time.Duration { return time.Duration(10+rng.IntN(60)) * time.Millisecond }
 		nodes = nodes[:1]
 		maxPending = func() int { return 24 + rng.IntN(40) }
 		lanes = func() int { return 2 + rng.IntN(3) } // lanes race for the room a fire frees
@@ -267,7 +271,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 		n := newSimNode(w, fmt.Sprintf("t%d", i+1))
 		n.cfg = Config{InstanceID: n.id, Now: n.wall, Logger: logger.With("instance", n.id),
 			MaxPending: maxPending(), FireBatch: 1 + rng.IntN(32), FireConcurrency: 1 + rng.IntN(3),
-			MarkDelay: time.Duration(1+rng.IntN(30)) * time.Millisecond, IngestLanes: lanes(),
+			MarkDelay: markDelay(), IngestLanes: lanes(),
 			RetryDelay: 200 * time.Millisecond, RecoveryCatchupMax: 2 * time.Second}
 		n.skew.Store(int64(time.Duration(rng.IntN(2001)-1000) * time.Millisecond))
 		settings = append(settings, fmt.Sprintf("%s: MaxPending %d, FireBatch %d, FireConcurrency %d, MarkDelay %v, lanes %d, skew %v",
@@ -318,9 +322,11 @@ func runSeed(t *testing.T, seed uint64) simResult {
 	// Bad input is dead-lettered by an ingest lane while the others go
 	// on: at a full schedule, more of it makes lanes admit at other times
 	// than the batch's start.
-	badP := 0.02
+	// nearest bounds the share of actions that move the key whose deadline
+	// is nearest: in full seeds, more of them, to race the fires.
+	badP, nearest := 0.02, 0.70
 	if full {
-		badP = 0.10
+		badP, nearest = 0.10, 0.85
 	}
 	// waiting counts the new keys whose first set is not committed yet:
 	// lingering in a batch, in the stream, or deferred for room; they count
@@ -403,7 +409,7 @@ func runSeed(t *testing.T, seed uint64) simResult {
 					send(stale) // a stale version, replayed late
 				}
 				continue
-			case r < 0.70:
+			case r < nearest:
 				k = slices.MinFunc(live, func(a, b *simKey) int { // the key whose deadline is nearest
 					return cmpAbs(now.Sub(a.deadline), now.Sub(b.deadline))
 				})
