@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
@@ -306,7 +307,7 @@ func (c *Consumer) retake(p int) {
 				return
 			}
 		}
-		if !pause(c.ctx, restartDelay) {
+		if !retry.Sleep(c.ctx, restartDelay) {
 			return
 		}
 	}
@@ -322,18 +323,6 @@ func (c *Consumer) install(p int, started partition) {
 		return
 	}
 	started.cc.Stop()
-}
-
-// pause waits d, and reports false if ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // takeOver returns partition p's consumer, delivering from the start every
@@ -381,7 +370,7 @@ func (c *Consumer) takeOver(ctx context.Context, p int) (jetstream.Consumer, err
 		if cons, err = c.js.CreateConsumer(ctx, name, want); err == nil {
 			break
 		}
-		if attempt == createAttempts || !pause(ctx, restartDelay) {
+		if attempt == createAttempts || !retry.Sleep(ctx, restartDelay) {
 			return nil, fmt.Errorf("create consumer %s (%d attempts): %w", DurableName(p), attempt, err)
 		}
 	}
