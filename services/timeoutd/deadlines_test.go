@@ -38,7 +38,7 @@ func TestDeadlinesFitWhatIsPending(t *testing.T) {
 			for i, d := range tt.deadlines {
 				changes[i] = Change{Key: fmt.Sprintf("o-%d", i), Version: 1, Deadline: now.Add(d)}
 			}
-			s.ingest.apply(changes)
+			applyOwned(s, changes)
 			got := s.Deadlines(now)
 			if !got.From.Equal(from) || got.Width != tt.width || got.Due != tt.due || !slices.Equal(got.Counts, tt.counts) || got.Later != tt.later {
 				t.Errorf("Deadlines = from %v, width %v, due %d, counts %v, later %d; want from %v, width %v, due %d, counts %v, later %d",

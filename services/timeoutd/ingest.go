@@ -169,7 +169,7 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message, b *admitted) err
 	}
 	var refused map[int]bool
 	if len(b.cmds) > 0 {
-		changes, lost, err := in.write(ctx, b.cmds, now)
+		changes, fence, lost, err := in.write(ctx, b.cmds, now)
 		if err != nil {
 			b.uncertain = true
 			return err
@@ -194,7 +194,7 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message, b *admitted) err
 		// Applied before the acks: once a command is acknowledged, no
 		// event of a version it replaced is published (Schedule.Apply
 		// waits for those being published).
-		in.apply(changes)
+		in.apply(changes, fence)
 	}
 	in.settle(b.valid, refused, b.deferred)
 	return nil
@@ -234,25 +234,27 @@ func (in *ingester) collect(ctx context.Context, msgs []Message, now time.Time) 
 }
 
 // write commits cmds behind the fence: only the partitions this instance
-// owns, at their epoch, are written. It returns the committed changes and
-// the partitions the fence refused, whose commands are to be handed back
-// (see settle), so their owner gets them.
-func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.Time) ([]Change, map[int]bool, error) {
+// owns, at their epoch, are written. It returns the committed changes, the
+// fence they were written under, and the partitions the fence refused,
+// whose commands are to be handed back (see settle), so their owner gets
+// them.
+func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.Time) ([]Change, lease.Fence, map[int]bool, error) {
 	var parts []int
 	for _, c := range cmds {
 		parts = appendPartitions(parts, events.PartitionOf(c.Key))
 	}
 	spans := startIngestSpans(ctx, cmds)
-	changes, lost, err := in.store.Apply(ctx, in.own.Fence(parts), cmds, now)
+	fence := in.own.Fence(parts)
+	changes, lost, err := in.store.Apply(ctx, fence, cmds, now)
 	endSpans(spans, err)
 	if err != nil {
-		return nil, nil, fmt.Errorf("apply %d commands: %w", len(cmds), err)
+		return nil, fence, nil, fmt.Errorf("apply %d commands: %w", len(cmds), err)
 	}
 	refused := map[int]bool{}
 	for _, p := range lost {
 		refused[p] = true
 	}
-	return changes, refused, nil
+	return changes, fence, refused, nil
 }
 
 // settle acknowledges each message of valid, or hands it back: after
@@ -411,16 +413,19 @@ func endSpans(spans []trace.Span, err error) {
 	}
 }
 
-// apply brings the schedule in line with committed changes.
-func (in *ingester) apply(changes []Change) {
+// apply brings the schedule in line with the changes committed under
+// fence; those of a partition no longer owned at the fence's epoch (lost
+// since the commit, perhaps taken again since) are left to its takeover,
+// which loads what is current.
+func (in *ingester) apply(changes []Change, fence lease.Fence) {
 	sc := make([]schedule.Change, 0, len(changes))
 	for _, c := range changes {
-		if !in.own.Owns(events.PartitionOf(c.Key)) {
-			continue // lost since the commit: the new owner loads it
-		}
 		sc = append(sc, schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline, Plain: c.Plain}, Clear: c.State != StatePending})
 	}
-	set, cleared := in.sched.Apply(sc)
+	set, cleared := in.sched.ApplyOwned(sc, func(p int) bool {
+		i := slices.IndexFunc(fence.Leases, func(l lease.Lease) bool { return l.Partition == p })
+		return i >= 0 && in.own.Epoch(p) == fence.Leases[i].Epoch
+	})
 	in.stats.scheduled.Add(uint64(set))
 	in.stats.cleared.Add(uint64(cleared))
 }

@@ -105,7 +105,7 @@ func TestIngestNeverWaitsForRoom(t *testing.T) {
 			t.Cleanup(s.sched.Stop)
 			ownAll(s)
 			for _, k := range tt.held {
-				s.ingest.apply([]Change{{Key: k, Version: 1, Deadline: now.Add(time.Hour)}})
+				applyOwned(s, []Change{{Key: k, Version: 1, Deadline: now.Add(time.Hour)}})
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

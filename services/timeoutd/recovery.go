@@ -82,12 +82,20 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { loadErr <- r.loadPages(ctx, parts, pages) }()
+	// A partition lost while it loads is dropped from the schedule; the
+	// pages read of it before then must not land after the drop (they
+	// would outlive a newer takeover of it, which never removes keys).
+	epochs := make(map[int]int64, len(leases))
+	for _, l := range leases {
+		epochs[l.Partition] = l.Epoch
+	}
+	owned := func(p int) bool { return r.own.Epoch(p) == epochs[p] }
 	for rows := range pages {
 		entries := make([]schedule.Entry, len(rows))
 		for i, row := range rows {
 			entries[i] = schedule.Entry{Key: row.Key, Version: row.Version, Deadline: row.Deadline, Plain: row.Plain}
 		}
-		held, err := r.sched.Load(entries, r.sched.Now())
+		held, err := r.sched.LoadOwned(entries, r.sched.Now(), owned)
 		t.held = append(t.held, held...)
 		if err != nil {
 			cancel()

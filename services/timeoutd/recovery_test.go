@@ -5,6 +5,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // lateBacklogSource holds one clear in its backlog at start and delivers it
@@ -91,5 +94,72 @@ func TestRecoveryHoldsFiresDueDuringCatchup(t *testing.T) {
 	}
 	if !src.acked.Load() {
 		t.Fatal("the queued clear was not applied")
+	}
+}
+
+// gatedLoads is a fakeStore whose LoadPending waits for gate.
+type gatedLoads struct {
+	*fakeStore
+	gate chan struct{}
+}
+
+func (g gatedLoads) LoadPending(ctx context.Context, p int, after string, limit int) ([]Timeout, error) {
+	<-g.gate
+	return g.fakeStore.LoadPending(ctx, p, after, limit)
+}
+
+// TestNothingOfAFormerEpochLandsAfterItsDrop: what was read or committed
+// for a partition at one epoch never reaches the schedule after the
+// partition was lost (dropped), even once it is owned again at a newer
+// epoch: a takeover's page read before the loss, a change committed before
+// it. Another owner may have cleared the key meanwhile, and the newer
+// takeover, which never removes keys, would fire it at its old version
+// (found by the simulation's hour-long run, seed 202354: a load slowed by
+// the database outlived a handover and a retake).
+func TestNothingOfAFormerEpochLandsAfterItsDrop(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		stale func(s *Service, st *fakeStore, l lease.Lease, lostAndRetaken func()) // delivers the former epoch's row after lostAndRetaken
+	}{
+		{"a takeover's page", func(s *Service, st *fakeStore, l lease.Lease, lostAndRetaken func()) {
+			g := gatedLoads{fakeStore: st, gate: make(chan struct{})}
+			s.recovery.store = g
+			done := make(chan error, 1)
+			go func() { _, err := s.recovery.load(context.Background(), []lease.Lease{l}); done <- err }()
+			lostAndRetaken()
+			close(g.gate)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a committed change", func(s *Service, _ *fakeStore, l lease.Lease, lostAndRetaken func()) {
+			fence := lease.Fence{Owner: "me", Leases: []lease.Lease{l}}
+			lostAndRetaken()
+			s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: time.Now().Add(time.Hour)}}, fence)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := &fakeStore{rows: map[string]Timeout{}, pending: []Timeout{{Key: "k", Version: 1, Deadline: time.Now().Add(time.Hour)}}}
+			s, err := New(Config{}, Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.sched.Stop)
+			p := events.PartitionOf("k")
+			l := lease.Lease{Partition: p, Epoch: 1}
+			s.own.Gain(l)
+			tt.stale(s, st, l, func() {
+				// Lost, as the membership drops it; then taken again, and
+				// its new takeover's rows no longer hold k (cleared by the
+				// owner in between).
+				s.own.Lose(p)
+				s.recovery.Forget([]int{p})
+				s.own.Gain(lease.Lease{Partition: p, Epoch: 2})
+			})
+			if v, held := s.sched.Version("k"); held {
+				t.Fatalf("k held at v%d after its partition was lost and taken again", v)
+			}
+		})
 	}
 }

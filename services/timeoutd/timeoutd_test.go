@@ -473,7 +473,7 @@ func TestPlainTimeoutsFireWithoutARead(t *testing.T) {
 	deadline := time.Now().UTC()
 	s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
 	st.rows["with-payload"] = Timeout{Payload: []byte(`{"sku":"x"}`)}
-	s.ingest.apply([]Change{{Key: "plain", Version: 3, Deadline: deadline, Plain: true},
+	applyOwned(s, []Change{{Key: "plain", Version: 3, Deadline: deadline, Plain: true},
 		{Key: "with-payload", Version: 1, Deadline: deadline}})
 	waitFor(t, "both fired", func() bool { return len(st.firedKeys()) == 2 && s.Pending() == 0 })
 	st.mu.Lock()
@@ -522,7 +522,7 @@ func TestMisfireOutcome(t *testing.T) {
 			deadline := time.Now().UTC()
 			s, st, _ := newTestService(t, newClock(deadline.Add(tt.lateness)))
 			st.rows["k"] = Timeout{MaxLateness: tt.bound}
-			s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+			applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
 			waitFor(t, "k fired", func() bool { return len(st.firedKeys()) == 1 })
 			st.mu.Lock()
 			defer st.mu.Unlock()
@@ -545,7 +545,7 @@ func TestFiredIsNotFollowedByMissed(t *testing.T) {
 	st.rows["k"] = Timeout{MaxLateness: 100 * time.Millisecond}
 	st.failMark = errors.New("connection reset")
 	st.mu.Unlock()
-	s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
 	waitFor(t, "the fired event published", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.built) > 0 })
 	clk.Set(deadline.Add(time.Second)) // the retries come past the bound
 	time.Sleep(30 * time.Millisecond)
@@ -597,7 +597,7 @@ func TestFailedFireIsRequeued(t *testing.T) {
 			st.mu.Lock()
 			tt.fail(st, s, true)
 			st.mu.Unlock()
-			s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+			applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
 			waitFor(t, "a first fire attempt", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.fireCalls > 0 })
 			time.Sleep(30 * time.Millisecond) // a few retries
 			st.mu.Lock()
@@ -636,7 +636,7 @@ func TestSlowMarkDoesNotHoldPublishing(t *testing.T) {
 	}
 	t.Cleanup(s.sched.Stop)
 	ownAll(s)
-	s.ingest.apply([]Change{{Key: "a", Version: 1, Deadline: deadline}, {Key: "b", Version: 1, Deadline: deadline},
+	applyOwned(s, []Change{{Key: "a", Version: 1, Deadline: deadline}, {Key: "b", Version: 1, Deadline: deadline},
 		{Key: "c", Version: 1, Deadline: deadline}})
 	waitFor(t, "three batches of one published while the first mark waits", func() bool {
 		st.mu.Lock()
@@ -672,7 +672,7 @@ func TestMarksGatherForMarkDelay(t *testing.T) {
 	t.Cleanup(s.sched.Stop)
 	ownAll(s)
 	start := time.Now()
-	s.ingest.apply([]Change{{Key: "a", Version: 1, Deadline: deadline}, {Key: "b", Version: 1, Deadline: deadline.Add(20 * time.Millisecond)},
+	applyOwned(s, []Change{{Key: "a", Version: 1, Deadline: deadline}, {Key: "b", Version: 1, Deadline: deadline.Add(20 * time.Millisecond)},
 		{Key: "c", Version: 1, Deadline: deadline.Add(40 * time.Millisecond)}})
 	waitFor(t, "three timeouts published", func() bool {
 		st.mu.Lock()
@@ -783,7 +783,7 @@ func TestOverdueHeldUntilBacklogConsumed(t *testing.T) {
 				t.Fatalf("held %d, err %v; want 2", len(held), err)
 			}
 			// A newer command replaces b while it is held.
-			s.ingest.apply([]Change{{Key: b, Version: 2, Deadline: time.Now().Add(time.Hour)}})
+			applyOwned(s, []Change{{Key: b, Version: 2, Deadline: time.Now().Add(time.Hour)}})
 			tk := &takeover{leases: []lease.Lease{l}, parts: []int{p}, held: held, marks: []uint64{7}}
 			start := time.Now()
 			s.recovery.release(context.Background(), tk)
@@ -839,7 +839,7 @@ func TestFailedFireKeepsItsRoom(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
 	waitFor(t, "the first fire attempt", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.fireCalls > 0 })
 	if a.fate != "ack" || b.fate != "nak" {
 		t.Fatalf("during the fire: a %q, b %q; want a acked, b deferred (k keeps its room)", a.fate, b.fate)
@@ -864,7 +864,7 @@ func TestAMarkRefusedForAPartitionGoneIsNotCounted(t *testing.T) {
 	st.mu.Lock()
 	st.markGate = gate
 	st.mu.Unlock()
-	s.ingest.apply([]Change{{Key: "k", Version: 1, Deadline: deadline}})
+	applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
 	waitFor(t, "k published, its mark waiting", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -880,4 +880,14 @@ func TestAMarkRefusedForAPartitionGoneIsNotCounted(t *testing.T) {
 	if s.stats.fired.Load() != 0 || len(s.Recent(10)) != 0 {
 		t.Fatalf("fired %d, recent %v; want 0, none: the partition's new owner counts it", s.stats.fired.Load(), s.Recent(10))
 	}
+}
+
+// applyOwned applies changes to s's schedule as ingest does once they are
+// committed under the fence of the partitions s owns now.
+func applyOwned(s *Service, changes []Change) {
+	var parts []int
+	for _, c := range changes {
+		parts = appendPartitions(parts, events.PartitionOf(c.Key))
+	}
+	s.ingest.apply(changes, s.own.Fence(parts))
 }

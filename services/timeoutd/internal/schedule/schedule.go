@@ -275,9 +275,20 @@ func (s *Schedule) leaveLocked(pos uint64, i uint32) {
 // the schedule full: it is logged and skipped, pending in Postgres for the
 // next load.
 func (s *Schedule) Apply(changes []Change) (set, cleared int) {
+	return s.ApplyOwned(changes, nil)
+}
+
+// ApplyOwned is Apply for ingest: a change whose partition owned reports
+// no longer owned at the epoch it was committed under is skipped, as
+// checked under the lock Drop takes (see LoadOwned): its partition's
+// takeover loads what is current. owned nil applies every change.
+func (s *Schedule) ApplyOwned(changes []Change, owned func(partition int) bool) (set, cleared int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range changes {
+		if owned != nil && !owned(s.partition(c.Key)) {
+			continue
+		}
 		if c.Clear {
 			s.clearLocked(c.Key, c.Version)
 			cleared++
@@ -336,6 +347,17 @@ func (s *Schedule) Unclaim(keys []string) {
 // read stays. It fails when the schedule is full, the room Admit reserved
 // for sets being committed counted as taken.
 func (s *Schedule) Load(rows []Entry, now time.Time) (held []Ref, err error) {
+	return s.LoadOwned(rows, now, nil)
+}
+
+// LoadOwned is Load for a takeover: a row whose partition owned reports
+// no longer owned (lost since the takeover began, or taken again by a
+// newer one) is skipped, as checked under the lock Drop takes. A
+// membership that marks a partition lost before it drops it thus never
+// finds rows of a former takeover landing after the drop: read before
+// another owner changed them, they would outlive it (a cleared key fired
+// at its old version). owned nil keeps every row.
+func (s *Schedule) LoadOwned(rows []Entry, now time.Time, owned func(partition int) bool) (held []Ref, err error) {
 	nowNs := now.UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -344,6 +366,9 @@ func (s *Schedule) Load(rows []Entry, now time.Time) (held []Ref, err error) {
 		return fmt.Errorf("%w (%d held, %d reserved for sets being committed)", err, s.x.len(), s.reserved)
 	}
 	for _, r := range rows {
+		if owned != nil && !owned(s.partition(r.Key)) {
+			continue
+		}
 		if r.Deadline.UnixNano() > nowNs {
 			if err := s.setLocked(r, r.Deadline, limit); err != nil {
 				return held, full(err)
