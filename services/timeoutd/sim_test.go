@@ -231,8 +231,7 @@ type simKey struct {
 func runSeed(t *testing.T, seed uint64) simResult {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	worldRng := rand.New(rand.NewPCG(seed, 0x3041d))
-	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault, silence: time.Second, // postgres.SilenceGrace
-
+	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault,
 		batch: 1 + rng.IntN(64), pubAckLossP: 0.02 * rng.Float64(), latency: time.Duration(rng.IntN(5000)) * time.Microsecond,
 		rand: worldRng.Float64})
 	res := simResult{faults: map[string]int{}}

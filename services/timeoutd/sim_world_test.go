@@ -26,8 +26,7 @@ import (
 //   - Postgres: versioned rows (pending, cleared, fired), the lease table
 //     with owners, epochs and expiries by its clock, the instance registry
 //     with crash detection (an instance whose sessions are all gone for
-//     crashGrace, or silent for silence and crashGrace more, is dead, its
-//     partitions takeable at once). Each statement
+//     crashGrace is dead, its partitions takeable at once). Each statement
 //     runs atomically at one instant, its fence checked in the same step,
 //     as the row locks make it in Postgres. Per instance, a statement can
 //     hang until its context ends or the link heals (then it fails without
@@ -67,7 +66,6 @@ type worldConfig struct {
 	ackWait     time.Duration // of the command consumers
 	dedupe      time.Duration // the expiry stream's duplicate window
 	crashGrace  time.Duration // sessions gone this long: dead
-	silence     time.Duration // sessions silent this long (and crashGrace more): dead
 	batch       int           // the most commands one Next returns
 	pubAckLossP float64       // per publish, a PubAck lost after the store
 	// latency is the most a statement or a publish takes on a healthy
@@ -102,8 +100,6 @@ type simInstance struct {
 	serving bool
 	// lostAt is when its sessions were all gone (zero: it has some).
 	lostAt time.Time
-	// spokeAt is when a statement of its last ran.
-	spokeAt time.Time
 }
 
 // link is one instance's connectivity, set by the nemesis.
@@ -217,7 +213,7 @@ func (w *world) statement(ctx context.Context, id string, write bool, fn func(no
 		return hang(ctx, healed)
 	}
 	if in := w.insts[id]; in != nil {
-		in.lostAt, in.spokeAt = time.Time{}, time.Now() // a session of its own is back, and speaks
+		in.lostAt = time.Time{} // a session of its own is back
 	}
 	err := fn(time.Now())
 	lost := write && err == nil && ambiguous > 0 && w.cfg.rand() < ambiguous
@@ -252,20 +248,10 @@ func (w *world) holds(id string, p int, now time.Time) bool {
 	return l.owner == id && l.expires.After(now)
 }
 
-// gone reports whether instance id is dead by crash detection, under w.mu:
-// its sessions all gone for crashGrace, or silent (no statement of its
-// ran) for silence and crashGrace more, the earliest the store's probes
-// can find it so.
+// gone reports whether instance id is dead by crash detection, under w.mu.
 func (w *world) gone(id string, now time.Time) bool {
 	in := w.insts[id]
-	switch {
-	case in == nil:
-		return false
-	case !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.crashGrace:
-		return true
-	default:
-		return w.cfg.silence > 0 && !in.spokeAt.IsZero() && now.Sub(in.spokeAt) >= w.cfg.silence+w.cfg.crashGrace
-	}
+	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.crashGrace
 }
 
 // simStore is instance id's Store.

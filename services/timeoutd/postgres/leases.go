@@ -42,41 +42,28 @@ func LeasePoolConfig(cfg *pgxpool.Config) {
 // sessions to the restart: it and its leases count as live for one TTL
 // after the start (graceExpiry), so that the instances renew their own
 // before any is taken. An instance whose last heartbeat came after the
-// start is unreachable (unreachableSQL) when its sessions are all gone (it
-// crashed), or all silent: none runs a statement and none finished one
-// within SilenceGrace (its link is black-holed, no reset reaching either
-// end, or it is frozen), since a live instance probes every 100 ms. Unless
-// a session comes back, or speaks, within CrashGrace (a connection reset:
-// the instance reconnects at once; a database that stalled and resumes:
-// the statements it queued run), it is then dead (goneSQL) and its
-// partitions orphaned. gone_at records when an instance was first seen
-// unreachable; every heartbeat and probe keeps it (watchSQL). A dead
-// instance that comes back publishes nothing before a renewal proves its
-// leases (lease.Ownership.Contacted: a statement that ends a gap of the
-// contact window withdraws their trust).
-var unreachableSQL = fmt.Sprintf(`beat_at > pg_postmaster_start_time() AND app <> ''
-	AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() AND a.application_name = app
-		AND (a.state = 'active' OR a.state_change > now() - interval '%d milliseconds'))`, SilenceGrace.Milliseconds())
+// start and whose sessions are all gone (sessionlessSQL) crashed, unless
+// a session comes back within CrashGrace (a connection reset: the instance
+// reconnects at once): past it, it is dead (goneSQL) and its partitions
+// orphaned. gone_at records when an instance was first seen without a
+// session; every heartbeat and probe keeps it (watchSQL).
+const sessionlessSQL = `beat_at > pg_postmaster_start_time() AND app <> ''
+	AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() AND a.application_name = app)`
 
-// SilenceGrace is how long every session of an instance must stay silent
-// before it counts as unreachable: ten of its probes, so that a process
-// starved of CPU for a moment is not taken for a dead one.
-const SilenceGrace = time.Second
-
-// CrashGrace is how long an instance must stay unreachable before it is
-// dead: longer than a live instance takes to reconnect after its
+// CrashGrace is how long an instance's sessions must stay gone before it
+// is dead: longer than a live instance takes to reconnect after its
 // connections were reset (it probes every 100 ms), short beside the lease
-// TTL it would otherwise be judged by.
+// TTL a paused or cut-off instance is judged by.
 const CrashGrace = 250 * time.Millisecond
 
-var goneSQL = fmt.Sprintf(`gone_at <= now() - interval '%d milliseconds' AND %s`, CrashGrace.Milliseconds(), unreachableSQL)
+var goneSQL = fmt.Sprintf(`gone_at <= now() - interval '%d milliseconds' AND %s`, CrashGrace.Milliseconds(), sessionlessSQL)
 
 // watchSQL are the CTEs that record when another instance was first seen
-// unreachable, and forget it once a session is back or speaks.
-var watchSQL = `seen AS (UPDATE timeoutd_instances SET gone_at = now()
-	WHERE id <> $1 AND gone_at IS NULL AND ` + unreachableSQL + ` RETURNING 1),
+// without a session, and forget it once one is back.
+const watchSQL = `seen AS (UPDATE timeoutd_instances SET gone_at = now()
+	WHERE id <> $1 AND gone_at IS NULL AND ` + sessionlessSQL + ` RETURNING 1),
 back AS (UPDATE timeoutd_instances SET gone_at = NULL
-	WHERE id <> $1 AND gone_at IS NOT NULL AND NOT (` + unreachableSQL + `) RETURNING 1)`
+	WHERE id <> $1 AND gone_at IS NOT NULL AND NOT (` + sessionlessSQL + `) RETURNING 1)`
 
 // graceExpiry returns the expiry of a row whose expiry is the column
 // expires and whose owner's last heartbeat is the column beatAt, with the

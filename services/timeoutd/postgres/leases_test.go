@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -263,9 +262,8 @@ func appPool(t *testing.T, url, app string) *pgxpool.Pool {
 // TestACrashedInstancesPartitionsAreOrphanedAtOnce: once every session of
 // an instance is gone (the database saw its connections close: it
 // crashed), its partitions are orphaned and taken at once, long before its
-// leases expire; while any of its sessions speaks, they wait for the
-// leases to expire (TestASilentInstanceIsDead: one that falls silent is
-// dead too).
+// leases expire; while any of its sessions lives (paused, cut off: its
+// connections stay open), they wait for the leases to expire.
 func TestACrashedInstancesPartitionsAreOrphanedAtOnce(t *testing.T) {
 	t.Parallel()
 	url := testinfra.Postgres(t)
@@ -411,94 +409,4 @@ func TestAResetIsNotACrash(t *testing.T) {
 	if got, err := b.Acquire(ctx, "b", events.Partitions, nil, time.Hour); err != nil || len(got) != 0 {
 		t.Fatalf("b acquires %v, %v; want nothing of a's", got, err)
 	}
-}
-
-// TestASilentInstanceIsDead: an instance whose sessions stay open but
-// silent (its link black-holed, no reset reaching either end; or it is
-// frozen) is unreachable after SilenceGrace and dead CrashGrace later: its
-// partitions are orphaned long before its leases expire. One that keeps
-// probing, as a live instance does, is never taken for dead.
-func TestASilentInstanceIsDead(t *testing.T) {
-	t.Parallel()
-	url := testinfra.Postgres(t)
-	ctx := context.Background()
-	if err := Migrate(ctx, appPool(t, url, "migrate")); err != nil {
-		t.Fatal(err)
-	}
-	live, silent, b := NewLeases(appPool(t, url, "timeoutd/live")), NewLeases(appPool(t, url, "timeoutd/silent")),
-		NewLeases(appPool(t, url, "timeoutd/b"))
-	var held []lease.Lease // silent's
-	for _, in := range []struct {
-		l  Leases
-		id string
-	}{{live, "live"}, {silent, "silent"}} {
-		if _, err := in.l.Heartbeat(ctx, in.id, time.Hour, []byte(`{}`), true); err != nil {
-			t.Fatal(err)
-		}
-		got, err := in.l.Acquire(ctx, in.id, 10, nil, time.Hour)
-		if err != nil || len(got) != 10 {
-			t.Fatalf("%s acquires %d, %v", in.id, len(got), err)
-		}
-		held = got
-	}
-	start := time.Now()
-	if _, err := b.Heartbeat(ctx, "b", time.Hour, []byte(`{}`), true); err != nil {
-		t.Fatal(err)
-	}
-	free, err := b.Acquire(ctx, "b", events.Partitions, nil, time.Hour)
-	if err != nil || len(free) != events.Partitions-20 {
-		t.Fatalf("b acquires %d, %v; want the %d free ones", len(free), err, events.Partitions-20)
-	}
-	// live probes every 100 ms, as the membership does; silent says
-	// nothing more, its connections open.
-	stop := make(chan struct{})
-	probed := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				probed <- nil
-				return
-			case <-time.After(100 * time.Millisecond):
-				if _, _, err := live.Probe(ctx, "live", time.Hour); err != nil {
-					probed <- err
-					return
-				}
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		if err := <-probed; err != nil {
-			t.Errorf("live's probe: %v", err)
-		}
-	}()
-	var live2, takeable int
-	for {
-		var err error
-		live2, takeable, err = b.Probe(ctx, "b", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if takeable > 0 || time.Since(start) > 10*time.Second {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	took := time.Since(start)
-	if takeable != 10 || live2 != 2 {
-		t.Fatalf("after %v: %d live, %d takeable; want 2 live (b and live) and silent's 10 takeable", took, live2, takeable)
-	}
-	if took < SilenceGrace+CrashGrace {
-		t.Fatalf("silent's partitions takeable after %v, before SilenceGrace + CrashGrace (%v)", took, SilenceGrace+CrashGrace)
-	}
-	got, err := b.Acquire(ctx, "b", events.Partitions, lease.PartitionsOf(free), time.Hour)
-	if err != nil || !slices.Equal(lease.PartitionsOf(got), lease.PartitionsOf(held)) {
-		t.Fatalf("b acquires %v, %v; want silent's %v, none of live's", got, err, held)
-	}
-	// Back, silent renews nothing of what was taken.
-	if renewed, err := silent.Renew(ctx, "silent", held, time.Hour); err != nil || len(renewed) != 0 {
-		t.Fatalf("silent back renews %v, %v; want nothing", renewed, err)
-	}
-	t.Logf("a silent instance's partitions takeable after %v (SilenceGrace %v + CrashGrace %v)", took.Round(time.Millisecond), SilenceGrace, CrashGrace)
 }
