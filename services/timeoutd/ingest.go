@@ -129,11 +129,9 @@ type admitted struct {
 	valid    []delivered
 	deferred map[string]bool
 	room     schedule.Admission
-	// epochs are the epochs of the partitions of cmds at admission, and
-	// uncertain says that a write of them failed, so it may have
-	// committed (see ingest).
-	epochs    map[int]int64
-	uncertain bool
+	// uncertain is the fence of the last write of cmds that failed, so may
+	// have committed (see ingest); no leases when none failed.
+	uncertain lease.Fence
 }
 
 // errLapsed is an ingest batch's retry while a partition that an earlier
@@ -162,21 +160,17 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message, b *admitted) err
 		// again.
 		b.cmds, b.deferred, b.room = in.sched.Admit(cmds)
 		b.valid, b.done = valid, true
-		b.epochs = make(map[int]int64, len(b.valid))
-		for _, d := range b.valid {
-			b.epochs[d.part] = in.own.Epoch(d.part)
-		}
 	}
 	var refused map[int]bool
 	if len(b.cmds) > 0 {
 		changes, fence, lost, err := in.write(ctx, b.cmds, now)
 		if err != nil {
-			b.uncertain = true
+			b.uncertain = fence
 			return err
 		}
 		// After a write whose outcome is unknown (a commit whose reply was
 		// lost), a partition the fence refuses while this instance still
-		// owns it at the same epoch (its lease lapsed: not renewed in
+		// owns it at that write's epoch (its lease lapsed: not renewed in
 		// time, but nobody took it) is retried, not handed back: the
 		// earlier attempt may have committed its sets, which only this
 		// batch, with the room it was granted, puts in the schedule.
@@ -185,9 +179,12 @@ func (in *ingester) ingest(ctx context.Context, msgs []Message, b *admitted) err
 		// MaxPending, which no restart could load. Once the partition is
 		// lost, or taken again at a newer epoch, its takeover loads the
 		// rows, and the commands are handed back.
-		for p := range lost {
-			if e := in.own.Epoch(p); b.uncertain && e != 0 && e == b.epochs[p] {
-				return fmt.Errorf("partition %d: %w", p, errLapsed)
+		if len(lost) > 0 && len(b.uncertain.Leases) > 0 {
+			mayHaveCommitted := in.own.HeldAt(b.uncertain.Leases)
+			for p := range lost {
+				if mayHaveCommitted(p) {
+					return fmt.Errorf("partition %d: %w", p, errLapsed)
+				}
 			}
 		}
 		refused = lost
@@ -422,10 +419,7 @@ func (in *ingester) apply(changes []Change, fence lease.Fence) {
 	for _, c := range changes {
 		sc = append(sc, schedule.Change{Entry: schedule.Entry{Key: c.Key, Version: c.Version, Deadline: c.Deadline, Plain: c.Plain}, Clear: c.State != StatePending})
 	}
-	set, cleared := in.sched.ApplyOwned(sc, func(p int) bool {
-		i := slices.IndexFunc(fence.Leases, func(l lease.Lease) bool { return l.Partition == p })
-		return i >= 0 && in.own.Epoch(p) == fence.Leases[i].Epoch
-	})
+	set, cleared := in.sched.ApplyOwned(sc, in.own.HeldAt(fence.Leases))
 	in.stats.scheduled.Add(uint64(set))
 	in.stats.cleared.Add(uint64(cleared))
 }

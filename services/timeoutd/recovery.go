@@ -85,11 +85,7 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 	// A partition lost while it loads is dropped from the schedule; the
 	// pages read of it before then must not land after the drop (they
 	// would outlive a newer takeover of it, which never removes keys).
-	epochs := make(map[int]int64, len(leases))
-	for _, l := range leases {
-		epochs[l.Partition] = l.Epoch
-	}
-	owned := func(p int) bool { return r.own.Epoch(p) == epochs[p] }
+	owned := r.own.HeldAt(leases)
 	for rows := range pages {
 		entries := make([]schedule.Entry, len(rows))
 		for i, row := range rows {

@@ -150,7 +150,7 @@ func (m *Membership) Start(ctx context.Context) { m.Base.Start(ctx, m.run) }
 func (m *Membership) run(ctx context.Context) {
 	defer m.releases.Wait()
 	for {
-		if !m.wait(ctx, m.Round(ctx)) {
+		if !m.wait(ctx, m.round(ctx)) {
 			return
 		}
 	}
@@ -225,14 +225,14 @@ const handoverWait = 100 * time.Millisecond
 // aheadSamples is how many heartbeats the clock's offset is taken over.
 const aheadSamples = 5
 
-// Round is one heartbeat, renewal and rebalance (Start runs them in a
+// round is one heartbeat, renewal and rebalance (Start runs them in a
 // loop); it returns the pause until the next one: the renew interval, or
 // less when another instance's lease expires sooner, or the probe interval
 // after a failure (a database back from an outage is answered within it,
 // and the partitions resume). Each call is bounded by the lease TTL: a
 // call still blocked then (a connection cut without a reset) is abandoned
 // and retried at the next round, on a fresh connection.
-func (m *Membership) Round(ctx context.Context) time.Duration {
+func (m *Membership) round(ctx context.Context) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sent := m.now()

@@ -261,7 +261,7 @@ func (mt *memberTest) probe(d time.Duration) {
 // round runs one round and returns the partitions owned after it.
 func (mt *memberTest) round(t *testing.T) []int {
 	t.Helper()
-	mt.m.Round(t.Context())
+	mt.m.round(t.Context())
 	return mt.own.Owned()
 }
 

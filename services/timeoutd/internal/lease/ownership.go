@@ -42,10 +42,6 @@ func NewOwnership(id string, now func() time.Time, contactWindow time.Duration) 
 	return &Ownership{id: id, now: now, contactWindow: contactWindow}
 }
 
-// SetClock replaces the clock Trusted and InContact read; for tests that
-// drive the clock, before anything runs.
-func (o *Ownership) SetClock(now func() time.Time) { o.now = now }
-
 // Pin marks parts as being published for, and reports which of them are
 // open here: the others are unpinned at once, and their events must not
 // be published. A partition lost after Pin reported it open waits, before
@@ -123,6 +119,17 @@ func (o *Ownership) OpenAt(p int, epoch int64) bool {
 
 // Epoch returns the epoch partition p is owned at (0: not owned).
 func (o *Ownership) Epoch(p int) int64 { return o.epochs[p].Load() }
+
+// HeldAt returns whether a partition is still owned at the epoch leases
+// grant it (false for one leases do not name): what was read or written
+// under leases still belongs to this instance's schedule.
+func (o *Ownership) HeldAt(leases []Lease) func(partition int) bool {
+	var at [events.Partitions]int64 // epochs only grow from 1: 0 is none
+	for _, l := range leases {
+		at[l.Partition] = l.Epoch
+	}
+	return func(p int) bool { return at[p] != 0 && o.Epoch(p) == at[p] }
+}
 
 // Owns reports whether partition p is owned: its commands are written.
 func (o *Ownership) Owns(p int) bool { return o.epochs[p].Load() != 0 }
