@@ -67,10 +67,11 @@ const (
 	faultAmbiguous = "ambiguous"   // writes commit and lose their reply
 	faultPause     = "pause"       // cut from both, as a paused process
 	faultRestart   = "restart"     // graceful stop, then start again
+	faultDBRestart = "db-restart"  // Postgres restarts: every session gone, statements refused
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
-	faultAmbiguous, faultPause, faultRestart}
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart}
 
 func TestSimulation(t *testing.T) {
 	budget := *simBudget
@@ -260,7 +261,7 @@ func latestDue(keys []*simKey, at time.Time) *simKey {
 func runSeed(t *testing.T, seed uint64) simResult {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	worldRng := rand.New(rand.NewPCG(seed, 0x3041d))
-	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault,
+	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault, ttl: LeaseTTLDefault,
 		batch: 1 + rng.IntN(64), pubAckLossP: 0.02 * rng.Float64(), latency: time.Duration(rng.IntN(5000)) * time.Microsecond,
 		rand: worldRng.Float64})
 	res := simResult{faults: map[string]int{}}
@@ -486,8 +487,12 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			kind := faultKinds[nemRng.IntN(len(faultKinds))]
 			d := time.Duration(300+nemRng.IntN(4000)) * time.Millisecond
 			res.faults[kind]++
+			who := n.id
+			if kind == faultDBRestart { // of Postgres, not of an instance: down for a restart's time
+				who, d = "pg", d/2
+			}
 			w.mu.Lock()
-			w.hist.add(time.Now(), "FAULT", n.id, kind, 0, d.String())
+			w.hist.add(time.Now(), "FAULT", who, kind, 0, d.String())
 			w.mu.Unlock()
 			heal := func(f func(*link)) {
 				faults.Go(func() {
@@ -505,6 +510,8 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			case faultRestart:
 				n.shutdown()
 				n.start(t)
+			case faultDBRestart:
+				faults.Go(func() { w.restartDB(ctx, d) })
 			case faultDBCut, faultDBCutDrop:
 				w.setLink(n.id, func(l *link) { l.dbCut = true })
 				if kind == faultDBCutDrop {

@@ -30,7 +30,11 @@ import (
 //     runs atomically at one instant, its fence checked in the same step,
 //     as the row locks make it in Postgres. Per instance, a statement can
 //     hang until its context ends or the link heals (then it fails without
-//     running), or commit and lose its reply (ambiguous).
+//     running), or commit and lose its reply (ambiguous). A restart drops
+//     every session and refuses every statement until it is back; an
+//     instance whose last heartbeat came before it keeps its leases for
+//     a TTL after it, and is not judged by its sessions until it beats
+//     again (the store's graceExpiry and sessionlessSQL).
 //   - JetStream: a work queue per partition read through one durable
 //     consumer (ack, term, nak with delay, redelivery after ackWait, reset
 //     on Add), the expiry stream with its dedupe window by Nats-Msg-Id, a
@@ -59,6 +63,11 @@ type world struct {
 	nodes map[string]*simNode
 	// refused are the commands dead-lettered, as key@version.
 	refused map[string]bool
+	// down is true while Postgres restarts: every statement fails, and
+	// every session is gone. started is when it last came back
+	// (pg_postmaster_start_time()).
+	down    bool
+	started time.Time
 }
 
 // worldConfig is what the models need of the run.
@@ -66,6 +75,7 @@ type worldConfig struct {
 	ackWait     time.Duration // of the command consumers
 	dedupe      time.Duration // the expiry stream's duplicate window
 	crashGrace  time.Duration // sessions gone this long: dead
+	ttl         time.Duration // the instances' lease TTL, for a restart's grace
 	batch       int           // the most commands one Next returns
 	pubAckLossP float64       // per publish, a PubAck lost after the store
 	// latency is the most a statement or a publish takes on a healthy
@@ -100,6 +110,8 @@ type simInstance struct {
 	serving bool
 	// lostAt is when its sessions were all gone (zero: it has some).
 	lostAt time.Time
+	// beatAt is its last heartbeat's time.
+	beatAt time.Time
 }
 
 // link is one instance's connectivity, set by the nemesis.
@@ -121,6 +133,7 @@ type storedEvent struct {
 
 var (
 	errSimCut       = errors.New("sim: connection reset")
+	errSimDown      = errors.New("sim: the database system is starting up")
 	errSimAmbiguous = errors.New("sim: commit reply lost")
 	errSimPubAck    = errors.New("sim: PubAck lost")
 )
@@ -162,6 +175,53 @@ func (w *world) loseSessions(id string) {
 	if in := w.insts[id]; in != nil && in.lostAt.IsZero() {
 		in.lostAt = time.Now()
 	}
+}
+
+// restartDB restarts Postgres for d: every session is gone at once, every
+// statement meanwhile fails (one in its latency is rolled back), and when
+// it is back, pg_postmaster_start_time() is now. Hung statements stay hung:
+// their links drop what the server would have answered.
+func (w *world) restartDB(ctx context.Context, d time.Duration) {
+	w.mu.Lock()
+	w.down = true
+	for _, in := range w.insts {
+		if in.lostAt.IsZero() {
+			in.lostAt = time.Now()
+		}
+	}
+	w.mu.Unlock()
+	retry.Sleep(ctx, d)
+	w.mu.Lock()
+	w.down, w.started = false, time.Now()
+	w.mu.Unlock()
+}
+
+// expiry returns when ls expires as the lease statements see it, under
+// w.mu: an owner whose last heartbeat came before Postgres (re)started
+// lost its sessions to the restart, and its leases count for one TTL after
+// the start, so that it renews them before another takes them (the
+// store's graceExpiry). The fence, and so the check of fencing, take the
+// lease's own expiry.
+func (w *world) expiry(ls simLease) time.Time {
+	if in := w.insts[ls.owner]; in != nil && in.beatAt.Before(w.started) {
+		return later(ls.expires, w.started.Add(w.cfg.ttl))
+	}
+	return ls.expires
+}
+
+// instanceExpiry is expiry for an instance's own row.
+func (w *world) instanceExpiry(in *simInstance) time.Time {
+	if in.beatAt.Before(w.started) {
+		return later(in.expires, w.started.Add(w.cfg.ttl))
+	}
+	return in.expires
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // draw returns a healthy link's latency, under w.mu: up to cfg.latency,
@@ -212,6 +272,10 @@ func (w *world) statement(ctx context.Context, id string, write bool, fn func(no
 		w.mu.Unlock()
 		return hang(ctx, healed)
 	}
+	if w.down { // refused, or rolled back by the restart
+		w.mu.Unlock()
+		return errSimDown
+	}
 	if in := w.insts[id]; in != nil {
 		in.lostAt = time.Time{} // a session of its own is back
 	}
@@ -248,10 +312,12 @@ func (w *world) holds(id string, p int, now time.Time) bool {
 	return l.owner == id && l.expires.After(now)
 }
 
-// gone reports whether instance id is dead by crash detection, under w.mu.
+// gone reports whether instance id is dead by crash detection, under w.mu:
+// its sessions gone for the crash grace, after a heartbeat since Postgres
+// last started (before it, the restart took them).
 func (w *world) gone(id string, now time.Time) bool {
 	in := w.insts[id]
-	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.crashGrace
+	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.crashGrace && in.beatAt.After(w.started)
 }
 
 // simStore is instance id's Store.
@@ -376,7 +442,7 @@ var _ lease.Table = simLeases{}
 func (l simLeases) cluster(now time.Time) lease.Beat {
 	b := lease.Beat{Live: 1, DBTime: now}
 	for id, in := range l.w.insts {
-		if id != l.id && in.serving && in.expires.After(now) && !l.w.gone(id, now) {
+		if id != l.id && in.serving && l.w.instanceExpiry(in).After(now) && !l.w.gone(id, now) {
 			b.Live++
 		}
 	}
@@ -384,8 +450,8 @@ func (l simLeases) cluster(now time.Time) lease.Beat {
 		switch {
 		case ls.owner == "" || l.w.gone(ls.owner, now):
 			b.Takeable++
-		case ls.owner != l.id && ls.expires.After(now):
-			if d := ls.expires.Sub(now); b.NextExpiry == 0 || d < b.NextExpiry {
+		case ls.owner != l.id && l.w.expiry(ls).After(now):
+			if d := l.w.expiry(ls).Sub(now); b.NextExpiry == 0 || d < b.NextExpiry {
 				b.NextExpiry = d
 			}
 		}
@@ -400,7 +466,7 @@ func (l simLeases) Heartbeat(ctx context.Context, id string, ttl time.Duration, 
 			in = &simInstance{}
 			l.w.insts[id] = in
 		}
-		in.expires, in.serving = now.Add(ttl), serving
+		in.expires, in.serving, in.beatAt = now.Add(ttl), serving, now
 		b = l.cluster(now)
 		return nil
 	})
@@ -424,7 +490,7 @@ func (l simLeases) Acquire(ctx context.Context, id string, n int, held []int, tt
 			if len(got) == n || slices.Contains(held, p) {
 				continue
 			}
-			if ls.owner == "" || ls.owner == id || !ls.expires.After(now) || l.w.gone(ls.owner, now) {
+			if ls.owner == "" || ls.owner == id || !l.w.expiry(*ls).After(now) || l.w.gone(ls.owner, now) {
 				ls.owner, ls.epoch, ls.expires = id, ls.epoch+1, now.Add(ttl)
 				got = append(got, lease.Lease{Partition: p, Epoch: ls.epoch})
 			}
