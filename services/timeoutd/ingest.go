@@ -93,14 +93,22 @@ func (in *ingester) run(ctx context.Context) {
 }
 
 // ingestRetrying processes msgs until it succeeds or ctx ends; stopping
-// with them unacked is safe: they are redelivered.
+// with them unacked is safe: they are redelivered. A batch abandoned so
+// after a write that failed keeps its room: that write may have committed
+// its sets, and a set admitted by another lane while the shutdown drains
+// must not take their room (the next owner would find more rows pending
+// than MaxPending).
 func (in *ingester) ingestRetrying(ctx context.Context, msgs []Message) {
 	wait := retry.Backoff(in.cfg.RetryDelay)
 	var b admitted
-	defer func() { in.sched.Unreserve(b.room) }()
+	var err error
+	defer func() {
+		if err == nil || len(b.uncertain.Leases) == 0 {
+			in.sched.Unreserve(b.room)
+		}
+	}()
 	for {
-		err := in.ingest(in.hard, msgs, &b)
-		if err == nil {
+		if err = in.ingest(in.hard, msgs, &b); err == nil {
 			return
 		}
 		in.cfg.Logger.Warn("ingest batch failed; retrying", "size", len(msgs), "err", err)

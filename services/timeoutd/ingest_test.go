@@ -342,3 +342,38 @@ func TestAnAmbiguousCommitRefusedOnRetryIsRetried(t *testing.T) {
 		t.Fatalf("after %d writes: k held %v at v%d, message %q; want held at v1, acked after 3 writes", st.calls, held, v, m.fate)
 	}
 }
+
+// TestAWriteAbandonedAtShutdownKeepsItsRoom: a batch whose write failed
+// and may have committed (a lost reply), abandoned by a graceful shutdown
+// during its retry's wait, keeps the room it was granted: its rows may be
+// pending, and another lane admitting sets during the shutdown (after a
+// dead letter, say) must not take their room. Given back, the next owner
+// would find more rows pending than MaxPending (found by the simulation's
+// check "committed fits", seeds 404144, 405784 and 410983 of the hour-long
+// run of 2026-11-29).
+func TestAWriteAbandonedAtShutdownKeepsItsRoom(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC()
+	st := &lapsingStore{fakeStore: &fakeStore{rows: map[string]Timeout{}}}
+	s, err := New(Config{Now: func() time.Time { return now }, RetryDelay: time.Millisecond, MaxPending: 1},
+		Deps{Store: st, Source: nopSource{}, DeadLetters: &fakeDLQ{}, Publisher: st.fakeStore, Leases: soleLeases{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sched.Stop)
+	ownAll(s)
+	set := func(key string) events.Command {
+		return events.Command{Schema: 1, Kind: events.KindSet, Key: key, Version: 1, Deadline: now.Add(time.Hour),
+			FireSubject: events.OrderCancelSubject(key)}
+	}
+	m := cmdMsg(t, 1, set("a"))
+	stopping, stop := context.WithCancel(t.Context())
+	stop() // the shutdown began: the retry's wait ends at once
+	s.ingest.ingestRetrying(stopping, []Message{m})
+	if len(st.applied) != 1 || m.fate != "" || st.calls != 1 {
+		t.Fatalf("after %d writes (%d committed): message %q; want a committed, its reply lost, the message left unsettled", st.calls, len(st.applied), m.fate)
+	}
+	if admitted, deferred, _ := s.sched.Admit([]events.Command{set("b")}); len(admitted) != 0 || !deferred["b"] {
+		t.Fatalf("a set admitted after the abandoned write (admitted %v, deferred %v): a's room was given back while its row is pending", admitted, deferred)
+	}
+}
