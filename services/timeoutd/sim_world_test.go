@@ -196,25 +196,18 @@ func (w *world) restartDB(ctx context.Context, d time.Duration) {
 	w.mu.Unlock()
 }
 
-// expiry returns when ls expires as the lease statements see it, under
-// w.mu: an owner whose last heartbeat came before Postgres (re)started
-// lost its sessions to the restart, and its leases count for one TTL after
-// the start, so that it renews them before another takes them (the
-// store's graceExpiry). The fence, and so the check of fencing, take the
-// lease's own expiry.
-func (w *world) expiry(ls simLease) time.Time {
-	if in := w.insts[ls.owner]; in != nil && in.beatAt.Before(w.started) {
-		return later(ls.expires, w.started.Add(w.cfg.ttl))
+// graceExpiry returns when a row that expires at expires, of instance in
+// (a lease of its, or its own row), expires as the lease statements see it,
+// under w.mu: an instance whose last heartbeat came before Postgres
+// (re)started lost its sessions to the restart, and its rows count for one
+// TTL after the start, so that it renews its leases before another takes
+// them (the store's graceExpiry). The fence, and so the check of fencing,
+// take the lease's own expiry.
+func (w *world) graceExpiry(expires time.Time, in *simInstance) time.Time {
+	if in != nil && in.beatAt.Before(w.started) {
+		return later(expires, w.started.Add(w.cfg.ttl))
 	}
-	return ls.expires
-}
-
-// instanceExpiry is expiry for an instance's own row.
-func (w *world) instanceExpiry(in *simInstance) time.Time {
-	if in.beatAt.Before(w.started) {
-		return later(in.expires, w.started.Add(w.cfg.ttl))
-	}
-	return in.expires
+	return expires
 }
 
 func later(a, b time.Time) time.Time {
@@ -442,18 +435,17 @@ var _ lease.Table = simLeases{}
 func (l simLeases) cluster(now time.Time) lease.Beat {
 	b := lease.Beat{Live: 1, DBTime: now}
 	for id, in := range l.w.insts {
-		if id != l.id && in.serving && l.w.instanceExpiry(in).After(now) && !l.w.gone(id, now) {
+		if id != l.id && in.serving && l.w.graceExpiry(in.expires, in).After(now) && !l.w.gone(id, now) {
 			b.Live++
 		}
 	}
 	for _, ls := range l.w.leases {
-		switch {
-		case ls.owner == "" || l.w.gone(ls.owner, now):
+		if ls.owner == "" || l.w.gone(ls.owner, now) {
 			b.Takeable++
-		case ls.owner != l.id && l.w.expiry(ls).After(now):
-			if d := l.w.expiry(ls).Sub(now); b.NextExpiry == 0 || d < b.NextExpiry {
-				b.NextExpiry = d
-			}
+			continue
+		}
+		if d := l.w.graceExpiry(ls.expires, l.w.insts[ls.owner]).Sub(now); ls.owner != l.id && d > 0 && (b.NextExpiry == 0 || d < b.NextExpiry) {
+			b.NextExpiry = d
 		}
 	}
 	return b
@@ -490,7 +482,7 @@ func (l simLeases) Acquire(ctx context.Context, id string, n int, held []int, tt
 			if len(got) == n || slices.Contains(held, p) {
 				continue
 			}
-			if ls.owner == "" || ls.owner == id || !l.w.expiry(*ls).After(now) || l.w.gone(ls.owner, now) {
+			if ls.owner == "" || ls.owner == id || !l.w.graceExpiry(ls.expires, l.w.insts[ls.owner]).After(now) || l.w.gone(ls.owner, now) {
 				ls.owner, ls.epoch, ls.expires = id, ls.epoch+1, now.Add(ttl)
 				got = append(got, lease.Lease{Partition: p, Epoch: ls.epoch})
 			}
