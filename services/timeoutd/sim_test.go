@@ -68,10 +68,11 @@ const (
 	faultPause     = "pause"       // cut from both, as a paused process
 	faultRestart   = "restart"     // graceful stop, then start again
 	faultDBRestart = "db-restart"  // Postgres restarts: every session gone, statements refused
+	faultDBFreeze  = "db-freeze"   // Postgres freezes: every statement waits, sessions and clock alive
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
-	faultAmbiguous, faultPause, faultRestart, faultDBRestart}
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze}
 
 func TestSimulation(t *testing.T) {
 	budget := *simBudget
@@ -488,8 +489,11 @@ func runSeed(t *testing.T, seed uint64) simResult {
 			d := time.Duration(300+nemRng.IntN(4000)) * time.Millisecond
 			res.faults[kind]++
 			who := n.id
-			if kind == faultDBRestart { // of Postgres, not of an instance: down for a restart's time
+			switch kind { // of Postgres, not of an instance
+			case faultDBRestart: // down for a restart's time
 				who, d = "pg", d/2
+			case faultDBFreeze:
+				who = "pg"
 			}
 			w.mu.Lock()
 			w.hist.add(time.Now(), "FAULT", who, kind, 0, d.String())
@@ -512,6 +516,8 @@ func runSeed(t *testing.T, seed uint64) simResult {
 				n.start(t)
 			case faultDBRestart:
 				faults.Go(func() { w.restartDB(ctx, d) })
+			case faultDBFreeze:
+				faults.Go(func() { w.freezeDB(ctx, d) })
 			case faultDBCut, faultDBCutDrop:
 				w.setLink(n.id, func(l *link) { l.dbCut = true })
 				if kind == faultDBCutDrop {

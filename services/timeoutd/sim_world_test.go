@@ -34,7 +34,12 @@ import (
 //     every session and refuses every statement until it is back; an
 //     instance whose last heartbeat came before it keeps its leases for
 //     a TTL after it, and is not judged by its sessions until it beats
-//     again (the store's graceExpiry and sessionlessSQL).
+//     again (the store's graceExpiry and sessionlessSQL). A freeze holds
+//     every statement until it thaws (or its context ends, when it fails
+//     without running), the sessions kept and the clock running; a
+//     heartbeat or probe that finds no instance seen for a third of the
+//     TTL marks the cluster resumed, with the grace of a restart (the
+//     store's resumedCTE).
 //   - JetStream: a work queue per partition read through one durable
 //     consumer (ack, term, nak with delay, redelivery after ackWait, reset
 //     on Add), the expiry stream with its dedupe window by Nats-Msg-Id, a
@@ -68,6 +73,11 @@ type world struct {
 	// (pg_postmaster_start_time()).
 	down    bool
 	started time.Time
+	// thawed is non-nil while Postgres is frozen: every statement waits
+	// for it to be closed. resumed is when a heartbeat or probe last
+	// found the cluster silent for a third of the TTL.
+	thawed  chan struct{}
+	resumed time.Time
 }
 
 // worldConfig is what the models need of the run.
@@ -110,8 +120,9 @@ type simInstance struct {
 	serving bool
 	// lostAt is when its sessions were all gone (zero: it has some).
 	lostAt time.Time
-	// beatAt is its last heartbeat's time.
-	beatAt time.Time
+	// beatAt is its last heartbeat's time, seenAt its last heartbeat's
+	// or probe's.
+	beatAt, seenAt time.Time
 }
 
 // link is one instance's connectivity, set by the nemesis.
@@ -196,18 +207,49 @@ func (w *world) restartDB(ctx context.Context, d time.Duration) {
 	w.mu.Unlock()
 }
 
+// freezeDB freezes Postgres for d: every statement waits until it thaws,
+// sessions and clock alive, as a stalled disk or a paused VM does.
+func (w *world) freezeDB(ctx context.Context, d time.Duration) {
+	w.mu.Lock()
+	thawed := make(chan struct{})
+	w.thawed = thawed
+	w.mu.Unlock()
+	retry.Sleep(ctx, d)
+	w.mu.Lock()
+	w.thawed = nil
+	close(thawed)
+	w.mu.Unlock()
+}
+
 // graceExpiry returns when a row that expires at expires, of instance in
 // (a lease of its, or its own row), expires as the lease statements see it,
 // under w.mu: an instance whose last heartbeat came before Postgres
 // (re)started lost its sessions to the restart, and its rows count for one
 // TTL after the start, so that it renews its leases before another takes
-// them (the store's graceExpiry). The fence, and so the check of fencing,
-// take the lease's own expiry.
+// them; so do they after the cluster resumed from a silence (the store's
+// graceExpiry). The fence, and so the check of fencing, take the lease's
+// own expiry.
 func (w *world) graceExpiry(expires time.Time, in *simInstance) time.Time {
-	if in != nil && in.beatAt.Before(w.started) {
-		return later(expires, w.started.Add(w.cfg.ttl))
+	if at := later(w.started, w.resumed); in != nil && in.beatAt.Before(at) {
+		return later(expires, at.Add(w.cfg.ttl))
 	}
 	return expires
+}
+
+// see records a heartbeat or probe of in at now, under w.mu: one that
+// finds no instance seen for a third of the TTL marks the cluster resumed
+// (the store's resumedCTE).
+func (w *world) see(in *simInstance, now time.Time) {
+	var last time.Time
+	for _, o := range w.insts {
+		last = later(last, o.seenAt)
+	}
+	if !last.IsZero() && now.Sub(last) >= w.cfg.ttl/3 {
+		w.resumed = now
+	}
+	if in != nil {
+		in.seenAt = now
+	}
 }
 
 func later(a, b time.Time) time.Time {
@@ -261,6 +303,16 @@ func (w *world) statement(ctx context.Context, id string, write bool, fn func(no
 		return ctx.Err()
 	}
 	w.mu.Lock()
+	for w.thawed != nil { // frozen: held until it thaws
+		thawed := w.thawed
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-thawed:
+		}
+		w.mu.Lock()
+	}
 	if l.dbCut { // cut during the latency
 		w.mu.Unlock()
 		return hang(ctx, healed)
@@ -454,8 +506,9 @@ func (l simLeases) cluster(now time.Time) lease.Beat {
 func (l simLeases) Heartbeat(ctx context.Context, id string, ttl time.Duration, _ []byte, serving bool) (b lease.Beat, err error) {
 	err = l.w.statement(ctx, l.id, true, func(now time.Time) error {
 		in := l.w.insts[id]
+		l.w.see(in, now)
 		if in == nil {
-			in = &simInstance{}
+			in = &simInstance{seenAt: now}
 			l.w.insts[id] = in
 		}
 		in.expires, in.serving, in.beatAt = now.Add(ttl), serving, now
@@ -466,7 +519,8 @@ func (l simLeases) Heartbeat(ctx context.Context, id string, ttl time.Duration, 
 }
 
 func (l simLeases) Probe(ctx context.Context, id string, _ time.Duration) (live, takeable int, err error) {
-	err = l.w.statement(ctx, l.id, false, func(now time.Time) error {
+	err = l.w.statement(ctx, l.id, true, func(now time.Time) error {
+		l.w.see(l.w.insts[id], now)
 		b := l.cluster(now)
 		live, takeable = b.Live, b.Takeable
 		return nil

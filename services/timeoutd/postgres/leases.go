@@ -41,12 +41,15 @@ func LeasePoolConfig(cfg *pgxpool.Config) {
 // whose last heartbeat came before the database (re)started lost its
 // sessions to the restart: it and its leases count as live for one TTL
 // after the start (graceExpiry), so that the instances renew their own
-// before any is taken. An instance whose last heartbeat came after the
-// start and whose sessions are all gone (sessionlessSQL) crashed, unless
-// a session comes back within CrashGrace (a connection reset: the instance
-// reconnects at once): past it, it is dead (goneSQL) and its partitions
-// orphaned. gone_at records when an instance was first seen without a
-// session; every heartbeat and probe keeps it (watchSQL).
+// before any is taken. The same grace follows a silence of the whole
+// cluster (resumedCTE): Postgres frozen, or every instance cut off from
+// it, long enough for the leases to expire by Postgres's clock meanwhile.
+// An instance whose last heartbeat came after the start and whose
+// sessions are all gone (sessionlessSQL) crashed, unless a session comes
+// back within CrashGrace (a connection reset: the instance reconnects at
+// once): past it, it is dead (goneSQL) and its partitions orphaned.
+// gone_at records when an instance was first seen without a session;
+// every heartbeat and probe keeps it (watchSQL).
 const sessionlessSQL = `beat_at > pg_postmaster_start_time() AND app <> ''
 	AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() AND a.application_name = app)`
 
@@ -67,11 +70,27 @@ back AS (UPDATE timeoutd_instances SET gone_at = NULL
 
 // graceExpiry returns the expiry of a row whose expiry is the column
 // expires and whose owner's last heartbeat is the column beatAt, with the
-// restart's grace of ttl (a parameter, in milliseconds).
-func graceExpiry(expires, beatAt, ttl string) string {
-	return fmt.Sprintf(`CASE WHEN coalesce(%[2]s, 'infinity') < pg_postmaster_start_time()
-		THEN greatest(%[1]s, pg_postmaster_start_time() + %[3]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, ttl)
+// grace of ttl (a parameter, in milliseconds) after the cluster resumed
+// at resumed (resumedCTE's at, or resumedAtSQL).
+func graceExpiry(expires, beatAt, resumed, ttl string) string {
+	return fmt.Sprintf(`CASE WHEN coalesce(%[2]s, 'infinity') < %[3]s
+		THEN greatest(%[1]s, %[3]s + %[4]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, resumed, ttl)
 }
+
+// resumedCTE is the CTE resumed of a heartbeat or probe with TTL $2: at is
+// when the cluster last resumed. That is this statement when no instance
+// was seen (a heartbeat or probe recorded in seen_at) for a third of the
+// TTL before it: a silence that long may let a lease expire unrenewed (a
+// renewal is due every renew interval, below two thirds of the TTL).
+// Otherwise it is the latest resume recorded, or Postgres's start. The
+// statement records its at in the instance's resumed_at.
+const resumedCTE = `resumed AS (SELECT greatest(pg_postmaster_start_time(),
+	CASE WHEN max(seen_at) < now() - $2 * interval '1 millisecond' / 3 THEN now() ELSE max(resumed_at) END) AS at
+	FROM timeoutd_instances)`
+
+// resumedAtSQL is when the cluster last resumed, for the statements that
+// follow a heartbeat (which recorded it).
+const resumedAtSQL = `greatest(pg_postmaster_start_time(), (SELECT max(resumed_at) FROM timeoutd_instances))`
 
 // clusterCTEs and clusterSelect return, for instance $1 and TTL $2, the
 // live instances besides $1, the milliseconds until the first lease of
@@ -80,27 +99,32 @@ func graceExpiry(expires, beatAt, ttl string) string {
 var (
 	clusterCTEs = fmt.Sprintf(`gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND %[1]s),
 other AS (SELECT %[2]s AS expiry, l.owner FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
-	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "$2"))
+	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "(SELECT at FROM resumed)", "$2"))
 	clusterSelect = fmt.Sprintf(`
 	1 + (SELECT count(*) FROM timeoutd_instances WHERE id <> $1 AND serving AND %[1]s > now() AND id NOT IN (SELECT id FROM gone)),
 	coalesce((SELECT ceil(extract(epoch FROM min(expiry) - now()) * 1000)::int8 FROM other WHERE expiry > now()), 0),
 	(SELECT count(*) FROM timeout_leases WHERE owner IS NULL OR owner IN (SELECT id FROM gone))`,
-		graceExpiry("expires_at", "beat_at", "$2"))
+		graceExpiry("expires_at", "beat_at", "(SELECT at FROM resumed)", "$2"))
 )
 
 var (
 	heartbeatSQL = `
-WITH beat AS (
-	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at, serving)
-	VALUES ($1, now() + $2 * interval '1 millisecond', $3, current_setting('application_name'), now(), $4)
+WITH ` + resumedCTE + `,
+beat AS (
+	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at, serving, seen_at, resumed_at)
+	VALUES ($1, now() + $2 * interval '1 millisecond', $3, current_setting('application_name'), now(), $4, now(),
+		(SELECT at FROM resumed))
 	ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at, info = EXCLUDED.info, app = EXCLUDED.app,
 		beat_at = EXCLUDED.beat_at, gone_at = NULL, serving = EXCLUDED.serving,
+		seen_at = EXCLUDED.seen_at, resumed_at = EXCLUDED.resumed_at,
 		started_at = CASE WHEN i.expires_at > now() THEN i.started_at ELSE now() END
 	RETURNING id),
 ` + watchSQL + `,
 ` + clusterCTEs + `
 SELECT ` + clusterSelect + `, now()`
-	probeSQL = `WITH ` + watchSQL + `,
+	probeSQL = `WITH ` + resumedCTE + `,
+me AS (UPDATE timeoutd_instances SET seen_at = now(), resumed_at = (SELECT at FROM resumed) WHERE id = $1),
+` + watchSQL + `,
 ` + clusterCTEs + `
 SELECT ` + clusterSelect
 )
@@ -129,7 +153,7 @@ var acquireSQL = `
 WITH gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND ` + goneSQL + `),
 pick AS (
 	SELECT l.part FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
-	WHERE (l.owner IS NULL OR l.owner = $1 OR ` + graceExpiry("l.expires_at", "i.beat_at", "$4") + ` <= now()
+	WHERE (l.owner IS NULL OR l.owner = $1 OR ` + graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, "$4") + ` <= now()
 		OR l.owner IN (SELECT id FROM gone))
 		AND l.part <> ALL($3::int2[])
 	ORDER BY l.part LIMIT $2

@@ -365,6 +365,78 @@ func TestAnInstanceGoneBeforeARestartIsNotOrphaned(t *testing.T) {
 	}
 }
 
+// TestASilenceOfTheWholeClusterMovesNothing: when no instance reached the
+// database for longer than the TTL (Postgres frozen, as by a stalled disk
+// or a paused VM, or every instance cut off from it), every lease expired
+// by Postgres's clock meanwhile; the first instance back takes none of the
+// others' partitions: they count as live and keep their leases for a TTL
+// after the silence, and renew them at their epochs. One instance silent
+// while another keeps probing is not a silence of the cluster: its leases
+// are taken once they expire.
+func TestASilenceOfTheWholeClusterMovesNothing(t *testing.T) {
+	t.Parallel()
+	url := testinfra.Postgres(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, appPool(t, url, "migrate")); err != nil {
+		t.Fatal(err)
+	}
+	a, b := NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
+	// Long enough for b's heartbeat and acquisition after the silence on a
+	// loaded machine, short enough to wait out twice.
+	const ttl = 2 * time.Second
+	half := events.Partitions / 2
+	held := map[string][]lease.Lease{}
+	for _, in := range []struct {
+		l  Leases
+		id string
+	}{{a, "a"}, {b, "b"}} {
+		if _, err := in.l.Heartbeat(ctx, in.id, ttl, []byte(`{}`), true); err != nil {
+			t.Fatal(err)
+		}
+		got, err := in.l.Acquire(ctx, in.id, half, nil, ttl)
+		if err != nil || len(got) != half {
+			t.Fatalf("%s acquires %d, %v; want %d", in.id, len(got), err, half)
+		}
+		held[in.id] = got
+	}
+	time.Sleep(ttl + ttl/2) // the silence: no statement of either reaches the database
+	beat, err := b.Heartbeat(ctx, "b", ttl, []byte(`{}`), true)
+	if err != nil || beat.Live != 2 || beat.Takeable != 0 || beat.NextExpiry <= 0 {
+		t.Fatalf("b's first heartbeat after the silence = %+v, %v; want a live, nothing takeable, a's leases expiring later", beat, err)
+	}
+	if got, err := b.Acquire(ctx, "b", half, lease.PartitionsOf(held["b"]), ttl); err != nil || len(got) != 0 {
+		t.Fatalf("after the silence b acquires %v, %v; want none of a's", got, err)
+	}
+	for id, l := range map[string]Leases{"a": a, "b": b} {
+		if renewed, err := l.Renew(ctx, id, held[id], ttl); err != nil || len(renewed) != half {
+			t.Fatalf("%s renews %d of its %d leases at their epochs, %v", id, len(renewed), half, err)
+		}
+	}
+	// a alone falls silent; b keeps beating and probing as a live instance
+	// does, and takes a's partitions once their leases expire.
+	if _, err := a.Heartbeat(ctx, "a", ttl, []byte(`{}`), true); err != nil {
+		t.Fatal(err)
+	}
+	var got []lease.Lease
+	for deadline := time.Now().Add(3 * ttl); len(got) == 0; time.Sleep(ttl / 10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b took none of silent a's partitions within %v", 3*ttl)
+		}
+		if _, err := b.Heartbeat(ctx, "b", ttl, []byte(`{}`), true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Renew(ctx, "b", held["b"], ttl); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = b.Acquire(ctx, "b", half, lease.PartitionsOf(held["b"]), ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != half {
+		t.Fatalf("b took %d of silent a's %d partitions at once; want all", len(got), half)
+	}
+}
+
 // TestRenewAnExpiredLeaseNobodyTook: a lease that expired (the owner was
 // cut off from the database, or the database was down) is renewed at its
 // epoch while nobody took it, and refused once somebody did.
