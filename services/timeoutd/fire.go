@@ -149,12 +149,13 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	case !f.own.Trusted():
 		// The leases were not renewed in time: publish nothing a new owner
 		// may be publishing too; the membership drops them or renews.
-		f.retry(p, "lease", errLeasesUntrusted)
+		f.park(p, "lease", errLeasesUntrusted)
 		return nil
 	case !f.own.InContact():
 		// Cut off from the database long enough for the others to read
-		// this instance as crashed and take its partitions.
-		f.retry(p, "contact", errOutOfContact)
+		// this instance as crashed and take its partitions; back in
+		// contact, the leases wait for a renewal too (Ownership.Contacted).
+		f.park(p, "contact", errOutOfContact)
 		return nil
 	}
 	// Pin the partitions still open here: one handed over since the
@@ -384,7 +385,11 @@ func (f *firer) markBatches(ps []*published) {
 	for _, p := range ps {
 		done, retry := p.split(again, refused)
 		f.sched.Done(done.refs)
-		f.sched.Rearm(retry, p.firedAt.Add(f.cfg.RetryDelay))
+		if len(retry) > 0 {
+			// Lapsed: over at the renewal that resumes them; if the leases
+			// are trusted here already, a retry after RetryDelay.
+			f.wake(retry, p.firedAt, p.firedAt.Add(f.cfg.RetryDelay))
+		}
 		f.stats.fired.Add(done.fired)
 		f.stats.missed.Add(done.missed)
 		f.stats.published(done.exps, p.ackedAt, f.m)
@@ -435,6 +440,45 @@ func (f *firer) retry(p *published, step string, err error) {
 	}
 	f.cfg.Logger.Warn("fire batch failed; retrying", "step", step, "size", len(p.refs), "err", err)
 	f.sched.Rearm(p.refs, p.firedAt.Add(f.cfg.RetryDelay))
+}
+
+// park re-arms p's timeouts, whose fire waits for the leases to be trusted
+// again, as soon as a renewal trusts them (a frozen database thawed, a
+// lapse over), or after RetryDelay at the latest, unless the process is
+// being killed.
+func (f *firer) park(p *published, step string, err error) {
+	defer f.untrack(p.fl)
+	if f.hard.Err() != nil {
+		return
+	}
+	f.cfg.Logger.Warn("fire batch waits for the leases to be trusted", "step", step, "size", len(p.refs), "err", err)
+	f.wake(p.refs, p.firedAt, f.sched.Now())
+}
+
+// wake re-arms the in-flight timeouts of refs, fired at firedAt, once the
+// leases are trusted again, or at firedAt plus RetryDelay, whichever comes
+// first; at trustedAt when they are trusted (and in contact) already.
+// Nothing is re-armed once the fire path stops (the rows stay pending in
+// Postgres).
+func (f *firer) wake(refs []schedule.Ref, firedAt, trustedAt time.Time) {
+	retrusted := f.own.Retrusted()
+	if f.own.Trusted() && f.own.InContact() {
+		f.sched.Rearm(refs, trustedAt)
+		return
+	}
+	t := time.NewTimer(firedAt.Add(f.cfg.RetryDelay).Sub(f.sched.Now()))
+	go func() {
+		defer t.Stop()
+		select {
+		case <-retrusted:
+		case <-t.C:
+		case <-f.hard.Done():
+			return
+		}
+		if !f.stopping.Load() {
+			f.sched.Rearm(refs, f.sched.Now())
+		}
+	}()
 }
 
 // errLeasesUntrusted is a fire's error while the leases are not known to

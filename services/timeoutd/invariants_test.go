@@ -26,8 +26,8 @@ type simCluster struct {
 
 func newSimCluster(t *testing.T, n int, tweak func(*Config)) *simCluster {
 	t.Helper()
-	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault, batch: 64,
-		rand: func() float64 { return 1 }})
+	w := newWorld(worldConfig{ackWait: 5 * time.Second, dedupe: 2 * time.Minute, crashGrace: CrashGraceDefault, ttl: LeaseTTLDefault,
+		batch: 64, rand: func() float64 { return 1 }})
 	c := &simCluster{w: w, keys: map[string]*simKey{}}
 	for i := range n {
 		node := newSimNode(w, fmt.Sprintf("t%d", i+1))

@@ -250,7 +250,7 @@ func (m *Membership) round(ctx context.Context) time.Duration {
 		wake = m.now().Add(beat.NextExpiry + expiryMargin)
 	}
 	defer m.readView(rctx)
-	if len(m.held) > 0 && !m.renew(ctx, rctx, sent) {
+	if len(m.held) > 0 && !m.renew(ctx, rctx) {
 		return m.cfg.ProbeInterval
 	}
 	if m.leaving.Load() {
@@ -269,9 +269,12 @@ func (m *Membership) round(ctx context.Context) time.Duration {
 }
 
 // renew renews the leases held, drops those the renewal did not return,
-// and trusts the rest from sent; it reports false when the renewal failed
-// (see unproven).
-func (m *Membership) renew(ctx, rctx context.Context, sent time.Time) bool {
+// and trusts the rest from the renewal's send time (each lease then lasts
+// a TTL from a moment after it by Postgres's clock, however long the
+// round's heartbeat took, as after a frozen database); it reports false
+// when the renewal failed (see unproven).
+func (m *Membership) renew(ctx, rctx context.Context) bool {
+	sent := m.now()
 	renewed, err := m.d.Table.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.TTL)
 	if err != nil {
 		m.unproven(ctx, "renew leases", err)

@@ -30,6 +30,7 @@ type leaseTable struct {
 	released []Lease
 	left     bool
 	serving  bool // as the last heartbeat said
+	onBeat   func() // called by Heartbeat before it answers, when set
 }
 
 func newLeaseTable() *leaseTable { return &leaseTable{live: 1} }
@@ -37,6 +38,9 @@ func newLeaseTable() *leaseTable { return &leaseTable{live: 1} }
 func (l *leaseTable) Heartbeat(_ context.Context, _ string, _ time.Duration, _ []byte, serving bool) (Beat, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.onBeat != nil {
+		l.onBeat()
+	}
 	l.serving = serving
 	if l.failBeat != nil {
 		return Beat{}, l.failBeat
@@ -340,6 +344,26 @@ func TestMembershipLapseKeepsThePartitionsLoaded(t *testing.T) {
 	if _, again := mt.parts.count(); again != loads || mt.counters.Lapses.Load() != 1 || mt.counters.Lost.Load() != 0 {
 		t.Fatalf("resumed with %d loads (want %d), %d lapses, %d lost", again, loads,
 			mt.counters.Lapses.Load(), mt.counters.Lost.Load())
+	}
+}
+
+// TestARenewalAfterASlowHeartbeatTrustsTheLeases: a round whose
+// heartbeat took longer than the renew deadline (sent to a frozen
+// database, answered when it thawed) trusts the leases from its renewal's
+// send time, which bounds their new expiry: the fires resume with it, not
+// a round later.
+func TestARenewalAfterASlowHeartbeatTrustsTheLeases(t *testing.T) {
+	t.Parallel()
+	mt := newMemberTest(t, Config{})
+	mt.round(t)
+	mt.taken(t)
+	mt.leases.set(func(l *leaseTable) {
+		l.onBeat = func() { mt.clk.Set(mt.clk.Now().Add(mt.m.cfg.RenewDeadline() + 500*time.Millisecond)) }
+	})
+	got := mt.round(t)
+	if !mt.own.Trusted() || len(got) != events.Partitions {
+		t.Fatalf("after a round whose heartbeat took %v: trusted %v, owned %d; want trusted, all",
+			mt.m.cfg.RenewDeadline()+500*time.Millisecond, mt.own.Trusted(), len(got))
 	}
 }
 

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,10 @@ type Ownership struct {
 	// until is when the leases stop being trusted without a renewal (the
 	// membership's validUntil), read by the fire path before it publishes.
 	until atomic.Pointer[time.Time]
+	// trusted, when not nil, is closed by the next TrustUntil that
+	// trusts the leases (see Retrusted).
+	trustMu sync.Mutex
+	trusted chan struct{}
 	// contact is the send time of the last statement that reached the
 	// database, and contactWindow how long after it fires are published
 	// (see Contacted).
@@ -84,7 +89,30 @@ func (o *Ownership) settled(ctx context.Context, leases []Lease, wait time.Durat
 
 // TrustUntil records when the leases stop being trusted without a
 // renewal (the zero time: now).
-func (o *Ownership) TrustUntil(t time.Time) { o.until.Store(&t) }
+func (o *Ownership) TrustUntil(t time.Time) {
+	o.until.Store(&t)
+	if !t.After(o.now()) {
+		return
+	}
+	o.trustMu.Lock()
+	defer o.trustMu.Unlock()
+	if o.trusted != nil {
+		close(o.trusted)
+		o.trusted = nil
+	}
+}
+
+// Retrusted returns a channel closed once a renewal trusts the leases
+// after this call, for the fires that wait for one: a caller that found
+// the leases untrusted checks Trusted again after taking it.
+func (o *Ownership) Retrusted() <-chan struct{} {
+	o.trustMu.Lock()
+	defer o.trustMu.Unlock()
+	if o.trusted == nil {
+		o.trusted = make(chan struct{})
+	}
+	return o.trusted
+}
 
 // Trusted reports whether the leases are still trusted: the last renewal
 // was sent less than the renew deadline ago, by this process's monotonic
