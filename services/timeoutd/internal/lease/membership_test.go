@@ -29,7 +29,7 @@ type leaseTable struct {
 	acquires int
 	released []Lease
 	left     bool
-	serving  bool // as the last heartbeat said
+	serving  bool   // as the last heartbeat said
 	onBeat   func() // called by Heartbeat before it answers, when set
 }
 
