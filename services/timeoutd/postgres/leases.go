@@ -25,8 +25,10 @@ var _ lease.Table = Leases{}
 func NewLeases(pool *pgxpool.Pool) Leases { return Leases{pool: pool} }
 
 // LeasePoolConns is the size of the lease pool: the round's calls are
-// sequential, and a probe may overlap a slow one.
-const LeasePoolConns = 2
+// sequential, a heartbeat or renewal unanswered for a while is sent again
+// on another connection (lease.Membership's hedge), and a call abandoned
+// may still hold its connection while it closes.
+const LeasePoolConns = 3
 
 // LeasePoolConfig adapts cfg, the configuration of a pool for NewLeases:
 // LeasePoolConns connections kept open for the life of the process, so

@@ -239,7 +239,10 @@ func (m *Membership) round(ctx context.Context) time.Duration {
 	clockSent := m.d.Clock()
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
 	defer cancel()
-	beat, err := m.d.Table.Heartbeat(rctx, m.cfg.InstanceID, m.cfg.TTL, m.d.Info(), m.d.BrokerHealthy() && !m.leaving.Load())
+	info, serving := m.d.Info(), m.d.BrokerHealthy() && !m.leaving.Load()
+	beat, err := hedge(rctx, m.hedgeAfter(), func(ctx context.Context) (Beat, error) {
+		return m.d.Table.Heartbeat(ctx, m.cfg.InstanceID, m.cfg.TTL, info, serving)
+	})
 	if err != nil {
 		m.unproven(ctx, "heartbeat", err)
 		return m.cfg.ProbeInterval // the database is back: renew at once
@@ -275,7 +278,9 @@ func (m *Membership) round(ctx context.Context) time.Duration {
 // when the renewal failed (see unproven).
 func (m *Membership) renew(ctx, rctx context.Context) bool {
 	sent := m.now()
-	renewed, err := m.d.Table.Renew(rctx, m.cfg.InstanceID, m.held, m.cfg.TTL)
+	renewed, err := hedge(rctx, m.hedgeAfter(), func(ctx context.Context) ([]Lease, error) {
+		return m.d.Table.Renew(ctx, m.cfg.InstanceID, m.held, m.cfg.TTL)
+	})
 	if err != nil {
 		m.unproven(ctx, "renew leases", err)
 		return false
@@ -293,6 +298,49 @@ func (m *Membership) renew(ctx, rctx context.Context) bool {
 	}
 	m.trust(sent)
 	return true
+}
+
+// hedgeAfter is how long a heartbeat or renewal goes unanswered before
+// hedge sends it again: a quarter of the renew interval, and no less than
+// the probe interval.
+func (m *Membership) hedgeAfter() time.Duration {
+	return max(m.cfg.ProbeInterval, m.cfg.RenewInterval/4)
+}
+
+// hedge returns call's answer; when it has none after after, it calls
+// again (the lease pool gives the second call another connection) and
+// returns the first answer of the two, or the second when the first is an
+// error, and ends the other (pgx closes a connection whose statement is
+// abandoned). A connection that hangs alone (a flow dropped by a firewall
+// or a NAT, a half-open TCP connection) so costs the round about after,
+// as a reset one does, instead of the lease TTL, its lapse and its
+// partitions. call must be idempotent: a heartbeat, a renewal.
+func hedge[T any](ctx context.Context, after time.Duration, call func(context.Context) (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan answer, 2)
+	send := func() {
+		v, err := call(ctx)
+		answers <- answer{v, err}
+	}
+	go send()
+	t := time.NewTimer(after)
+	defer t.Stop()
+	select {
+	case a := <-answers:
+		return a.v, a.err
+	case <-t.C:
+	}
+	go send()
+	a := <-answers
+	if a.err != nil {
+		a = <-answers
+	}
+	return a.v, a.err
 }
 
 // rebalance brings the leases held to this instance's share among live

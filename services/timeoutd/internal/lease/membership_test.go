@@ -31,12 +31,24 @@ type leaseTable struct {
 	left     bool
 	serving  bool   // as the last heartbeat said
 	onBeat   func() // called by Heartbeat before it answers, when set
+	// hangBeats is how many of the next heartbeats hang, as on a
+	// connection whose flow a firewall dropped, until their context ends;
+	// abandoned receives each once ended.
+	hangBeats int
+	abandoned chan struct{}
 }
 
 func newLeaseTable() *leaseTable { return &leaseTable{live: 1} }
 
-func (l *leaseTable) Heartbeat(_ context.Context, _ string, _ time.Duration, _ []byte, serving bool) (Beat, error) {
+func (l *leaseTable) Heartbeat(ctx context.Context, _ string, _ time.Duration, _ []byte, serving bool) (Beat, error) {
 	l.mu.Lock()
+	if l.hangBeats > 0 {
+		l.hangBeats--
+		l.mu.Unlock()
+		<-ctx.Done()
+		l.abandoned <- struct{}{}
+		return Beat{}, ctx.Err()
+	}
 	defer l.mu.Unlock()
 	if l.onBeat != nil {
 		l.onBeat()
@@ -364,6 +376,32 @@ func TestARenewalAfterASlowHeartbeatTrustsTheLeases(t *testing.T) {
 	if !mt.own.Trusted() || len(got) != events.Partitions {
 		t.Fatalf("after a round whose heartbeat took %v: trusted %v, owned %d; want trusted, all",
 			mt.m.cfg.RenewDeadline()+500*time.Millisecond, mt.own.Trusted(), len(got))
+	}
+}
+
+// TestAHungLeaseConnectionCostsNoLapse: a heartbeat that hangs on its
+// connection (a flow dropped without a reset) is sent again on another
+// after the hedge delay: the round renews the leases well within the renew
+// deadline, and the hung call is abandoned, its connection closed.
+func TestAHungLeaseConnectionCostsNoLapse(t *testing.T) {
+	t.Parallel()
+	mt := newMemberTest(t, Config{})
+	mt.round(t)
+	mt.taken(t)
+	mt.probe(1500 * time.Millisecond)
+	mt.leases.set(func(l *leaseTable) { l.hangBeats, l.abandoned = 1, make(chan struct{}, 1) })
+	start := time.Now()
+	mt.round(t)
+	took := time.Since(start)
+	mt.probe(time.Second) // past the first round's renew deadline
+	if !mt.own.Trusted() || mt.counters.Lapses.Load() != 0 || took >= mt.m.cfg.RenewDeadline() {
+		t.Fatalf("after a round whose first heartbeat hung: trusted %v, %d lapses, round took %v; want trusted, 0, under %v",
+			mt.own.Trusted(), mt.counters.Lapses.Load(), took, mt.m.cfg.RenewDeadline())
+	}
+	select {
+	case <-mt.leases.abandoned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hung heartbeat was not abandoned after the round")
 	}
 }
 
