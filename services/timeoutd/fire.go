@@ -452,7 +452,9 @@ func (f *firer) park(p *published, step string, err error) {
 		return
 	}
 	f.cfg.Logger.Warn("fire batch waits for the leases to be trusted", "step", step, "size", len(p.refs), "err", err)
-	f.wake(p.refs, p.firedAt, f.sched.Now())
+	// Trusted again already (a renewal since the check): a poll later, so
+	// that a contact that comes and goes cannot spin the batch.
+	f.wake(p.refs, p.firedAt, f.sched.Now().Add(catchupPoll))
 }
 
 // wake re-arms the in-flight timeouts of refs, fired at firedAt, once the
