@@ -251,6 +251,18 @@ func stateOf(t *testing.T, s *Store, key string) (timeoutd.State, int64) {
 
 // appPool returns a pool on url whose sessions are named app, as an
 // instance's (timeoutd/<id>).
+// twoInstances returns the URL of a migrated database and the lease tables
+// of instances a and b on it, each on a pool of its own whose sessions
+// are named as timeoutd names them.
+func twoInstances(t *testing.T) (url string, a, b Leases) {
+	t.Helper()
+	url = testinfra.Postgres(t)
+	if err := Migrate(context.Background(), appPool(t, url, "migrate")); err != nil {
+		t.Fatal(err)
+	}
+	return url, NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
+}
+
 func appPool(t *testing.T, url, app string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
@@ -375,12 +387,8 @@ func TestAnInstanceGoneBeforeARestartIsNotOrphaned(t *testing.T) {
 // are taken once they expire.
 func TestASilenceOfTheWholeClusterMovesNothing(t *testing.T) {
 	t.Parallel()
-	url := testinfra.Postgres(t)
+	_, a, b := twoInstances(t)
 	ctx := context.Background()
-	if err := Migrate(ctx, appPool(t, url, "migrate")); err != nil {
-		t.Fatal(err)
-	}
-	a, b := NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
 	// Long enough for b's heartbeat and acquisition after the silence on a
 	// loaded machine, short enough to wait out twice.
 	const ttl = 2 * time.Second
@@ -462,12 +470,8 @@ func TestRenewAnExpiredLeaseNobodyTook(t *testing.T) {
 // is not dead: its partitions stay its own.
 func TestAResetIsNotACrash(t *testing.T) {
 	t.Parallel()
-	url := testinfra.Postgres(t)
+	url, a, b := twoInstances(t)
 	ctx := context.Background()
-	if err := Migrate(ctx, appPool(t, url, "migrate")); err != nil {
-		t.Fatal(err)
-	}
-	a, b := NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
 	if _, err := a.Heartbeat(ctx, "a", time.Hour, []byte(`{}`), true); err != nil {
 		t.Fatal(err)
 	}
