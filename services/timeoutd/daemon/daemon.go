@@ -431,11 +431,15 @@ func (m *Main) natsHealthy() bool {
 }
 
 // pingNATS pings NATS (a flush: a round trip to the server) every quarter
-// of NATSGrace until ctx ends, recording when it last answered. A
-// connection that carries nothing (cut without a reset) fails it, where
-// the client's own pings would take minutes to notice.
-func (m *Main) pingNATS(ctx context.Context) {
-	t := time.NewTicker(m.cfg.NATSGrace / 4)
+// of grace until ctx ends, recording in ok when it last answered (Unix
+// ns). A connection that carries nothing (cut without a reset, or its
+// server frozen) fails it, where the client's own pings would take
+// minutes to notice; the client then reconnects at once, to the next
+// server of its list, and pings again: a frozen node of a cluster costs
+// about half the grace, and its clients' partitions stay where they are
+// (a frozen node of its own, the grace).
+func pingNATS(ctx context.Context, nc *nats.Conn, grace time.Duration, ok *atomic.Int64, log *slog.Logger) {
+	t := time.NewTicker(grace / 4)
 	defer t.Stop()
 	for {
 		select {
@@ -443,8 +447,16 @@ func (m *Main) pingNATS(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := m.nc.FlushTimeout(m.cfg.NATSGrace / 2); err == nil {
-			m.natsOK.Store(time.Now().UnixNano())
+		err := nc.FlushTimeout(grace / 2)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("NATS did not answer a ping; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+			if rerr := nc.ForceReconnect(); rerr != nil {
+				continue // closed: shutting down
+			}
+			err = nc.FlushTimeout(grace / 2)
+		}
+		if err == nil {
+			ok.Store(time.Now().UnixNano())
 		}
 	}
 }
@@ -483,7 +495,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// The pings go on until Run returns, however it ends (Kill included).
 	pctx, stopPings := context.WithCancel(gctx)
 	defer stopPings()
-	go m.pingNATS(pctx)
+	go pingNATS(pctx, m.nc, m.cfg.NATSGrace, &m.natsOK, m.log)
 	if reg, ok := m.cfg.Service.Tenants.(*tenants.Registry); ok {
 		go func() { _ = reg.Run(pctx) }()
 	}
