@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ordertimeout/ordertimeout/internal/natshealth"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/startstop"
@@ -257,6 +258,10 @@ func (m *Main) Run(ctx context.Context) error {
 		l.Start(gctx)
 	}
 	g.Go(func() error {
+		natshealth.Watch(gctx, m.nc, natsPingGrace, nil, m.log)
+		return nil
+	})
+	g.Go(func() error {
 		if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
 		}
@@ -274,6 +279,12 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// natsPingGrace paces the NATS health ping (natshealth.Watch): a server
+// silent for half of it is left for the next one of the list, so that a
+// frozen node of a cluster holds orders' consumers and relay about a
+// second, not until it thaws.
+const natsPingGrace = 2 * time.Second
 
 // drain stops the HTTP server and flushes the outbox, within
 // shutdownTimeout, then stops the relay.

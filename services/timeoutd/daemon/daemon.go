@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ordertimeout/ordertimeout/internal/envconfig"
+	"github.com/ordertimeout/ordertimeout/internal/natshealth"
 	"github.com/ordertimeout/ordertimeout/internal/pgparams"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
@@ -430,37 +431,6 @@ func (m *Main) natsHealthy() bool {
 	return time.Since(time.Unix(0, m.natsOK.Load())) < m.cfg.NATSGrace
 }
 
-// pingNATS pings NATS (a flush: a round trip to the server) every quarter
-// of grace until ctx ends, recording in ok when it last answered (Unix
-// ns). A connection that carries nothing (cut without a reset, or its
-// server frozen) fails it, where the client's own pings would take
-// minutes to notice; the client then reconnects at once, to the next
-// server of its list, and pings again: a frozen node of a cluster costs
-// about half the grace, and its clients' partitions stay where they are
-// (a frozen node of its own, the grace).
-func pingNATS(ctx context.Context, nc *nats.Conn, grace time.Duration, ok *atomic.Int64, log *slog.Logger) {
-	t := time.NewTicker(grace / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := nc.FlushTimeout(grace / 2)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("NATS did not answer a ping; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
-			if rerr := nc.ForceReconnect(); rerr != nil {
-				continue // closed: shutting down
-			}
-			err = nc.FlushTimeout(grace / 2)
-		}
-		if err == nil {
-			ok.Store(time.Now().UnixNano())
-		}
-	}
-}
-
 // Addr is the HTTP server's listen address (useful with port 0).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
@@ -495,7 +465,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// The pings go on until Run returns, however it ends (Kill included).
 	pctx, stopPings := context.WithCancel(gctx)
 	defer stopPings()
-	go pingNATS(pctx, m.nc, m.cfg.NATSGrace, &m.natsOK, m.log)
+	go natshealth.Watch(pctx, m.nc, m.cfg.NATSGrace, func() { m.natsOK.Store(time.Now().UnixNano()) }, m.log)
 	if reg, ok := m.cfg.Service.Tenants.(*tenants.Registry); ok {
 		go func() { _ = reg.Run(pctx) }()
 	}

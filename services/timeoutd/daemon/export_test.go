@@ -18,6 +18,3 @@ func OpenPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 
 // ReadPool is the read API's own pool, for the test that exhausts it.
 func (m *Main) ReadPool() *pgxpool.Pool { return m.reads }
-
-// PingNATS is the NATS health loop, for its test.
-var PingNATS = pingNATS

@@ -1,4 +1,4 @@
-package daemon_test
+package natshealth_test
 
 import (
 	"bufio"
@@ -13,15 +13,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+	"github.com/ordertimeout/ordertimeout/internal/natshealth"
 )
 
-// TestAFrozenNATSNodeIsLeftForAnother: the node a timeoutd is connected to
+// TestAFrozenNATSNodeIsLeftForAnother: the node a service is connected to
 // freezes (its connections open, nothing answered: a paused VM, a stalled
 // disk). The health ping notices within half the grace and the client
 // reconnects to the next node of its list, so that NATS never goes
-// unanswered for the grace, and the instance keeps its partitions instead
-// of handing them all over. Without the forced reconnect the client stays
+// unanswered for the grace (a timeoutd keeps its partitions instead of
+// handing them all over). Without the forced reconnect the client stays
 // on the frozen node (its own pings come every two minutes).
 func TestAFrozenNATSNodeIsLeftForAnother(t *testing.T) {
 	if testing.Short() {
@@ -50,7 +50,7 @@ func TestAFrozenNATSNodeIsLeftForAnother(t *testing.T) {
 	const grace = time.Second
 	var ok atomic.Int64
 	ok.Store(time.Now().UnixNano())
-	go daemon.PingNATS(t.Context(), nc, grace, &ok, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go natshealth.Watch(t.Context(), nc, grace, func() { ok.Store(time.Now().UnixNano()) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	healthy := func() bool { return time.Since(time.Unix(0, ok.Load())) < grace }
 
 	frozen.freeze()
