@@ -17,7 +17,7 @@ import (
 // pings, every two minutes, would take minutes to notice; Watch then
 // reconnects the client at once, to the next server of its list, and pings
 // again. A frozen node of a cluster so costs its clients about half the
-// grace; a frozen server of its own, until it thaws.
+// grace; a frozen server alone, until it thaws.
 func Watch(ctx context.Context, nc *nats.Conn, grace time.Duration, answered func(), log *slog.Logger) {
 	t := time.NewTicker(grace / 4)
 	defer t.Stop()
@@ -28,7 +28,9 @@ func Watch(ctx context.Context, nc *nats.Conn, grace time.Duration, answered fun
 		case <-t.C:
 		}
 		err := nc.FlushTimeout(grace / 2)
-		if err != nil && ctx.Err() == nil {
+		// Alone, a server that does not answer would be reconnected to
+		// itself: its connection is left as it is.
+		if err != nil && ctx.Err() == nil && len(nc.Servers()) > 1 {
 			log.Warn("NATS did not answer a ping; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
 			if nc.ForceReconnect() != nil {
 				continue // closed: shutting down
