@@ -263,7 +263,7 @@ func twoInstances(t *testing.T) (url string, a, b Leases) {
 	return url, NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
 }
 
-func appPool(t *testing.T, url, app string) *pgxpool.Pool {
+func appPool(t testing.TB, url, app string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
