@@ -149,13 +149,13 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	case !f.own.Trusted():
 		// The leases were not renewed in time: publish nothing a new owner
 		// may be publishing too; the membership drops them or renews.
-		f.park(p, "lease", errLeasesUntrusted)
+		f.retry(p, "lease", errLeasesUntrusted)
 		return nil
 	case !f.own.InContact():
 		// Cut off from the database long enough for the others to read
 		// this instance as crashed and take its partitions; back in
 		// contact, the leases wait for a renewal too (Ownership.Contacted).
-		f.park(p, "contact", errOutOfContact)
+		f.retry(p, "contact", errOutOfContact)
 		return nil
 	}
 	// Pin the partitions still open here: one handed over since the
@@ -432,29 +432,24 @@ func (p *published) split(again, refused []int) (done *published, retry []schedu
 }
 
 // retry re-arms p's timeouts to fire again after RetryDelay, unless the
-// process is being killed (the rows are still pending in Postgres).
+// process is being killed (the rows are still pending in Postgres). A
+// batch refused for want of trust (errLeasesUntrusted, errOutOfContact)
+// fires again as soon as a renewal trusts the leases (a frozen database
+// thawed, a lapse over), RetryDelay its bound.
 func (f *firer) retry(p *published, step string, err error) {
 	defer f.untrack(p.fl)
 	if f.hard.Err() != nil {
 		return
 	}
-	f.cfg.Logger.Warn("fire batch failed; retrying", "step", step, "size", len(p.refs), "err", err)
-	f.sched.Rearm(p.refs, p.firedAt.Add(f.cfg.RetryDelay))
-}
-
-// park re-arms p's timeouts, whose fire waits for the leases to be trusted
-// again, as soon as a renewal trusts them (a frozen database thawed, a
-// lapse over), or after RetryDelay at the latest, unless the process is
-// being killed.
-func (f *firer) park(p *published, step string, err error) {
-	defer f.untrack(p.fl)
-	if f.hard.Err() != nil {
+	if errors.Is(err, errLeasesUntrusted) || errors.Is(err, errOutOfContact) {
+		f.cfg.Logger.Warn("fire batch waits for the leases to be trusted", "step", step, "size", len(p.refs), "err", err)
+		// Trusted again already (a renewal since the check): a poll later,
+		// so that a contact that comes and goes cannot spin the batch.
+		f.wake(p.refs, p.firedAt, f.sched.Now().Add(catchupPoll))
 		return
 	}
-	f.cfg.Logger.Warn("fire batch waits for the leases to be trusted", "step", step, "size", len(p.refs), "err", err)
-	// Trusted again already (a renewal since the check): a poll later, so
-	// that a contact that comes and goes cannot spin the batch.
-	f.wake(p.refs, p.firedAt, f.sched.Now().Add(catchupPoll))
+	f.cfg.Logger.Warn("fire batch failed; retrying", "step", step, "size", len(p.refs), "err", err)
+	f.sched.Rearm(p.refs, p.firedAt.Add(f.cfg.RetryDelay))
 }
 
 // wake re-arms the in-flight timeouts of refs, fired at firedAt, once the
