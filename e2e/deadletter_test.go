@@ -90,7 +90,7 @@ func TestMalformedCommandsAreDeadLettered(t *testing.T) {
 		publish := func(lines []string, count string) {
 			t.Helper()
 			m := &nats.Msg{Subject: events.CommandSubject(keys[0]), Data: []byte(strings.Join(lines, "\n")), Header: nats.Header{}}
-			m.Header.Set(jetstream.MsgIDHeader, "e2e-batch:"+count+":"+lines[0])
+			m.Header.Set(jetstream.MsgIDHeader, "e2e-batch:"+count+":"+events.NewNonce())
 			m.Header.Set(events.HeaderBatch, count)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

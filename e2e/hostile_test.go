@@ -309,11 +309,13 @@ func TestHostileInputs(t *testing.T) {
 		}
 	})
 
+	// publish sends data with the Nats-Msg-Id msgID and a nonce, as a
+	// producer of the contract does.
 	publish := func(t *testing.T, subject, msgID string, data []byte) uint64 {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		ack, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+		ack, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID+":"+events.NewNonce()))
 		if err != nil {
 			t.Fatalf("publish on %s: %v", subject, err)
 		}

@@ -111,7 +111,8 @@ func TestTenantIsolation(t *testing.T) {
 	for _, tn := range matrixTenants {
 		key := events.TenantKey(tn.Name, fmt.Sprintf("victim-%d", run))
 		h := held{key: key, fire: tn.FirePrefixes[0] + strings.ReplaceAll(key, ".", "-"), deadline: deadline}
-		if _, err := clients[tn.Name].js.Publish(ctx, events.CommandSubject(key), commandJSON(events.KindSet, key, 5, deadline, h.fire)); err != nil {
+		if _, err := clients[tn.Name].js.Publish(ctx, events.CommandSubject(key), commandJSON(events.KindSet, key, 5, deadline, h.fire),
+			jetstream.WithMsgID(fmt.Sprintf("set:%s:5:%s", key, events.NewNonce()))); err != nil {
 			t.Fatalf("%s sets its own timeout: %v", tn.Name, err)
 		}
 		victims[tn.Name] = h
@@ -354,7 +355,8 @@ func addTenantLive(t *testing.T, s *stack) {
 	// unknown_tenant: the tenant replays it (a version later) until set.
 	waitFor(t, 15*time.Second, "timeoutd to accept the new tenant's deadline", func() bool {
 		v := time.Now().UnixNano()
-		if _, err := cl.js.Publish(ctx, events.CommandSubject(key), commandJSON(events.KindSet, key, v, at, "loyalty.expire.points-1")); err != nil {
+		if _, err := cl.js.Publish(ctx, events.CommandSubject(key), commandJSON(events.KindSet, key, v, at, "loyalty.expire.points-1"),
+			jetstream.WithMsgID(fmt.Sprintf("set:%s:%d:%s", key, v, events.NewNonce()))); err != nil {
 			t.Fatalf("the new tenant publishes: %v", err)
 		}
 		_, ok := pendingTimeout(t, s, key)

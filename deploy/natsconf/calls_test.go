@@ -221,7 +221,7 @@ func driveTimeoutd(ctx context.Context, t *testing.T, connect func(user, inbox s
 	if ok, err := pub.Stored(ctx, ev.Subject, ev.MsgID); err != nil || !ok {
 		t.Fatalf("stored = %v, %v; want the fire found", ok, err)
 	}
-	dl := events.NewDeadLetter(events.CommandSubject(key), []byte(`{`), 1, &events.Error{Reason: events.ReasonMalformed}, time.Now())
+	dl := events.NewDeadLetter(events.CommandSubject(key), []byte(`{`), "", 1, &events.Error{Reason: events.ReasonMalformed}, time.Now())
 	if err := tjs.NewDeadLetters(js).DeadLetter(ctx, dl); err != nil {
 		t.Fatalf("dead letter: %v", err)
 	}
@@ -353,7 +353,7 @@ func driveLibrary(ctx context.Context, t *testing.T, js, fires jetstream.JetStre
 	if _, err := js.Publish(ctx, events.CommandSubject(key), []byte(`{}`)); err != nil {
 		t.Fatalf("the tenant publishes a command: %v", err)
 	}
-	dl := events.NewDeadLetter(events.CommandSubject(key), []byte(`{`), 1, &events.Error{Reason: events.ReasonMalformed}, time.Now())
+	dl := events.NewDeadLetter(events.CommandSubject(key), []byte(`{`), "", 1, &events.Error{Reason: events.ReasonMalformed}, time.Now())
 	dl.Tenant = "reservations"
 	if err := tjs.NewDeadLetters(fires).DeadLetter(ctx, dl); err != nil {
 		t.Fatalf("timeoutd dead-letters the tenant's command: %v", err)

@@ -3,6 +3,9 @@
 package eventstest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"strconv"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -19,4 +22,13 @@ func KeysOfPartition(prefix string, p, n int) []string {
 		}
 	}
 	return keys
+}
+
+// MsgID returns cmd's Nats-Msg-Id with a nonce derived from cmd, where a
+// producer's is random (events.NewNonce) and kept with the command: the
+// same command gets the same id, so that a test's republish is one
+// message to JetStream, and a simulation's seed replays the same ids.
+func MsgID(cmd events.Command) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s:%s:%d", cmd.Kind, cmd.Key, cmd.Version))
+	return cmd.MsgID(hex.EncodeToString(h[:events.NonceLen/2]))
 }

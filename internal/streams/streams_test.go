@@ -55,10 +55,10 @@ func TestEnsureIsIdempotentAndKeepsEveryCommand(t *testing.T) {
 		Deadline: time.Now().Add(time.Minute).UTC(), FireSubject: events.OrderCancelSubject("o-1")}
 	for _, c := range []events.Command{newer, stale} {
 		msg := nats.NewMsg(c.Subject())
-		msg.Header.Set(jetstream.MsgIDHeader, c.MsgID())
+		msg.Header.Set(jetstream.MsgIDHeader, c.MsgID(events.NewNonce()))
 		msg.Data = []byte(`{}`)
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			t.Fatalf("publish %s: %v", c.MsgID(), err)
+			t.Fatalf("publish %s %s v%d: %v", c.Kind, c.Key, c.Version, err)
 		}
 	}
 	// Both commands land in the stream of o-1's partition, through the

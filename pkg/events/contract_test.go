@@ -158,6 +158,17 @@ func validate(t *testing.T, sch *jsonschema.Schema, data []byte) error {
 // (outcome, kind, partitions), and returns the Nats-Msg-Id it must carry.
 func decodeContract(t *testing.T, msg string, payload []byte, headers map[string]string) (msgID string, reencoded []byte) {
 	t.Helper()
+	// A command's nonce, and so a batch's id, is the producer's: the
+	// example's must pass timeoutd's check, and a command's must be its
+	// kind, key and version with it.
+	id := headers["Nats-Msg-Id"]
+	if msg == "set" || msg == "clear" || msg == "batch" {
+		if err := events.CheckMsgID(id); err != nil {
+			t.Errorf("Nats-Msg-Id: %v", err)
+		}
+	}
+	nonce := id[strings.LastIndexByte(id, ':')+1:]
+	t.Helper()
 	switch msg {
 	case "set", "clear":
 		c, err := events.DecodeCommand(payload)
@@ -167,13 +178,12 @@ func decodeContract(t *testing.T, msg string, payload []byte, headers map[string
 		if string(c.Kind) != msg {
 			t.Fatalf("kind %q in a %s message", c.Kind, msg)
 		}
-		return c.MsgID(), toJSON(t, c)
+		return c.MsgID(nonce), toJSON(t, c)
 	case "batch":
 		lines, err := events.SplitBatch(payload, headers[events.HeaderBatch])
 		if err != nil {
 			t.Fatalf("SplitBatch: %v", err)
 		}
-		var ids []string
 		var first string
 		for i, line := range lines {
 			c, err := events.DecodeCommand(line)
@@ -185,9 +195,11 @@ func decodeContract(t *testing.T, msg string, payload []byte, headers map[string
 			} else if events.PartitionOf(c.Key) != events.PartitionOf(first) {
 				t.Fatalf("line %d: key %s is not of the batch's partition", i+1, c.Key)
 			}
-			ids = append(ids, c.MsgID())
 		}
-		return events.BatchMsgID(ids), nil
+		if !strings.HasPrefix(id, "batch:") || len(id) != len("batch:")+32 {
+			t.Errorf("a batch's Nats-Msg-Id %q is not batch:<32 hex digits>", id)
+		}
+		return id, nil
 	case "fired", "missed":
 		e, err := events.DecodeExpiry(payload)
 		if err != nil {
@@ -287,11 +299,11 @@ var contractTypes = []struct {
 	{"clear.schema.json", reflect.TypeFor[events.Command](), decodeCommand,
 		`{"schema":1,"kind":"clear","key":"k","version":2,"issued_at":"2026-11-28T17:00:00Z"}`, false},
 	{"expiry.schema.json", reflect.TypeFor[events.Expiry](), decodeExpiry,
-		`{"schema":1,"outcome":"fired","key":"k","version":2,"deadline":"2026-11-28T18:00:00Z","fired_at":"2026-11-28T18:00:01Z","lateness_ns":1000000000,"payload":{"a":1}}`, true},
+		`{"schema":1,"outcome":"missed","key":"k","version":2,"deadline":"2026-11-28T18:00:00Z","fired_at":"2026-11-28T18:00:01Z","lateness_ns":1000000000,"payload":{"a":1},"reason":"unknown_tenant"}`, true},
 	{"order-event.schema.json", reflect.TypeFor[events.OrderEvent](), decodeOrder,
 		`{"schema":1,"type":"cancelled","order_id":"o-1","version":2,"status":"cancelled","cancel_reason":"customer","customer_id":"c","amount_minor":100,"currency":"EUR","pay_by":"2026-11-28T18:00:00Z","at":"2026-11-28T17:00:00Z"}`, true},
 	{"dead-letter.schema.json", reflect.TypeFor[events.DeadLetter](), nil,
-		`{"schema":1,"reason":"invalid_key","field":"key","detail":"d","tenant":"reservations","subject":"timeouts.cmd.1.k","data":"e30=","stream_seq":3,"line":2,"rejected_at":"2026-11-28T17:00:00Z"}`, true},
+		`{"schema":1,"reason":"invalid_key","field":"key","detail":"d","tenant":"reservations","subject":"timeouts.cmd.1.k","data":"e30=","msg_id":"set:k:1:AAAAAAAAAAAAAAAAAAAAAA","stream_seq":3,"line":2,"rejected_at":"2026-11-28T17:00:00Z"}`, true},
 }
 
 // rawSchema is the part of a schema file the drift test reads.

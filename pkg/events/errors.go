@@ -35,6 +35,10 @@ const (
 	// ReasonForeignKey: the command's key belongs to another tenant than
 	// the one whose subject it was published on.
 	ReasonForeignKey Reason = "foreign_key"
+	// ReasonGuessableMsgID: the command message's Nats-Msg-Id does not end
+	// in a nonce (CheckMsgID), so another tenant could have its command
+	// dropped as a duplicate.
+	ReasonGuessableMsgID Reason = "guessable_msg_id"
 )
 
 // Error describes why a message was rejected: the reason, the JSON field it

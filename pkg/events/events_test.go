@@ -149,11 +149,13 @@ func TestDecodeExpiryRejectsEarlyFire(t *testing.T) {
 func TestMsgIDsAreDistinctPerKindAndVersion(t *testing.T) {
 	t.Parallel()
 	ids := map[string]bool{}
+	const nonce = "AAAAAAAAAAAAAAAAAAAAAA"
 	for _, id := range []string{
-		events.Command{Kind: events.KindSet, Key: "a", Version: 1}.MsgID(),
-		events.Command{Kind: events.KindSet, Key: "a", Version: 2}.MsgID(),
-		events.Command{Kind: events.KindClear, Key: "a", Version: 2}.MsgID(),
-		events.Command{Kind: events.KindSet, Key: "a-1", Version: 2}.MsgID(),
+		events.Command{Kind: events.KindSet, Key: "a", Version: 1}.MsgID(nonce),
+		events.Command{Kind: events.KindSet, Key: "a", Version: 2}.MsgID(nonce),
+		events.Command{Kind: events.KindClear, Key: "a", Version: 2}.MsgID(nonce),
+		events.Command{Kind: events.KindSet, Key: "a-1", Version: 2}.MsgID(nonce),
+		events.Command{Kind: events.KindSet, Key: "a-1", Version: 2}.MsgID(events.NewNonce()),
 		events.Expiry{Outcome: events.OutcomeFired, Key: "a", Version: 1}.MsgID(),
 		events.Expiry{Outcome: events.OutcomeMissed, Key: "a", Version: 1}.MsgID(),
 		events.OrderEvent{Type: events.OrderPaid, OrderID: "a", Version: 1}.MsgID(),
@@ -188,9 +190,10 @@ func TestNewDeadLetter(t *testing.T) {
 	t.Parallel()
 	_, err := events.DecodeCommand([]byte(`{"kind":"clear","key":"a b","version":1}`))
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	d := events.NewDeadLetter("timeouts.cmd.x", []byte("raw"), 42, err, at)
-	if d.Reason != events.ReasonInvalidKey || d.Field != "key" || d.StreamSeq != 42 || d.MsgID() != "dlq:timeouts.cmd.x:42" {
-		t.Fatalf("dead letter = %+v", d)
+	d := events.NewDeadLetter("timeouts.cmd.x", []byte("raw"), "clear:x:1:AAAAAAAAAAAAAAAAAAAAAA", 42, err, at)
+	if d.Reason != events.ReasonInvalidKey || d.Field != "key" || d.StreamSeq != 42 || d.RejectedMsgID != "clear:x:1:AAAAAAAAAAAAAAAAAAAAAA" ||
+		d.MsgID() != "dlq:timeouts.cmd.x:42:8657daca7a0fc646917f562a4e719b48" {
+		t.Fatalf("dead letter = %+v, id %s", d, d.MsgID())
 	}
 }
 
@@ -249,5 +252,42 @@ func BenchmarkDecodeCommand(b *testing.B) {
 		if _, err := events.DecodeCommand(data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestCheckMsgID: a command message's id must end in a nonce another
+// tenant cannot guess; the ids of the contract before nonces, a missing
+// id and a short or foreign-alphabet tail are refused naming the header.
+func TestCheckMsgID(t *testing.T) {
+	t.Parallel()
+	c := events.Command{Kind: events.KindClear, Key: "reservations.r-1", Version: 7}
+	tests := []struct {
+		name, id string
+		ok       bool
+	}{
+		{"a command's", c.MsgID(events.NewNonce()), true},
+		{"a batch's", events.BatchMsgID([]string{c.MsgID(events.NewNonce())}), true},
+		{"a replayed dead letter's", "replay:" + events.NewDeadLetter("timeouts.cmd.x", nil, "", 1, errors.New("x"), time.Time{}).MsgID(), true},
+		{"the contract's before nonces", "clear:reservations.r-1:7", false},
+		{"none", "", false},
+		{"a nonce one short", c.MsgID(strings.Repeat("a", events.NonceLen-1)), false},
+		{"a nonce with a dot", c.MsgID(strings.Repeat("a", events.NonceLen) + "."), false},
+		{"a nonce alone", events.NewNonce(), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := events.CheckMsgID(tt.id)
+			if tt.ok != (err == nil) {
+				t.Fatalf("CheckMsgID(%q) = %v, want ok %v", tt.id, err, tt.ok)
+			}
+			var e *events.Error
+			if err != nil && (!errors.As(err, &e) || e.Reason != events.ReasonGuessableMsgID || e.Field != "Nats-Msg-Id") {
+				t.Fatalf("CheckMsgID(%q) = %v, want reason %s on Nats-Msg-Id", tt.id, err, events.ReasonGuessableMsgID)
+			}
+		})
+	}
+	if a, b := events.NewNonce(), events.NewNonce(); a == b || len(a) != events.NonceLen {
+		t.Fatalf("two nonces %q and %q: want distinct, of %d characters", a, b, events.NonceLen)
 	}
 }

@@ -10,7 +10,9 @@ import (
 )
 
 // A producer builds a set command and publishes it on its subject with its
-// message id as the Nats-Msg-Id header.
+// message id as the Nats-Msg-Id header: the command's kind, key and
+// version and a nonce it mints once (NewNonce) and sends again on every
+// republish of this command.
 func ExampleCommand() {
 	cmd := events.Command{
 		Schema:      events.SchemaVersion,
@@ -22,11 +24,12 @@ func ExampleCommand() {
 	}
 	data, _ := json.Marshal(cmd)
 	fmt.Println(cmd.Subject())
-	fmt.Println(cmd.MsgID())
+	nonce := "q3M1vNxL0o8Ztk4pWmB2aA" // events.NewNonce(), kept with the command
+	fmt.Println(cmd.MsgID(nonce))
 	fmt.Println(string(data))
 	// Output:
 	// timeouts.cmd.ord-42
-	// set:ord-42:1
+	// set:ord-42:1:q3M1vNxL0o8Ztk4pWmB2aA
 	// {"schema":1,"kind":"set","key":"ord-42","version":1,"deadline":"2026-11-22T12:30:00Z","fire_subject":"orders.cancel.ord-42"}
 }
 
@@ -49,7 +52,8 @@ func ExampleBatch() {
 	for _, key := range []string{"ord-1", "ord-15", "ord-14", "ord-1"} { // ord-1 and ord-14: partition 50
 		cmd := events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: key, Version: int64(len(msgs) + 1)}
 		data, _ := json.Marshal(cmd)
-		msgs = append(msgs, events.CommandMessage{Subject: cmd.Subject(), MsgID: cmd.MsgID(), Data: data, Count: 1})
+		nonce := fmt.Sprintf("nonce-of-command-%06d", len(msgs)) // events.NewNonce() in production
+		msgs = append(msgs, events.CommandMessage{Subject: cmd.Subject(), MsgID: cmd.MsgID(nonce), Data: data, Count: 1})
 	}
 	for _, m := range events.Batch(msgs) {
 		fmt.Println(m.Subject, m.Count, m.MsgID)
@@ -57,14 +61,14 @@ func ExampleBatch() {
 			lines, _ := events.SplitBatch(m.Data, strconv.Itoa(m.Count))
 			for _, l := range lines {
 				c, _ := events.DecodeCommand(l)
-				fmt.Println(" ", c.MsgID())
+				fmt.Println(" ", c.Key, c.Version)
 			}
 		}
 	}
 	// Output:
-	// timeouts.cmd.ord-1 3 batch:fe1927b3be8f51c1d218bca217ec3ecc
-	//   clear:ord-1:1
-	//   clear:ord-14:3
-	//   clear:ord-1:4
-	// timeouts.cmd.ord-15 1 clear:ord-15:2
+	// timeouts.cmd.ord-1 3 batch:aa82c9401ea7b7bcbe83ca0b0a7466a1
+	//   ord-1 1
+	//   ord-14 3
+	//   ord-1 4
+	// timeouts.cmd.ord-15 1 clear:ord-15:2:nonce-of-command-000001
 }

@@ -61,11 +61,6 @@ type Command struct {
 	TraceParent string `json:"-"`
 }
 
-// MsgID returns the Nats-Msg-Id of the command: <kind>:<key>:<version>.
-func (c Command) MsgID() string {
-	return string(c.Kind) + ":" + c.Key + ":" + strconv.FormatInt(c.Version, 10)
-}
-
 // Subject returns the subject the command is published on.
 func (c Command) Subject() string { return CommandSubject(c.Key) }
 
@@ -203,6 +198,12 @@ type Expiry struct {
 	// LatenessNs is FiredAt minus Deadline, in nanoseconds.
 	LatenessNs int64           `json:"lateness_ns"`
 	Payload    json.RawMessage `json:"payload,omitempty"`
+	// Reason, on a missed event only, says why the timeout was not fired
+	// when it was not its misfire bound: ReasonUnknownTenant, its tenant
+	// was removed from the registry, or ReasonSubjectNotAllowed, its fire
+	// subject is no longer under one of its tenant's prefixes. Empty for
+	// a fired event and a missed one past its bound.
+	Reason Reason `json:"reason,omitempty"`
 }
 
 // MsgID returns the Nats-Msg-Id of the event: <outcome>:<key>:<version>.
@@ -219,6 +220,7 @@ type expiryWire struct {
 	FiredAt    string          `json:"fired_at"`
 	LatenessNs int64           `json:"lateness_ns"`
 	Payload    json.RawMessage `json:"payload"`
+	Reason     Reason          `json:"reason"`
 }
 
 // DecodeExpiry parses and validates an expiry event with the same rules as
@@ -228,7 +230,7 @@ func DecodeExpiry(data []byte) (Expiry, error) {
 	if err := decodeJSON(data, &w); err != nil {
 		return Expiry{}, err
 	}
-	e := Expiry{Schema: 1, Outcome: w.Outcome, Key: w.Key, LatenessNs: w.LatenessNs, Payload: w.Payload}
+	e := Expiry{Schema: 1, Outcome: w.Outcome, Key: w.Key, LatenessNs: w.LatenessNs, Payload: w.Payload, Reason: w.Reason}
 	if w.Schema != nil {
 		e.Schema = *w.Schema
 	}
@@ -237,6 +239,9 @@ func DecodeExpiry(data []byte) (Expiry, error) {
 	}
 	if e.Outcome != OutcomeFired && e.Outcome != OutcomeMissed {
 		return Expiry{}, invalid(ReasonUnknownKind, "outcome", "must be %q or %q, got %q", OutcomeFired, OutcomeMissed, e.Outcome)
+	}
+	if e.Reason != "" && e.Outcome != OutcomeMissed {
+		return Expiry{}, invalid(ReasonInvalidField, "reason", "is only set on a %q event", OutcomeMissed)
 	}
 	if !ValidTimeoutKey(e.Key) {
 		return Expiry{}, invalid(ReasonInvalidKey, "key", "must be 1 to %d letters, digits, '-' or '_', after <tenant>. for a tenant other than %s", MaxKeyLen, OrdersTenant)

@@ -71,18 +71,21 @@ func check(c events.Command) error {
 }
 
 // Message returns c as the outbox row the relay publishes: on its command
-// subject, timeouts.cmd.<key> (timeouts.cmd.<tenant>.<local key>), with its Nats-Msg-Id (<kind>:<key>:<version>),
-// so a republish after a crash is dropped as a duplicate. It returns a
-// *RefusedError for a command timeoutd would refuse.
+// subject, timeouts.cmd.<key> (timeouts.cmd.<tenant>.<local key>), with a
+// Nats-Msg-Id of a fresh nonce, <kind>:<key>:<version>:<nonce>
+// (events.Command.MsgID). The row keeps the id, so a republish after a
+// crash is dropped as a duplicate, and no other tenant can know it
+// beforehand to have the command dropped. It returns a *RefusedError for
+// a command timeoutd would refuse.
 func Message(c events.Command) (outbox.Message, error) {
 	if err := check(c); err != nil {
 		return outbox.Message{}, err
 	}
 	data, err := json.Marshal(c)
 	if err != nil {
-		return outbox.Message{}, fmt.Errorf("timeouts: encode command %s: %w", c.MsgID(), err)
+		return outbox.Message{}, fmt.Errorf("timeouts: encode command %s %s v%d: %w", c.Kind, c.Key, c.Version, err)
 	}
-	return outbox.Message{Subject: c.Subject(), MsgID: c.MsgID(), Data: data}, nil
+	return outbox.Message{Subject: c.Subject(), MsgID: c.MsgID(events.NewNonce()), Data: data}, nil
 }
 
 // allowed returns a *RefusedError unless a set command's fire subject

@@ -55,7 +55,7 @@ func TestSetCommandRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("valid deadline refused: %v", err)
 	}
-	if c.Kind != events.KindSet || c.MsgID() != "set:res-1:1" || !c.IssuedAt.Equal(at) {
+	if c.Kind != events.KindSet || c.Key != "res-1" || c.Version != 1 || !c.IssuedAt.Equal(at) {
 		t.Fatalf("command %+v", c)
 	}
 }
@@ -68,7 +68,7 @@ func TestClearCommand(t *testing.T) {
 		t.Fatalf("clear at version -1: %v, want refused", err)
 	}
 	c, err := timeouts.ClearCommand("res-1", 3, at)
-	if err != nil || c.MsgID() != "clear:res-1:3" || c.Subject() != "timeouts.cmd.res-1" {
+	if err != nil || c.Kind != events.KindClear || c.Version != 3 || c.Subject() != "timeouts.cmd.res-1" {
 		t.Fatalf("ClearCommand = %+v, %v", c, err)
 	}
 }

@@ -253,7 +253,7 @@ func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, service stri
 	if md, err := m.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	dl := events.NewDeadLetter(m.Subject(), m.Data(), seq, reason, at)
+	dl := events.NewDeadLetter(m.Subject(), m.Data(), m.Headers().Get(jetstream.MsgIDHeader), seq, reason, at)
 	data, err := json.Marshal(dl)
 	if err != nil {
 		return dl, fmt.Errorf("timeouts: encode dead letter: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,9 +22,18 @@ type printTx struct{}
 func (printTx) Exec(_ context.Context, _ string, args ...any) (pgconn.CommandTag, error) {
 	subjects, ids := args[0].([]string), args[1].([]string)
 	for i := range subjects {
-		fmt.Println(subjects[i], ids[i])
+		fmt.Println(subjects[i], withoutNonce(ids[i]))
 	}
 	return pgconn.CommandTag{}, nil
+}
+
+// withoutNonce returns a command's Nats-Msg-Id without its random nonce
+// (events.NewNonce), which an example cannot print.
+func withoutNonce(id string) string {
+	if i := strings.LastIndexByte(id, ':'); strings.Count(id, ":") == 3 {
+		return id[:i] + ":<nonce>"
+	}
+	return id
 }
 
 // A service sets a deadline in the transaction of its own change, extends
@@ -47,9 +57,9 @@ func ExampleWriter() {
 		fmt.Println(err)
 	}
 	// Output:
-	// timeouts.cmd.reservations.res-42 set:reservations.res-42:1
-	// timeouts.cmd.reservations.res-42 set:reservations.res-42:2
-	// timeouts.cmd.reservations.res-42 clear:reservations.res-42:3
+	// timeouts.cmd.reservations.res-42 set:reservations.res-42:1:<nonce>
+	// timeouts.cmd.reservations.res-42 set:reservations.res-42:2:<nonce>
+	// timeouts.cmd.reservations.res-42 clear:reservations.res-42:3:<nonce>
 }
 
 // What the platform would refuse is refused at the call, with the reason
@@ -92,11 +102,11 @@ func ExampleSetCommand() {
 	}
 	m, _ := timeouts.Message(c)
 	fmt.Println(m.Subject)
-	fmt.Println(m.MsgID)
+	fmt.Println(withoutNonce(m.MsgID))
 	fmt.Println(string(m.Data))
 	// Output:
 	// timeouts.cmd.res-42
-	// set:res-42:1
+	// set:res-42:1:<nonce>
 	// {"schema":1,"kind":"set","key":"res-42","version":1,"deadline":"2026-11-26T09:15:00Z","fire_subject":"reservations.expire.res-42","payload":{"sku":"A-1","qty":2},"issued_at":"2026-11-26T09:00:00Z"}
 }
 
@@ -110,11 +120,15 @@ func ExamplePack() {
 		rows = append(rows, m)
 	}
 	for _, m := range timeouts.Pack(rows) {
-		fmt.Println(m.Subject, m.Header.Get(events.HeaderBatch), m.Header.Get(jetstream.MsgIDHeader))
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if strings.HasPrefix(id, "batch:") {
+			id = "batch:<32 hex digits of the commands' ids>"
+		}
+		fmt.Println(m.Subject, m.Header.Get(events.HeaderBatch), withoutNonce(id))
 	}
 	// Output:
-	// timeouts.cmd.res-33 2 batch:3d0e5be41560f2a73e52df43ebd263b4
-	// timeouts.cmd.res-7  clear:res-7:7
+	// timeouts.cmd.res-33 2 batch:<32 hex digits of the commands' ids>
+	// timeouts.cmd.res-7  clear:res-7:7:<nonce>
 }
 
 // A consumer decodes expiry events strictly: what does not decode is

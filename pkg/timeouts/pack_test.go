@@ -2,6 +2,7 @@ package timeouts_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,12 +56,14 @@ func TestPackCarriesTraceContexts(t *testing.T) {
 // once, each key's in order.
 func TestPack(t *testing.T) {
 	t.Parallel()
+	// A nonce the test can derive again from the command it decodes.
+	nonce := func(c events.Command) string { return fmt.Sprintf("nonce-%s-%06d", c.Key, c.Version) }
 	row := func(c events.Command) outbox.Message {
 		data, err := json.Marshal(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return outbox.Message{Subject: c.Subject(), MsgID: c.MsgID(), Data: data}
+		return outbox.Message{Subject: c.Subject(), MsgID: c.MsgID(nonce(c)), Data: data}
 	}
 	event := outbox.Message{Subject: events.OrderEventSubject(events.OrderPaid, "o-1"), MsgID: "order.paid:o-1:2", Data: []byte(`{}`)}
 	var rows []outbox.Message
@@ -97,7 +100,7 @@ func TestPack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids = append(ids, c.MsgID())
+			ids = append(ids, c.MsgID(nonce(c)))
 		}
 		want := ids[0]
 		if len(ids) > 1 {
@@ -119,7 +122,7 @@ func TestPack(t *testing.T) {
 				order = append(order, id)
 			}
 		}
-		if want := []string{"clear:" + key + ":1", "clear:" + key + ":2", "clear:" + key + ":3"}; !slices.Equal(order, want) {
+		if want := []string{"clear:" + key + ":1:nonce-" + key + "-000001", "clear:" + key + ":2:nonce-" + key + "-000002", "clear:" + key + ":3:nonce-" + key + "-000003"}; !slices.Equal(order, want) {
 			t.Fatalf("key %s: %v, want %v", key, order, want)
 		}
 	}

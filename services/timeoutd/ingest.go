@@ -297,7 +297,9 @@ func (in *ingester) settle(valid []delivered, refused map[int]bool, deferred map
 // commands returns the commands of m that pass decode. A message of one
 // command that fails is dead-lettered and terminated, and so is a batch
 // whose framing is broken (its HeaderBatch count is not its number of
-// lines, its subject not a key's). A batch's commands that fail are
+// lines, its subject not a key's), and a message whose Nats-Msg-Id
+// another tenant could have guessed (events.CheckMsgID), which a producer
+// of the contract never sends. A batch's commands that fail are
 // dead-lettered one by one (events.DeadLetter.Line) and the others
 // returned, to be acknowledged together once committed; a batch left with
 // none is terminated.
@@ -316,8 +318,11 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 			err = &events.Error{Reason: events.ReasonSubjectMismatch, Field: "key",
 				Detail: fmt.Sprintf("key %q does not match subject %q", c.Key, m.Subject())}
 		}
+		if err == nil {
+			err = events.CheckMsgID(m.Header(events.HeaderMsgID))
+		}
 		if err != nil {
-			return nil, in.deadLetter(ctx, m, in.deadLetterOf(producerSubject(m.Subject()), tenant, m.Data(), m.Seq(), err, now), true)
+			return nil, in.deadLetter(ctx, m, in.deadLetterOf(m, producerSubject(m.Subject()), tenant, m.Data(), err, now), true)
 		}
 		if tracing.Enabled() {
 			c.TraceParent = m.Header(tracing.HeaderTraceParent)
@@ -332,8 +337,11 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 	if err == nil {
 		err = terr
 	}
+	if err == nil {
+		err = events.CheckMsgID(m.Header(events.HeaderMsgID))
+	}
 	if err != nil {
-		return nil, in.deadLetter(ctx, m, in.deadLetterOf(producerSubject(m.Subject()), tenant, m.Data(), m.Seq(), err, now), true)
+		return nil, in.deadLetter(ctx, m, in.deadLetterOf(m, producerSubject(m.Subject()), tenant, m.Data(), err, now), true)
 	}
 	part := events.PartitionOf(stored)
 	var traces []string
@@ -355,10 +363,13 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 			continue
 		}
 		subject := producerSubject(m.Subject())
-		if events.ValidTimeoutKey(cmd.Key) {
-			subject = events.CommandSubject(cmd.Key) // where a fixed command is replayed
+		if t, _ := events.SplitKey(cmd.Key); events.ValidTimeoutKey(cmd.Key) && t == tenant {
+			// Where the fixed command is replayed. A line naming another
+			// tenant's key keeps the subject it came on: its dead letter,
+			// and its id, are its sender's.
+			subject = events.CommandSubject(cmd.Key)
 		}
-		d := in.deadLetterOf(subject, tenant, line, m.Seq(), err, now)
+		d := in.deadLetterOf(m, subject, tenant, line, err, now)
 		d.Line = i + 1
 		if err := in.deadLetter(ctx, m, d, false); err != nil {
 			return nil, err
@@ -370,11 +381,12 @@ func (in *ingester) commands(ctx context.Context, m Message, now time.Time) ([]e
 	return out, nil
 }
 
-// deadLetterOf returns the dead letter of a command of tenant ("" when
-// its subject names none) rejected with err: published on the tenant's
-// dead-letter subject, where the tenant may read it.
-func (in *ingester) deadLetterOf(subject, tenant string, data []byte, seq uint64, err error, now time.Time) events.DeadLetter {
-	d := events.NewDeadLetter(subject, data, seq, err, now)
+// deadLetterOf returns the dead letter of m, or of its command data, of
+// tenant ("" when its subject names none) rejected with err, to replay on
+// subject: published on the tenant's dead-letter subject, where the
+// tenant may read it.
+func (in *ingester) deadLetterOf(m Message, subject, tenant string, data []byte, err error, now time.Time) events.DeadLetter {
+	d := events.NewDeadLetter(subject, data, m.Header(events.HeaderMsgID), m.Seq(), err, now)
 	if events.ValidTenant(tenant) {
 		d.Tenant = tenant
 	}

@@ -159,7 +159,7 @@ func batchMsg(t *testing.T, seq uint64, cmds ...events.Command) *fakeMsg {
 		}
 	}
 	return &fakeMsg{subject: events.PartitionedCommandSubject(cmds[0].Key), data: bytes.Join(lines, []byte{'\n'}), seq: seq,
-		header: map[string]string{events.HeaderBatch: strconv.Itoa(len(cmds))}}
+		header: map[string]string{events.HeaderBatch: strconv.Itoa(len(cmds)), events.HeaderMsgID: events.BatchMsgID([]string{events.NewNonce()})}}
 }
 
 // TestIngestBatches: a batch message's valid commands are committed and

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
@@ -594,6 +595,7 @@ type simStream struct {
 type simMsg struct {
 	seq     uint64
 	subject string
+	msgID   string
 	data    []byte
 	cmds    []events.Command // one, or a batch's (events.HeaderBatch)
 	done    bool             // acked or terminated
@@ -626,7 +628,7 @@ func (w *world) produceBatch(cmds []events.Command) {
 		if err != nil {
 			panic(err)
 		}
-		msgs[i] = events.CommandMessage{Subject: events.CommandSubject(cmd.Key), MsgID: cmd.MsgID(), Data: data, Count: 1}
+		msgs[i] = events.CommandMessage{Subject: events.CommandSubject(cmd.Key), MsgID: eventstest.MsgID(cmd), Data: data, Count: 1}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -642,7 +644,7 @@ func (w *world) produceBatch(cmds []events.Command) {
 		}
 		key := members[0].Key
 		s := w.parts[events.PartitionOf(key)]
-		s.msgs = append(s.msgs, &simMsg{seq: uint64(len(s.msgs) + 1), subject: events.PartitionedCommandSubject(key), data: m.Data, cmds: members})
+		s.msgs = append(s.msgs, &simMsg{seq: uint64(len(s.msgs) + 1), subject: events.PartitionedCommandSubject(key), msgID: m.MsgID, data: m.Data, cmds: members})
 		for _, c := range members {
 			detail := string(c.Kind) + " " + c.Deadline.Format("15:04:05.000")
 			if len(members) > 1 {
@@ -769,11 +771,15 @@ type simMessage struct {
 func (m simMessage) Subject() string { return m.m.subject }
 func (m simMessage) Data() []byte    { return m.m.data }
 func (m simMessage) Header(name string) string {
-	if name == events.HeaderBatch && len(m.m.cmds) > 1 {
+	switch {
+	case name == events.HeaderBatch && len(m.m.cmds) > 1:
 		return strconv.Itoa(len(m.m.cmds))
+	case name == events.HeaderMsgID:
+		return m.m.msgID
 	}
 	return ""
 }
+
 func (m simMessage) Seq() uint64 { return m.m.seq }
 
 func (m simMessage) settle(what string, f func(now time.Time)) error {

@@ -287,7 +287,8 @@ func cmdMsg(t *testing.T, seq uint64, c events.Command) *fakeMsg {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fakeMsg{subject: events.PartitionedCommandSubject(c.Key), data: data, seq: seq}
+	return &fakeMsg{subject: events.PartitionedCommandSubject(c.Key), data: data, seq: seq,
+		header: map[string]string{events.HeaderMsgID: c.MsgID(events.NewNonce())}}
 }
 
 func TestIngestDedupesValidatesAndAcks(t *testing.T) {

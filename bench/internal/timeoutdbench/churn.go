@@ -132,7 +132,7 @@ func (c *Churn) publish(cmd events.Command) error {
 	if err != nil {
 		return fmt.Errorf("encode command: %w", err)
 	}
-	if _, err := c.js.PublishAsync(cmd.Subject(), data, jetstream.WithMsgID(cmd.MsgID()), jetstream.WithStallWait(time.Minute)); err != nil {
+	if _, err := c.js.PublishAsync(cmd.Subject(), data, jetstream.WithMsgID(cmd.MsgID(events.NewNonce())), jetstream.WithStallWait(time.Minute)); err != nil {
 		return fmt.Errorf("churn: publish %s: %w", cmd.Subject(), err)
 	}
 	c.published.Add(1)

@@ -210,7 +210,7 @@ func (b *Bench) publish(ctx context.Context, cmds func(i int) events.Command, n 
 		if err != nil {
 			return fmt.Errorf("encode command: %w", err)
 		}
-		window = append(window, events.CommandMessage{Subject: c.Subject(), MsgID: c.MsgID(), Data: data, Count: 1})
+		window = append(window, events.CommandMessage{Subject: c.Subject(), MsgID: c.MsgID(events.NewNonce()), Data: data, Count: 1})
 		if len(window) < cap(window) && i < n-1 {
 			continue
 		}

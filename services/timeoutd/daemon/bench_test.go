@@ -43,7 +43,7 @@ func (e *env) publishAll(b testing.TB, cmds []events.Command) {
 	for _, c := range cmds {
 		data, _ := json.Marshal(c)
 		m := &nats.Msg{Subject: c.Subject(), Data: data, Header: nats.Header{}}
-		m.Header.Set(jetstream.MsgIDHeader, c.MsgID())
+		m.Header.Set(jetstream.MsgIDHeader, c.MsgID(events.NewNonce()))
 		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
 			b.Fatal(err)
 		}

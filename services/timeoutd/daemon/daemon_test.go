@@ -243,7 +243,7 @@ func TestBatchedCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs = append(msgs, events.CommandMessage{Subject: c.Subject(), MsgID: c.MsgID(), Data: data, Count: 1})
+		msgs = append(msgs, events.CommandMessage{Subject: c.Subject(), MsgID: c.MsgID(events.NewNonce()), Data: data, Count: 1})
 	}
 	batch := events.Batch(msgs)
 	if len(batch) != 1 || batch[0].Count != 4 {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ordertimeout/ordertimeout/internal/eventstest"
 	"github.com/ordertimeout/ordertimeout/internal/streams"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
@@ -140,14 +141,16 @@ func clearCmd(key string, version int64) events.Command {
 }
 
 // publish sends cmd on its subject with its Nats-Msg-Id and an optional id
-// suffix (to get a duplicate past JetStream's dedupe).
+// suffix (to get a duplicate past JetStream's dedupe). Its nonce is the
+// command's own (eventstest.MsgID), so that the same command published twice is
+// one message, as a producer's republish.
 func (e *env) publish(t testing.TB, cmd events.Command, idSuffix ...string) {
 	t.Helper()
 	data, err := json.Marshal(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := cmd.MsgID()
+	id := eventstest.MsgID(cmd)
 	for _, s := range idSuffix {
 		id += s
 	}
