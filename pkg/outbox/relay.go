@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,12 +98,13 @@ func (c *Config) setDefaults() error {
 // Start and end it with Stop; after committing new rows, call Kick so they
 // go out at once.
 type Relay struct {
-	base     startstop.Base
-	cfg      Config
-	pool     *pgxpool.Pool
-	js       jetstream.JetStream
-	kick     chan struct{}
-	claimSQL string
+	base       startstop.Base
+	cfg        Config
+	pool       *pgxpool.Pool
+	js         jetstream.JetStream
+	kick       chan struct{}
+	claimSQL   string
+	duplicates atomic.Uint64
 }
 
 // NewRelay returns a relay over pool's cfg.Table publishing through js.
@@ -321,7 +323,15 @@ func (r *Relay) publish(ctx context.Context, batch []Message) error {
 	defer cancel()
 	for i, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				// The stream holds a message of this id from an earlier
+				// publish of the same row (one whose PubAck or deletion
+				// was lost): a command's id ends in its nonce, so no
+				// other publisher's message has it.
+				r.duplicates.Add(1)
+				r.cfg.Logger.Debug("outbox message already stored", "subject", msgs[i].Subject, "msg_id", msgs[i].Header.Get(jetstream.MsgIDHeader), "seq", ack.Sequence)
+			}
 		case err := <-f.Err():
 			return fmt.Errorf("publish %s (%s): %w", msgs[i].Subject, msgs[i].Header.Get(jetstream.MsgIDHeader), err)
 		case <-ctx.Done():
@@ -337,6 +347,10 @@ type Stats struct {
 	Rows int64
 	// OldestAge is the age of the oldest unpublished message, 0 when empty.
 	OldestAge time.Duration
+	// Duplicates counts the messages this relay published that JetStream
+	// answered as duplicates (PubAck.Duplicate), since it started: each a
+	// republish of a row an earlier publish had stored.
+	Duplicates uint64
 }
 
 // Stats reads the backlog; it costs a count over the (normally tiny) table.
@@ -350,5 +364,6 @@ func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	if oldest != nil {
 		s.OldestAge = max(r.cfg.Now().Sub(*oldest), 0)
 	}
+	s.Duplicates = r.duplicates.Load()
 	return s, nil
 }

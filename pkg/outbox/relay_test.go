@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ordertimeout/ordertimeout/internal/migrate"
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/pkg/outbox"
 )
 
@@ -132,6 +135,9 @@ func TestFlushPublishesWithMsgIDThenDeletes(t *testing.T) {
 	}
 	if got := e.streamMsgs(t); got != 50 {
 		t.Fatalf("republished batch: stream holds %d messages, want 50 (deduplicated)", got)
+	}
+	if st, err := relay.Stats(context.Background()); err != nil || st.Duplicates != 50 {
+		t.Fatalf("Stats = %+v, %v; want the 50 republished counted as duplicates", st, err)
 	}
 }
 
@@ -304,5 +310,58 @@ func TestRunPublishesKickedRows(t *testing.T) {
 	}
 	if got := e.streamMsgs(t); got != 2000 {
 		t.Fatalf("stream holds %d messages, want 2000", got)
+	}
+}
+
+// TestMigrationGivesPendingCommandsANonce: a command row written before
+// command ids ended in a nonce gets one, so timeoutd accepts it once it
+// is published; other rows and ids that have one keep theirs.
+func TestMigrationGivesPendingCommandsANonce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	p, err := migrate.Provider(db, outbox.Migrations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	nonced := "set:o-3:1:" + events.NewNonce()
+	rows := []outbox.Message{
+		{Subject: "timeouts.cmd.o-1", MsgID: "set:o-1:1", Data: []byte(`{}`)},
+		{Subject: "timeouts.cmd.reservations.r-1", MsgID: "clear:reservations.r-1:12", Data: []byte(`{}`)},
+		{Subject: "timeouts.cmd.o-3", MsgID: nonced, Data: []byte(`{}`)},
+		{Subject: "orders.paid.o-1", MsgID: "order.paid:o-1:2", Data: []byte(`{}`)},
+	}
+	if err := outbox.Insert(ctx, pool, "outbox", rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pool.Query(ctx, `SELECT msg_id FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(got, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		switch want := rows[i].MsgID; {
+		case i < 2:
+			if !strings.HasPrefix(id, want+":") || events.CheckMsgID(id) != nil {
+				t.Errorf("row %d: msg id %q, want %q and a nonce", i, id, want)
+			}
+		case id != want:
+			t.Errorf("row %d: msg id %q, want it kept as %q", i, id, want)
+		}
 	}
 }

@@ -235,7 +235,7 @@ func (m *Main) newHandler(store *postgres.Store, svc *orders.Service, reg *prome
 			if err != nil {
 				return ordershttp.Stats{}, err
 			}
-			return ordershttp.Stats{ByStatus: by, OutboxRows: ob.Rows, OutboxOldestAge: ob.OldestAge}, nil
+			return ordershttp.Stats{ByStatus: by, OutboxRows: ob.Rows, OutboxOldestAge: ob.OldestAge, OutboxDuplicates: ob.Duplicates}, nil
 		},
 	})
 }

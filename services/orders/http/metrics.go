@@ -28,6 +28,7 @@ var (
 	byStatusDesc = prometheus.NewDesc("orders_by_status", "Orders per status.", []string{"status"}, nil)
 	outboxRows   = prometheus.NewDesc("orders_outbox_rows", "Outbox messages not yet published to JetStream.", nil, nil)
 	outboxAge    = prometheus.NewDesc("orders_outbox_lag_seconds", "Age of the oldest unpublished outbox message (0 when empty).", nil, nil)
+	outboxDups   = prometheus.NewDesc("orders_outbox_duplicates_total", "Outbox messages JetStream answered as duplicates: republishes of rows an earlier publish had stored.", nil, nil)
 )
 
 // statsCollector reads Config.Stats at each scrape, bounded by
@@ -38,6 +39,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- byStatusDesc
 	ch <- outboxRows
 	ch <- outboxAge
+	ch <- outboxDups
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -53,4 +55,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(outboxRows, prometheus.GaugeValue, float64(st.OutboxRows))
 	ch <- prometheus.MustNewConstMetric(outboxAge, prometheus.GaugeValue, st.OutboxOldestAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(outboxDups, prometheus.CounterValue, float64(st.OutboxDuplicates))
 }

@@ -35,6 +35,9 @@ type Stats struct {
 	OutboxRows int64
 	// OutboxOldestAge is the age of the oldest unpublished message.
 	OutboxOldestAge time.Duration
+	// OutboxDuplicates counts the outbox messages JetStream answered as
+	// duplicates since the start (outbox.Stats.Duplicates).
+	OutboxDuplicates uint64
 }
 
 // Config configures the handler.
