@@ -269,6 +269,14 @@ func TestTenantIsolation(t *testing.T) {
 			countIf(cells, func(c attempt) bool { return c.reason == "" }), countIf(cells, func(c attempt) bool { return c.reason != "" }))
 	}
 
+	t.Run("headers", func(t *testing.T) {
+		testHeaderMatrix(t, s, clients, func(id string) (events.DeadLetter, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			d, ok := dead[id]
+			return d, ok
+		})
+	})
 	t.Run("tenant added live", func(t *testing.T) { addTenantLive(t, s) })
 }
 

@@ -192,8 +192,10 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
 			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
 		subject := t.FireSubject
-		if t.MaxLateness > 0 && now.Sub(t.Deadline) > t.MaxLateness {
-			// Past its bound, unless its fired event was stored before
+		refused := f.cfg.refusedFire(t.Key, subject)
+		if refused != "" || t.MaxLateness > 0 && now.Sub(t.Deadline) > t.MaxLateness {
+			// Refused (its fire subject no longer its tenant's) or past
+			// its bound, unless its fired event was stored before
 			// (published by an attempt whose mark failed or died): then
 			// the row is only marked, and no missed event follows a fired.
 			stored, err := f.pub.Stored(f.hard, subject, e.MsgID())
@@ -206,7 +208,7 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 				p.outcomes[i] = events.OutcomeFired
 				continue
 			}
-			e.Outcome, subject = events.OutcomeMissed, events.MissedSubject(t.Key)
+			e.Outcome, e.Reason, subject = events.OutcomeMissed, refused, events.MissedSubject(t.Key)
 			p.missed++
 		} else {
 			p.fired++

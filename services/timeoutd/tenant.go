@@ -65,6 +65,29 @@ func (in *ingester) checkTenant(tenant, subject string) ([]string, error) {
 		Detail: fmt.Sprintf("tenant %q of the command subject is not in timeoutd's tenant registry (TIMEOUTD_TENANTS_FILE)", tenant)}
 }
 
+// refusedFire returns why the timeout of key may not fire on subject now,
+// "" when it may: its tenant is no longer in the registry
+// (ReasonUnknownTenant), or subject is no longer under one of its
+// prefixes (ReasonSubjectNotAllowed). The command was checked when it
+// was stored; this checks again at the deadline, against the registry as
+// it is then, so that a tenant removed or given other prefixes since, and
+// a prefix handed to another tenant since, never has an old deadline
+// fire into subjects that are no longer its own. Such a timeout ends as a
+// missed event with the reason, on its tenant's missed subject.
+func (c Config) refusedFire(key, subject string) events.Reason {
+	tenant, _ := events.SplitKey(key)
+	prefixes, ok := c.Tenants.FirePrefixes(tenant)
+	if !ok {
+		return events.ReasonUnknownTenant
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(subject, p) {
+			return ""
+		}
+	}
+	return events.ReasonSubjectNotAllowed
+}
+
 // checkKeyTenant returns the error that dead-letters a command of key
 // published on tenant's subject: a key of another tenant (foreign_key).
 func checkKeyTenant(key, tenant string) error {

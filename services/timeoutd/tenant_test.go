@@ -1,6 +1,7 @@
 package timeoutd
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -59,6 +60,53 @@ func TestTenantRules(t *testing.T) {
 			}
 			if want := tenantOfStored(tt.subject); events.ValidTenant(want) && dlq.got[0].Tenant != want {
 				t.Errorf("dead letter's tenant %q, want the subject's, %q", dlq.got[0].Tenant, want)
+			}
+		})
+	}
+}
+
+// TestFireRefusedOutsideTheTenantsPrefixes: a deadline fires only on a
+// subject under its tenant's prefixes as the registry holds them when it
+// passes. One whose tenant was removed, or given other prefixes, or whose
+// prefix went to another tenant since it was set, ends as a missed event
+// with the reason on its own missed subject, and nothing is published on
+// the old subject.
+func TestFireRefusedOutsideTheTenantsPrefixes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		tenants tenantsMap
+		reason  events.Reason // empty: fired
+	}{
+		{"its own", tenantsMap{"res": {"res.expire."}}, ""},
+		{"the tenant removed", tenantsMap{"orders": {"orders.cancel."}}, events.ReasonUnknownTenant},
+		{"the tenant given another prefix", tenantsMap{"res": {"res.due."}}, events.ReasonSubjectNotAllowed},
+		{"its prefix given to another tenant", tenantsMap{"res": {"res.due."}, "inv": {"res.expire."}}, events.ReasonSubjectNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			deadline := time.Now().UTC()
+			s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
+			s.fire.cfg.Tenants = tt.tenants
+			st.rows["res.r-1"] = Timeout{FireSubject: "res.expire.r-1"}
+			applyOwned(s, []Change{{Key: "res.r-1", Version: 1, Deadline: deadline}})
+			waitFor(t, "res.r-1 done", func() bool { return len(st.firedKeys()) == 1 })
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if len(st.built) != 1 {
+				t.Fatalf("published %+v, want one event", st.built)
+			}
+			var e events.Expiry
+			if err := json.Unmarshal(st.built[0].Data, &e); err != nil {
+				t.Fatal(err)
+			}
+			want, subject := events.OutcomeMissed, events.MissedSubject("res.r-1")
+			if tt.reason == "" {
+				want, subject = events.OutcomeFired, "res.expire.r-1"
+			}
+			if st.built[0].Subject != subject || e.Outcome != want || e.Reason != tt.reason {
+				t.Fatalf("published %s on %s with reason %q, want %s on %s with reason %q", e.Outcome, st.built[0].Subject, e.Reason, want, subject, tt.reason)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package timeoutd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,7 +89,7 @@ func (f *fakeStore) DueRows(_ context.Context, due []Due) ([]Timeout, error) {
 	for _, d := range due {
 		t := f.rows[d.Key]
 		t.Key, t.Version, t.Deadline = d.Key, d.Version, d.Deadline
-		t.FireSubject = events.OrderCancelSubject(d.Key)
+		t.FireSubject = cmp.Or(t.FireSubject, events.OrderCancelSubject(d.Key))
 		out = append(out, t)
 	}
 	return out, nil
