@@ -106,6 +106,20 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 			Discard:    jetstream.DiscardOld,
 			MaxAge:     maxAge,
 			Duplicates: cfg.DuplicateWindow,
+			// Every stream but the expiries is written by more than one
+			// tenant, and these headers would let a publisher act on
+			// messages other than its own: a rollup purges a subject or
+			// the stream, a schedule publishes later on a target subject
+			// of its choice, a counter or an atomic batch changes how
+			// the server stores what others publish, a TTL removes a
+			// message. JetStream refuses each header on a stream that
+			// does not allow it (docs/ARCHITECTURE.md, "Tenant
+			// isolation"); these say so here, where a change would show.
+			AllowRollup:        false,
+			AllowMsgTTL:        false,
+			AllowMsgSchedules:  false,
+			AllowMsgCounter:    false,
+			AllowAtomicPublish: false,
 		}
 	}
 	specs := make([]jetstream.StreamConfig, 0, events.Partitions+3)

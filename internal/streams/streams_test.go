@@ -267,3 +267,16 @@ func TestEnsureUpgradesToTenantSubjects(t *testing.T) {
 		t.Fatalf("after the upgrade: %d commands, subjects %v; want both commands and %v", info.State.Msgs, info.Config.Subjects, events.PartitionCommandSubjects(p))
 	}
 }
+
+// TestSpecsAllowNoHeaderThatActsOnOthers: no stream allows the headers by
+// which one publisher would act on another's messages (rollups,
+// schedules, TTLs, counters, atomic batches); e2e's tenant matrix checks
+// that the server then refuses each.
+func TestSpecsAllowNoHeaderThatActsOnOthers(t *testing.T) {
+	t.Parallel()
+	for _, sc := range streams.Specs(streams.Config{Replicas: 3, FireSubjectPrefixes: []string{"a.", "b."}}) {
+		if sc.AllowRollup || sc.AllowMsgTTL || sc.AllowMsgSchedules || sc.AllowMsgCounter || sc.AllowAtomicPublish || sc.AllowBatchPublish {
+			t.Errorf("stream %s allows a header that acts on other publishers' messages: %+v", sc.Name, sc)
+		}
+	}
+}
