@@ -1,7 +1,9 @@
 package timeoutd
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -123,5 +125,56 @@ func TestProducerSubject(t *testing.T) {
 		if got := producerSubject(stored); got != want {
 			t.Errorf("producerSubject(%q) = %q, want %q", stored, got, want)
 		}
+	}
+}
+
+// TestGuessableMsgIDsAreRefused: a command message, or a batch, whose
+// Nats-Msg-Id does not end in a nonce is dead-lettered
+// (guessable_msg_id) with the id it came with and terminated: its
+// producer would let other tenants have its commands dropped. One with a
+// nonce, and a replayed dead letter's id, are taken.
+func TestGuessableMsgIDsAreRefused(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Add(time.Hour).UTC()
+	set := events.Command{Schema: 1, Kind: events.KindSet, Key: "res.r-1", Version: 3, Deadline: now.Add(time.Minute), FireSubject: "res.expire.r-1"}
+	tests := []struct {
+		name, id string
+		batch    bool
+		refused  bool
+	}{
+		{"a command's id", set.MsgID(events.NewNonce()), false, false},
+		{"a replay's id", "replay:" + events.NewDeadLetter("timeouts.cmd.res.r-1", nil, "", 9, errors.New("x"), now).MsgID(), false, false},
+		{"the id before nonces", "set:res.r-1:3", false, true},
+		{"none", "", false, true},
+		{"a batch's id", events.BatchMsgID([]string{set.MsgID(events.NewNonce())}), true, false},
+		{"a batch of an id before nonces", "set:res.r-1:3", true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, dlq := newTestService(t, newClock(now))
+			s.ingest.cfg.Tenants = tenantsMap{"res": {"res.expire."}}
+			m := cmdMsg(t, 1, set)
+			if tt.batch {
+				m = batchMsg(t, 1, set, set)
+			}
+			m.header[events.HeaderMsgID] = tt.id
+			got, err := s.ingest.commands(context.Background(), m, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.refused {
+				if len(got) == 0 || len(dlq.got) != 0 {
+					t.Fatalf("got %+v, dead letters %+v; want the command taken", got, dlq.got)
+				}
+				return
+			}
+			if len(got) != 0 || len(dlq.got) != 1 || m.fate != "term" {
+				t.Fatalf("got %+v, dead letters %+v, fate %q; want one dead letter and the message terminated", got, dlq.got, m.fate)
+			}
+			if d := dlq.got[0]; d.Reason != events.ReasonGuessableMsgID || d.Field != "Nats-Msg-Id" || d.RejectedMsgID != tt.id || d.Tenant != "res" {
+				t.Fatalf("dead letter %+v, want reason %s on Nats-Msg-Id with the id %q, of tenant res", d, events.ReasonGuessableMsgID, tt.id)
+			}
+		})
 	}
 }
