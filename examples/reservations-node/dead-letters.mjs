@@ -14,6 +14,7 @@
 // so JetStream does not drop it as a duplicate of the refused command.
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { deadLetterMsgID, ensureConsumer } from './contract.mjs';
 
 const env = process.env;
 const user = env.NATS_USER ?? 'reservations';
@@ -27,14 +28,14 @@ const nc = await connect({
 const js = jetstream(nc);
 const jsm = await jetstreamManager(nc);
 const durable = `${user}-dlq`;
-// The filter is part of the subject the user may call: one filter, this one.
-await jsm.consumers.add('DEAD_LETTERS', {
-  durable_name: durable, filter_subject: `dlq.timeoutd.${user}.>`, ack_policy: 'explicit', deliver_policy: 'all',
+// The filter is part of the subject the user may call: one filter, this
+// one. The settings are the contract's (channel tenantDeadLetters,
+// x-jetstream.consumer).
+await ensureConsumer(jsm, 'DEAD_LETTERS', {
+  durable_name: durable, filter_subject: `dlq.timeoutd.${user}.>`, deliver_policy: 'all', ack_policy: 'explicit',
+  ack_wait: 30_000_000_000, max_deliver: -1, replay_policy: 'instant', num_replicas: 0,
 });
 const consumer = await js.consumers.get('DEAD_LETTERS', durable);
-
-// The dead letter's Nats-Msg-Id, as pkg/events' DeadLetter.MsgID.
-const msgID = (d) => `dlq:${d.subject}:${d.stream_seq}${d.line ? `:${d.line}` : ''}`;
 
 let n = 0;
 const seen = new Set(); // stream sequences listed: a listed one comes back at once
@@ -52,7 +53,7 @@ for (;;) {
   if (env.REPLAY === '1') {
     const fixed = data; // the producer's own repair of the command goes here
     const h = headers();
-    h.set('Nats-Msg-Id', `replay:${msgID(d)}`);
+    h.set('Nats-Msg-Id', `replay:${deadLetterMsgID(d)}`);
     await js.publish(d.subject, fixed, { headers: h });
     m.ack();
   } else {

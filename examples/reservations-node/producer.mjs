@@ -18,6 +18,7 @@
 import { randomBytes } from 'node:crypto';
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { ensureConsumer, watchRefusals } from './contract.mjs';
 
 const env = process.env;
 const cfg = {
@@ -90,19 +91,31 @@ const nc = await connect({
   // The user may subscribe only below its own inbox prefix.
   inboxPrefix: `_INBOX_${cfg.user}`,
 });
+const refusals = watchRefusals(nc);
 const js = jetstream(nc);
-// The manager's default check calls $JS.API.INFO, which the service's user
-// may not: skip it, the consumer's create answers for itself.
-const jsm = await jetstreamManager(nc, { checkAPI: false });
-await jsm.consumers.add(STREAM, CONSUMER);
+const jsm = await jetstreamManager(nc);
+// Every instance of the service creates the durable with the contract's
+// settings, or updates it to them when it exists with others (an earlier
+// version's, say): ensureConsumer.
+await ensureConsumer(jsm, STREAM, CONSUMER);
 
-// publish sends a command with its Nats-Msg-Id (<kind>:<key>:<version>)
-// and waits for JetStream's PubAck; a republish of the same command would
-// carry the same id and be dropped as a duplicate.
+// publish sends a command with its Nats-Msg-Id, <kind>:<key>:<version>:<nonce>:
+// the nonce is 128 random bits, minted once for the command and sent again
+// on every retry of it, so that a republish is dropped as a duplicate and
+// no other tenant can know the id first. It waits for JetStream's PubAck;
+// a publish the user may not make has none, and refusals.explain says why.
 async function publish(cmd) {
+  cmd.msgId ??= `${cmd.kind}:${cmd.key}:${cmd.version}:${randomBytes(16).toString('base64url')}`;
+  const { msgId, ...fields } = cmd;
   const h = headers();
-  h.set('Nats-Msg-Id', `${cmd.kind}:${cmd.key}:${cmd.version}`);
-  return js.publish(commandSubject(cmd.key), JSON.stringify({ schema: 1, ...cmd, issued_at: iso(Date.now()) }), { headers: h });
+  h.set('Nats-Msg-Id', msgId);
+  try {
+    // A duplicate PubAck (ack.duplicate) is this command's own earlier
+    // publish: nobody else knows its nonce.
+    return await js.publish(commandSubject(cmd.key), JSON.stringify({ schema: 1, ...fields, issued_at: iso(Date.now()) }), { headers: h });
+  } catch (err) {
+    throw refusals.explain(err, commandSubject(cmd.key));
+  }
 }
 
 // The run's keys: a fresh prefix, so keys of other runs are not ours.
