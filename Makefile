@@ -44,7 +44,15 @@ down: ## stop the platform and the cluster (V=1 also removes their volumes)
 
 .PHONY: tenant-add
 tenant-add: ## add a tenant to the running platform, no Go, no restart: make tenant-add TENANT=billing FIRE=billing.due.
-	@scripts/tenant-add.sh "$(TENANT)" "$(FIRE)"
+	@scripts/tenant.sh add "$(TENANT)" "$(FIRE)"
+
+.PHONY: tenant-prefixes
+tenant-prefixes: ## give a tenant other fire subject prefixes; its pending deadlines under none end as missed: make tenant-prefixes TENANT=billing FIRE=billing.due.v2.
+	@scripts/tenant.sh prefixes "$(TENANT)" "$(FIRE)"
+
+.PHONY: tenant-remove
+tenant-remove: ## remove a tenant; its pending deadlines end as missed (unknown_tenant), none fires: make tenant-remove TENANT=billing
+	@scripts/tenant.sh remove "$(TENANT)"
 
 .PHONY: logs
 logs: ## follow the platform's logs

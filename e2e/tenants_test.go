@@ -277,7 +277,9 @@ func TestTenantIsolation(t *testing.T) {
 			return d, ok
 		})
 	})
-	t.Run("tenant added live", func(t *testing.T) { addTenantLive(t, s) })
+	var live []tenants.Tenant
+	t.Run("tenant added live", func(t *testing.T) { live = addTenantLive(t, s) })
+	t.Run("tenant removed live", func(t *testing.T) { removeTenantLive(t, s, obs, live) })
 }
 
 // deadID names a dead letter of the matrix: the tenant it was
@@ -297,13 +299,13 @@ func countIf[T any](xs []T, f func(T) bool) int {
 }
 
 // addTenantLive adds the tenant loyalty to the running stack as
-// scripts/tenant-add.sh does (the registry and NATS's configuration
+// scripts/tenant.sh add does (the registry and NATS's configuration
 // rendered again, NATS told to reload, the streams bootstrap run again,
 // timeoutd reading the registry within a second), then, as loyalty, sets a
 // deadline and receives its expiry on its own subject: nothing restarted.
-func addTenantLive(t *testing.T, s *stack) {
+func addTenantLive(t *testing.T, s *stack) []tenants.Tenant {
 	ctx := t.Context()
-	const name, password = "loyalty", "loyalty-live-pw"
+	const name, password = liveTenant, "loyalty-live-pw"
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -312,35 +314,12 @@ func addTenantLive(t *testing.T, s *stack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := os.ReadFile("../deploy/compose/nats.conf.tmpl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conf bytes.Buffer
-	if err := natsconf.Render(&conf, string(tmpl), ts, nil); err != nil {
-		t.Fatal(err)
-	}
 	started := s.container(s.NATSNodes[0])
 	before, err := started.State(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := started.CopyToContainer(ctx, conf.Bytes(), "/etc/nats/nats.conf", 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.docker(t, func(ctx context.Context, c *client.Client, id string) error {
-		_, err := c.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "HUP"})
-		return err
-	}, "reload nats", s.NATSNodes[0])
-	for _, name := range s.Timeoutds {
-		if err := s.container(name).CopyToContainer(ctx, tenants.Marshal(ts), tenantsFile, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := runStreamsBootstrap(ctx, s.network, natsUserURL("nats://"+svcNATS+":4222", userBootstrap), 1,
-		strings.Join(tenants.FirePrefixes(ts), ",")); err != nil {
-		t.Fatal(err)
-	}
+	applyTenantsLive(t, s, ts, true)
 
 	var cl *tenantClient
 	waitFor(t, 15*time.Second, "NATS to accept the new tenant's user", func() bool {
@@ -392,5 +371,82 @@ func addTenantLive(t *testing.T, s *stack) {
 	}
 	if after.StartedAt != before.StartedAt {
 		t.Fatalf("NATS restarted (%s, then %s), want a reload", before.StartedAt, after.StartedAt)
+	}
+	// A deadline of its own pending, for removeTenantLive.
+	pending := events.TenantKey(name, "points-2")
+	v := time.Now().UnixNano()
+	if _, err := cl.js.Publish(ctx, events.CommandSubject(pending), commandJSON(events.KindSet, pending, v, time.Now().Add(6*time.Second), "loyalty.expire.points-2"),
+		jetstream.WithMsgID(fmt.Sprintf("set:%s:%d:%s", pending, v, events.NewNonce()))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the new tenant's second deadline pending", func() bool { _, ok := pendingTimeout(t, s, pending); return ok })
+	return ts
+}
+
+// liveTenant is the tenant addTenantLive adds and removeTenantLive removes.
+const liveTenant = "loyalty"
+
+// removeTenantLive removes the tenant loyalty from the running stack as
+// scripts/tenant.sh remove does, while a deadline of its own is pending:
+// at its deadline, timeoutd publishes it as missed with the reason
+// unknown_tenant on loyalty's missed subject, and nothing on its fire
+// subject.
+func removeTenantLive(t *testing.T, s *stack, obs *tenantClient, ts []tenants.Tenant) {
+	ctx := t.Context()
+	ts, err := tenants.Remove(ts, liveTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyTenantsLive(t, s, ts, false)
+	key := events.TenantKey(liveTenant, "points-2")
+	missed, err := obs.js.OrderedConsumer(ctx, events.StreamExpiries, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.MissedSubject(key)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := missed.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		t.Fatalf("no missed event of the removed tenant's deadline: %v", err)
+	}
+	e, err := events.DecodeExpiry(m.Data())
+	if err != nil || e.Key != key || e.Outcome != events.OutcomeMissed || e.Reason != events.ReasonUnknownTenant {
+		t.Fatalf("the removed tenant's deadline ended as %+v, %v; want missed, reason %s", e, err, events.ReasonUnknownTenant)
+	}
+	if n := storedOn(t, obs.js, events.StreamExpiries, "loyalty.expire.points-2"); n != 0 {
+		t.Fatalf("%d events on the removed tenant's fire subject", n)
+	}
+}
+
+// applyTenantsLive makes ts the running stack's tenants as
+// scripts/tenant.sh does: NATS's configuration rendered again and
+// reloaded, timeoutd's registry rewritten (read within a second), and,
+// with bootstrap, the streams bootstrap run again for new fire subjects.
+func applyTenantsLive(t *testing.T, s *stack, ts []tenants.Tenant, bootstrap bool) {
+	ctx := t.Context()
+	tmpl, err := os.ReadFile("../deploy/compose/nats.conf.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf bytes.Buffer
+	if err := natsconf.Render(&conf, string(tmpl), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.container(s.NATSNodes[0]).CopyToContainer(ctx, conf.Bytes(), "/etc/nats/nats.conf", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.docker(t, func(ctx context.Context, c *client.Client, id string) error {
+		_, err := c.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "HUP"})
+		return err
+	}, "reload nats", s.NATSNodes[0])
+	for _, name := range s.Timeoutds {
+		if err := s.container(name).CopyToContainer(ctx, tenants.Marshal(ts), tenantsFile, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bootstrap {
+		return
+	}
+	if err := runStreamsBootstrap(ctx, s.network, natsUserURL("nats://"+svcNATS+":4222", userBootstrap), 1,
+		strings.Join(tenants.FirePrefixes(ts), ",")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -207,6 +207,57 @@ func Add(ts []Tenant, t Tenant) ([]Tenant, error) {
 	return out, nil
 }
 
+// ErrUnknown is returned by Remove and SetFirePrefixes for a tenant not
+// in the registry, and ErrPlatform for the orders tenant, which the
+// platform's own orders service is.
+var (
+	ErrUnknown  = errors.New("tenants: no such tenant")
+	ErrPlatform = errors.New("tenants: the orders tenant is the platform's own")
+)
+
+// Remove returns ts without the tenant name. Its deadlines still pending
+// in timeoutd fire no more: each ends at its deadline as a missed event
+// with the reason unknown_tenant (timeoutd's fire path checks the
+// registry again then), and its commands still in the streams are
+// dead-lettered unknown_tenant.
+func Remove(ts []Tenant, name string) ([]Tenant, error) {
+	i, err := index(ts, name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Delete(slices.Clone(ts), i, i+1), nil
+}
+
+// SetFirePrefixes returns ts with the tenant name's fire subject prefixes
+// replaced by prefixes, checked as a whole. Its pending deadlines whose
+// fire subject is under none of the new prefixes end at their deadline as
+// missed events with the reason subject_not_allowed.
+func SetFirePrefixes(ts []Tenant, name string, prefixes []string) ([]Tenant, error) {
+	i, err := index(ts, name)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(ts)
+	out[i].FirePrefixes = slices.Clone(prefixes)
+	if err := Check(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// index returns the position of the tenant name in ts, other than the
+// orders tenant's.
+func index(ts []Tenant, name string) (int, error) {
+	if name == events.OrdersTenant {
+		return 0, ErrPlatform
+	}
+	i := slices.IndexFunc(ts, func(t Tenant) bool { return t.Name == name })
+	if i < 0 {
+		return 0, fmt.Errorf("%w: %s", ErrUnknown, name)
+	}
+	return i, nil
+}
+
 // FirePrefixes returns every tenant's fire subject prefixes, in order.
 func FirePrefixes(ts []Tenant) []string {
 	var out []string

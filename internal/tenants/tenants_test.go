@@ -1,7 +1,9 @@
 package tenants_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,7 +61,7 @@ func TestShippedRegistryParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := string(tenants.Marshal(ts)); got != string(data) {
-		t.Errorf("deploy/compose/tenants.json is not in Marshal's form (scripts/tenant-add.sh rewrites it so):\n%s", got)
+		t.Errorf("deploy/compose/tenants.json is not in Marshal's form (scripts/tenant.sh add rewrites it so):\n%s", got)
 	}
 	if _, err := tenants.Parse([]byte(`{"tenants": [{"name": "orders", "fire_prefix": ["orders.cancel."]}]}`)); err == nil {
 		t.Error("a misspelt member was accepted")
@@ -112,5 +114,39 @@ func poll(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRemoveAndSetFirePrefixes: a tenant leaves the registry, or gets
+// other prefixes, checked as a whole (no prefix of another's); the orders
+// tenant, the platform's own, and unknown tenants are refused.
+func TestRemoveAndSetFirePrefixes(t *testing.T) {
+	t.Parallel()
+	ts := []tenants.Tenant{
+		{Name: "orders", FirePrefixes: []string{"orders.cancel."}},
+		{Name: "res", FirePrefixes: []string{"res.expire."}, PasswordEnv: "RES_PW"},
+		{Name: "inv", FirePrefixes: []string{"inv.due."}, PasswordEnv: "INV_PW"},
+	}
+	if got, err := tenants.Remove(ts, "res"); err != nil || len(got) != 2 || got[1].Name != "inv" || len(ts) != 3 {
+		t.Fatalf("Remove(res) = %+v, %v; want orders and inv, ts unchanged", got, err)
+	}
+	got, err := tenants.SetFirePrefixes(ts, "res", []string{"res.due.", "res.late."})
+	if err != nil || !slices.Equal(got[1].FirePrefixes, []string{"res.due.", "res.late."}) || ts[1].FirePrefixes[0] != "res.expire." {
+		t.Fatalf("SetFirePrefixes(res) = %+v, %v", got, err)
+	}
+	for _, tt := range []struct {
+		name string
+		err  error
+		do   func() error
+	}{
+		{"remove orders", tenants.ErrPlatform, func() error { _, err := tenants.Remove(ts, "orders"); return err }},
+		{"remove an unknown tenant", tenants.ErrUnknown, func() error { _, err := tenants.Remove(ts, "ghost"); return err }},
+		{"re-prefix an unknown tenant", tenants.ErrUnknown, func() error { _, err := tenants.SetFirePrefixes(ts, "ghost", []string{"g."}); return err }},
+		{"re-prefix into another's prefix", nil, func() error { _, err := tenants.SetFirePrefixes(ts, "res", []string{"inv.due.x."}); return err }},
+	} {
+		err := tt.do()
+		if err == nil || tt.err != nil && !errors.Is(err, tt.err) {
+			t.Errorf("%s: %v, want %v", tt.name, err, cmp.Or[error](tt.err, errors.New("a check's error")))
+		}
 	}
 }

@@ -9,11 +9,15 @@
 //
 // -add adds a tenant to the registry first, with its fire subject
 // prefixes (-fire) and a new random password whose bcrypt hash goes into
-// the registry; the password is printed once, on stdout. The NATS image
-// ships this command as /natsconf, which scripts/tenant-add.sh runs, so
-// adding a tenant needs no Go:
+// the registry; the password is printed once, on stdout. -remove takes a
+// tenant out, and -prefixes with -fire replaces a tenant's prefixes; each
+// prints what becomes of the tenant's pending deadlines. The NATS image
+// ships this command as /natsconf, which scripts/tenant.sh runs, so
+// changing the tenants needs no Go:
 //
 //	natsconf -add billing -fire billing.due. -tenants deploy/compose/tenants.json
+//	natsconf -prefixes billing -fire billing.due.v2. -tenants deploy/compose/tenants.json
+//	natsconf -remove billing -tenants deploy/compose/tenants.json
 package main
 
 import (
@@ -36,7 +40,9 @@ func main() {
 	out := flag.String("out", "deploy/compose/nats.conf", "the configuration to write")
 	registry := flag.String("tenants", "deploy/compose/tenants.json", "the tenant registry")
 	add := flag.String("add", "", "add this tenant to the registry (with -fire) before rendering, with a new password printed on stdout")
-	fire := flag.String("fire", "", "with -add: the tenant's fire subject prefixes, comma-separated, each ending in '.'")
+	remove := flag.String("remove", "", "remove this tenant from the registry before rendering")
+	prefixes := flag.String("prefixes", "", "give this tenant the fire subject prefixes of -fire instead of its own, before rendering")
+	fire := flag.String("fire", "", "with -add or -prefixes: the tenant's fire subject prefixes, comma-separated, each ending in '.'")
 	var tls natsconf.TLS
 	flag.StringVar(&tls.CertFile, "tls-cert", "", "the server's certificate (PEM) as the server sees it; with -tls-key and -tls-ca it turns TLS on")
 	flag.StringVar(&tls.KeyFile, "tls-key", "", "the server certificate's key (PEM)")
@@ -44,13 +50,17 @@ func main() {
 	flag.BoolVar(&tls.VerifyClients, "tls-verify-clients", false, "require clients to present a certificate the CA signed")
 	flag.BoolVar(&tls.Cluster, "cluster", false, "add the cluster block: routes with TLS and the route user (NATS_ROUTE_PASSWORD)")
 	flag.Parse()
-	if err := run(*in, *out, *registry, *add, *fire, tls); err != nil {
+	if err := run(*in, *out, *registry, change{add: *add, remove: *remove, prefixes: *prefixes, fire: *fire}, tls); err != nil {
 		fmt.Fprintln(os.Stderr, "natsconf:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, out, registry, add, fire string, tls natsconf.TLS) error {
+// change is what the flags ask of the registry: at most one of add,
+// remove and prefixes, with fire for add and prefixes.
+type change struct{ add, remove, prefixes, fire string }
+
+func run(in, out, registry string, c change, tls natsconf.TLS) error {
 	text, err := os.ReadFile(in)
 	if err != nil {
 		return err
@@ -59,13 +69,35 @@ func run(in, out, registry, add, fire string, tls natsconf.TLS) error {
 	if err != nil {
 		return err
 	}
-	var password string
-	if add != "" {
-		if ts, password, err = addTenant(ts, add, fire); err != nil {
+	var password, done string
+	switch {
+	case (c.add != "") && (c.remove != "" || c.prefixes != "") || c.remove != "" && c.prefixes != "":
+		return fmt.Errorf("-add, -remove and -prefixes go one at a time")
+	case c.add != "":
+		if ts, password, err = addTenant(ts, c.add, c.fire); err != nil {
 			return err
 		}
-	} else if fire != "" {
-		return fmt.Errorf("-fire goes with -add")
+		done = fmt.Sprintf("tenant %s added; its NATS user %s has the password %s (shown once: keep it in the service's secrets)", c.add, c.add, password)
+	case c.remove != "":
+		if c.fire != "" {
+			return fmt.Errorf("-fire goes with -add or -prefixes")
+		}
+		if ts, err = tenants.Remove(ts, c.remove); err != nil {
+			return err
+		}
+		done = fmt.Sprintf("tenant %s removed: its NATS user is gone; its commands still in the streams are dead-lettered unknown_tenant; "+
+			"its pending deadlines stay stored and fire no more: each ends at its deadline as a missed event, reason unknown_tenant, on timeouts.missed.%s.<key>", c.remove, c.remove)
+	case c.prefixes != "":
+		if c.fire == "" {
+			return fmt.Errorf("-prefixes %s needs -fire, its new fire subject prefixes", c.prefixes)
+		}
+		if ts, err = tenants.SetFirePrefixes(ts, c.prefixes, splitPrefixes(c.fire)); err != nil {
+			return err
+		}
+		done = fmt.Sprintf("tenant %s now fires under %s only: its pending deadlines whose fire subject is under none of them end at their deadline as missed events, "+
+			"reason subject_not_allowed, on timeouts.missed.%s.<key>; its new commands are checked against these", c.prefixes, c.fire, c.prefixes)
+	case c.fire != "":
+		return fmt.Errorf("-fire goes with -add or -prefixes")
 	}
 	var t *natsconf.TLS
 	if tls != (natsconf.TLS{}) {
@@ -77,7 +109,7 @@ func run(in, out, registry, add, fire string, tls natsconf.TLS) error {
 	}
 	// Both files are rewritten in place, not replaced, so that a server
 	// or a service that mounts one file alone sees the new content.
-	if add != "" {
+	if done != "" {
 		if err := os.WriteFile(registry, tenants.Marshal(ts), 0o644); err != nil {
 			return err
 		}
@@ -85,8 +117,8 @@ func run(in, out, registry, add, fire string, tls natsconf.TLS) error {
 	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if add != "" {
-		fmt.Printf("tenant %s added; its NATS user %s has the password %s (shown once: keep it in the service's secrets)\n", add, add, password)
+	if done != "" {
+		fmt.Println(done)
 	}
 	return nil
 }
@@ -105,10 +137,15 @@ func addTenant(ts []tenants.Tenant, name, fire string) ([]tenants.Tenant, string
 	if err != nil {
 		return nil, "", err
 	}
+	ts, err = tenants.Add(ts, tenants.Tenant{Name: name, FirePrefixes: splitPrefixes(fire), PasswordBcrypt: string(hash)})
+	return ts, password, err
+}
+
+// splitPrefixes returns the comma-separated prefixes of fire.
+func splitPrefixes(fire string) []string {
 	var prefixes []string
 	for _, p := range strings.Split(fire, ",") {
 		prefixes = append(prefixes, strings.TrimSpace(p))
 	}
-	ts, err = tenants.Add(ts, tenants.Tenant{Name: name, FirePrefixes: prefixes, PasswordBcrypt: string(hash)})
-	return ts, password, err
+	return prefixes
 }

@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# Adds a tenant (a producer service) to the platform, without Go and
-# without restarting anything:
-#   scripts/tenant-add.sh NAME FIRE_PREFIX[,FIRE_PREFIX...]
-#   make tenant-add TENANT=billing FIRE=billing.due.
+# Adds, removes or re-prefixes a tenant (a producer service) of the
+# platform, without Go and without restarting anything:
+#   scripts/tenant.sh add NAME FIRE_PREFIX[,FIRE_PREFIX...]
+#   scripts/tenant.sh prefixes NAME FIRE_PREFIX[,FIRE_PREFIX...]
+#   scripts/tenant.sh remove NAME
+#   make tenant-add TENANT=billing FIRE=billing.due.   (tenant-prefixes, tenant-remove alike)
+# remove takes NAME out of the registry: its NATS user goes, its commands
+# still in the streams are dead-lettered unknown_tenant, and its pending
+# deadlines stay stored but fire no more: each ends at its deadline as a
+# missed event, reason unknown_tenant, on timeouts.missed.NAME.<key>.
+# prefixes replaces NAME's fire subject prefixes: its pending deadlines
+# under none of the new ones end the same way, reason subject_not_allowed.
+# A prefix given up may then go to another tenant: timeoutd checks every
+# deadline against the registry as it is when it passes, so nothing of
+# the former tenant fires into it. For add:
 # 1. /natsconf of the project's NATS image adds NAME to the tenant registry
 #    deploy/compose/tenants.json, with its fire subject prefixes and a new
 #    password (its bcrypt hash in the registry; the password is printed
@@ -26,8 +37,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-[ $# -eq 2 ] || die "usage: scripts/tenant-add.sh NAME FIRE_PREFIX[,FIRE_PREFIX...]   (e.g. billing billing.due.)"
-name=$1 fire=$2
+usage="usage: scripts/tenant.sh add|prefixes NAME FIRE_PREFIX[,FIRE_PREFIX...] | remove NAME   (e.g. add billing billing.due.)"
+verb=${1:-} name=${2:-} fire=${3:-}
+case "$verb $#" in
+  "add 3") change=(-add "$name" -fire "$fire") ;;
+  "prefixes 3") change=(-prefixes "$name" -fire "$fire") ;;
+  "remove 2") change=(-remove "$name") ;;
+  *) die "$usage" ;;
+esac
 NATS_IMAGE=${NATS_IMAGE:-ordertimeout/nats:${ORDERTIMEOUT_IMAGE_TAG:-latest}}
 nats_services=(nats)
 if [ "${STACK:-}" = ha ]; then
@@ -41,7 +58,7 @@ docker image inspect "$NATS_IMAGE" >/dev/null 2>&1 || die "no image $NATS_IMAGE:
 # containers mount the files).
 docker run --rm --network none --user "$(id -u):$(id -g)" -v "$PWD/deploy/compose:/compose" \
   --entrypoint /natsconf "$NATS_IMAGE" \
-  -in /compose/nats.conf.tmpl -tenants /compose/tenants.json -out /compose/nats.conf -add "$name" -fire "$fire"
+  -in /compose/nats.conf.tmpl -tenants /compose/tenants.json -out /compose/nats.conf "${change[@]}"
 
 running=0
 for s in "${nats_services[@]}"; do
@@ -65,11 +82,13 @@ for s in "${nats_services[@]}"; do
   running=1
 done
 if [ "$running" = 0 ]; then
-  log "no running stack: tenants.json and nats.conf changed; make up starts with $name"
+  log "no running stack: tenants.json and nats.conf changed; make up starts with them"
   exit 0
 fi
-# 3. The expiry stream captures the new fire subjects.
-out=$(compose run --rm --no-deps streams 2>&1) || { printf '%s\n' "$out" >&2; die "the streams bootstrap failed: run it again with compose run --rm streams"; }
-log "TIMEOUT_EXPIRIES captures $fire"
+if [ -n "$fire" ]; then
+  # 3. The expiry stream captures the new fire subjects.
+  out=$(compose run --rm --no-deps streams 2>&1) || { printf '%s\n' "$out" >&2; die "the streams bootstrap failed: run it again with compose run --rm streams"; }
+  log "TIMEOUT_EXPIRIES captures $fire"
+fi
 # 4. timeoutd polls the registry every second.
-log "tenant $name added: timeoutd accepts its commands within a second"
+log "tenant $name: timeoutd reads the registry within a second"
