@@ -50,7 +50,7 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 	_, opts := parse(t, nil)
 	rec := &recorder{}
 	o := opts.Clone()
-	o.Host, o.Port, o.HTTPPort, o.StoreDir, o.NoSigs, o.Trace = "127.0.0.1", -1, 0, t.TempDir(), true, true
+	o.Host, o.Port, o.HTTPPort, o.StoreDir, o.NoSigs, o.Trace, o.TraceVerbose = "127.0.0.1", -1, 0, t.TempDir(), true, true, true
 	s, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +111,25 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 			"timeouts.cmd.", "orders.created.", "orders.paid.", "orders.cancelled.", "dlq.orders."},
 		"reservations": {"$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "dlq.reservations.", "timeouts.cmd.",
 			"$JS.API.CONSUMER.CREATE.DEAD_LETTERS.reservations-dlq.", "$JS.ACK.DEAD_LETTERS."},
+	}
+	// The headers each service sets: none but these, so that no message of
+	// the platform asks the shared streams for a rollup, a TTL, a
+	// schedule, a counter or an atomic batch (docs/ARCHITECTURE.md,
+	// "Tenant isolation"). The expected-stream and last-subject-sequence
+	// checks are the command mapping probe's, which stores nothing.
+	allowedHeaders := []string{jetstream.MsgIDHeader, jetstream.ExpectedStreamHeader, jetstream.ExpectedLastSubjSeqHeader,
+		events.HeaderBatch, events.HeaderBatchTraceParents, "traceparent"}
+	for _, user := range []string{"timeoutd", "orders", "reservations"} {
+		names := rec.headerNames(user)
+		t.Logf("%s publishes the headers %v", user, names)
+		if !slices.Contains(names, jetstream.MsgIDHeader) {
+			t.Errorf("%s published no %s: the trace of headers is not read", user, jetstream.MsgIDHeader)
+		}
+		for _, h := range names {
+			if !slices.Contains(allowedHeaders, h) {
+				t.Errorf("%s publishes the header %s, which the platform does not use on its shared streams", user, h)
+			}
+		}
 	}
 	for _, user := range []string{"timeoutd", "orders", "reservations"} {
 		pubs, subs := rec.subjects(user)
@@ -441,11 +460,17 @@ func pollFor(t *testing.T, what string, cond func() bool) {
 // SUB and its subject.
 var clientOp = regexp.MustCompile(`"\$G/user:([a-z]+)" - <<- \[(PUB|HPUB|SUB) (\S+)`)
 
+// msgHeaders matches the verbose trace of a message's headers: the
+// user, then the header lines as the trace quotes them.
+var msgHeaders = regexp.MustCompile(`"\$G/user:([a-z]+)" - <<- MSG_PAYLOAD: \["NATS/1\.0\\r\\n(.*?)\\r\\n\\r\\n`)
+
 // recorder is nats-server's logger: it keeps each user's published and
-// subscribed subjects from the trace and every permissions violation.
+// subscribed subjects and the names of the headers it published from the
+// trace, and every permissions violation.
 type recorder struct {
 	mu         sync.Mutex
 	pubs, subs map[string]map[string]bool
+	headers    map[string]map[string]bool
 	violated   []string
 }
 
@@ -454,6 +479,19 @@ func (r *recorder) log(line string) {
 	defer r.mu.Unlock()
 	if strings.Contains(line, "Permissions Violation") {
 		r.violated = append(r.violated, line)
+	}
+	if h := msgHeaders.FindStringSubmatch(line); h != nil {
+		if r.headers == nil {
+			r.headers = map[string]map[string]bool{}
+		}
+		if r.headers[h[1]] == nil {
+			r.headers[h[1]] = map[string]bool{}
+		}
+		for _, kv := range strings.Split(h[2], `\r\n`) {
+			name, _, _ := strings.Cut(kv, ":")
+			r.headers[h[1]][name] = true
+		}
+		return
 	}
 	m := clientOp.FindStringSubmatch(line)
 	if m == nil {
@@ -485,6 +523,18 @@ func (r *recorder) subjects(user string) (pubs, subs []string) {
 		return s
 	}
 	return keys(r.pubs[user]), keys(r.subs[user])
+}
+
+// headerNames returns the names of the headers user published, sorted.
+func (r *recorder) headerNames(user string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var s []string
+	for k := range r.headers[user] {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
 }
 
 func (r *recorder) violations() []string {
