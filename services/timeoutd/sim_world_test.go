@@ -40,7 +40,8 @@ import (
 //     without running), the sessions kept and the clock running; a
 //     heartbeat or probe that finds no instance seen for a third of the
 //     TTL marks the cluster resumed, with the grace of a restart (the
-//     store's resumedCTE).
+//     store's resumedCTE). Either grace is for the rows still live when
+//     the quiet began, the last time any instance was seen before it.
 //   - JetStream: a work queue per partition read through one durable
 //     consumer (ack, term, nak with delay, redelivery after ackWait, reset
 //     on Add), the expiry stream with its dedupe window by Nats-Msg-Id, a
@@ -76,9 +77,12 @@ type world struct {
 	started time.Time
 	// thawed is non-nil while Postgres is frozen: every statement waits
 	// for it to be closed. resumed is when a heartbeat or probe last
-	// found the cluster silent for a third of the TTL.
+	// found the cluster silent for a third of the TTL. quiet is when the
+	// quiet that the latest restart or resume ended began: the last time
+	// an instance was seen before it.
 	thawed  chan struct{}
 	resumed time.Time
+	quiet   time.Time
 }
 
 // worldConfig is what the models need of the run.
@@ -204,7 +208,7 @@ func (w *world) restartDB(ctx context.Context, d time.Duration) {
 	w.mu.Unlock()
 	retry.Sleep(ctx, d)
 	w.mu.Lock()
-	w.down, w.started = false, time.Now()
+	w.down, w.started, w.quiet = false, time.Now(), w.lastSeen()
 	w.mu.Unlock()
 }
 
@@ -231,7 +235,7 @@ func (w *world) freezeDB(ctx context.Context, d time.Duration) {
 // graceExpiry). The fence, and so the check of fencing, take the lease's
 // own expiry.
 func (w *world) graceExpiry(expires time.Time, in *simInstance) time.Time {
-	if at := later(w.started, w.resumed); in != nil && in.beatAt.Before(at) {
+	if at := later(w.started, w.resumed); in != nil && in.beatAt.Before(at) && expires.After(w.quiet) {
 		return later(expires, at.Add(w.cfg.ttl))
 	}
 	return expires
@@ -239,18 +243,25 @@ func (w *world) graceExpiry(expires time.Time, in *simInstance) time.Time {
 
 // see records a heartbeat or probe of in at now, under w.mu: one that
 // finds no instance seen for a third of the TTL marks the cluster resumed
-// (the store's resumedCTE).
+// from the quiet since the last instance was seen (the store's
+// resumedCTE).
 func (w *world) see(in *simInstance, now time.Time) {
-	var last time.Time
-	for _, o := range w.insts {
-		last = later(last, o.seenAt)
-	}
-	if !last.IsZero() && now.Sub(last) >= w.cfg.ttl/3 {
-		w.resumed = now
+	if last := w.lastSeen(); !last.IsZero() && now.Sub(last) >= w.cfg.ttl/3 {
+		w.resumed, w.quiet = now, last
 	}
 	if in != nil {
 		in.seenAt = now
 	}
+}
+
+// lastSeen is the last time a heartbeat or probe of any instance was
+// recorded, under w.mu.
+func (w *world) lastSeen() time.Time {
+	var last time.Time
+	for _, o := range w.insts {
+		last = later(last, o.seenAt)
+	}
+	return last
 }
 
 func later(a, b time.Time) time.Time {

@@ -46,6 +46,9 @@ func LeasePoolConfig(cfg *pgxpool.Config) {
 // before any is taken. The same grace follows a silence of the whole
 // cluster (resumedCTE): Postgres frozen, or every instance cut off from
 // it, long enough for the leases to expire by Postgres's clock meanwhile.
+// Either grace is for the rows still live when the quiet began (the last
+// time any instance was seen before it): one expired by then was dead
+// already, and stays so.
 // An instance whose last heartbeat came after the start and whose
 // sessions are all gone (sessionlessSQL) crashed, unless a session comes
 // back within CrashGrace (a connection reset: the instance reconnects at
@@ -73,26 +76,39 @@ back AS (UPDATE timeoutd_instances SET gone_at = NULL
 // graceExpiry returns the expiry of a row whose expiry is the column
 // expires and whose owner's last heartbeat is the column beatAt, with the
 // grace of ttl (a parameter, in milliseconds) after the cluster resumed
-// at resumed (resumedCTE's at, or resumedAtSQL).
-func graceExpiry(expires, beatAt, resumed, ttl string) string {
-	return fmt.Sprintf(`CASE WHEN coalesce(%[2]s, 'infinity') < %[3]s
-		THEN greatest(%[1]s, %[3]s + %[4]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, resumed, ttl)
+// at resumed from a quiet that began at quiet (resumedCTE's at and quiet,
+// or resumedAtSQL and quietAtSQL): for a row still live at quiet.
+func graceExpiry(expires, beatAt, resumed, quiet, ttl string) string {
+	return fmt.Sprintf(`CASE WHEN coalesce(%[2]s, 'infinity') < %[3]s AND %[1]s > %[4]s
+		THEN greatest(%[1]s, %[3]s + %[5]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, resumed, quiet, ttl)
 }
 
 // resumedCTE is the CTE resumed of a heartbeat or probe with TTL $2: at is
-// when the cluster last resumed. That is this statement when no instance
-// was seen (a heartbeat or probe recorded in seen_at) for a third of the
-// TTL before it: a silence that long may let a lease expire unrenewed (a
-// renewal is due every renew interval, below two thirds of the TTL).
-// Otherwise it is the latest resume recorded, or Postgres's start. The
-// statement records its at in the instance's resumed_at.
-const resumedCTE = `resumed AS (SELECT greatest(pg_postmaster_start_time(),
-	CASE WHEN max(seen_at) < now() - $2 * interval '1 millisecond' / 3 THEN now() ELSE max(resumed_at) END) AS at
-	FROM timeoutd_instances)`
+// when the cluster last resumed, and quiet when the quiet it resumed from
+// began. That is this statement when no instance was seen (a heartbeat or
+// probe recorded in seen_at) for a third of the TTL before it: a silence
+// that long may let a lease expire unrenewed (a renewal is due every renew
+// interval, below two thirds of the TTL). It is Postgres's start when no
+// statement recorded a resume since. Either way quiet is the last time an
+// instance was seen before it. Otherwise both are the latest resume's, as
+// recorded. The statement records them in its instance's resumed_at and
+// quiet_at.
+const resumedCTE = `resumed AS (SELECT
+	CASE WHEN r.silent THEN now() WHEN r.restarted THEN pg_postmaster_start_time() ELSE r.last END AS at,
+	CASE WHEN r.silent OR r.restarted THEN r.seen ELSE r.quiet END AS quiet
+	FROM (SELECT coalesce(max(seen_at) < now() - $2 * interval '1 millisecond' / 3, false) AS silent,
+		coalesce(max(resumed_at), '-infinity') < pg_postmaster_start_time() AS restarted,
+		max(resumed_at) AS last, coalesce(max(seen_at), '-infinity') AS seen,
+		(array_agg(quiet_at ORDER BY resumed_at DESC))[1] AS quiet
+		FROM timeoutd_instances) r)`
 
-// resumedAtSQL is when the cluster last resumed, for the statements that
-// follow a heartbeat (which recorded it).
-const resumedAtSQL = `greatest(pg_postmaster_start_time(), (SELECT max(resumed_at) FROM timeoutd_instances))`
+// resumedAtSQL and quietAtSQL are when the cluster last resumed and when
+// the quiet it resumed from began, for the statements that follow a
+// heartbeat (which recorded them).
+const (
+	resumedAtSQL = `greatest(pg_postmaster_start_time(), (SELECT max(resumed_at) FROM timeoutd_instances))`
+	quietAtSQL   = `(SELECT quiet_at FROM timeoutd_instances ORDER BY resumed_at DESC LIMIT 1)`
+)
 
 // clusterCTEs and clusterSelect return, for instance $1 and TTL $2, the
 // live instances besides $1, the milliseconds until the first lease of
@@ -101,31 +117,31 @@ const resumedAtSQL = `greatest(pg_postmaster_start_time(), (SELECT max(resumed_a
 var (
 	clusterCTEs = fmt.Sprintf(`gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND %[1]s),
 other AS (SELECT %[2]s AS expiry, l.owner FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
-	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "(SELECT at FROM resumed)", "$2"))
+	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "(SELECT at FROM resumed)", "(SELECT quiet FROM resumed)", "$2"))
 	clusterSelect = fmt.Sprintf(`
 	1 + (SELECT count(*) FROM timeoutd_instances WHERE id <> $1 AND serving AND %[1]s > now() AND id NOT IN (SELECT id FROM gone)),
 	coalesce((SELECT ceil(extract(epoch FROM min(expiry) - now()) * 1000)::int8 FROM other WHERE expiry > now()), 0),
 	(SELECT count(*) FROM timeout_leases WHERE owner IS NULL OR owner IN (SELECT id FROM gone))`,
-		graceExpiry("expires_at", "beat_at", "(SELECT at FROM resumed)", "$2"))
+		graceExpiry("expires_at", "beat_at", "(SELECT at FROM resumed)", "(SELECT quiet FROM resumed)", "$2"))
 )
 
 var (
 	heartbeatSQL = `
 WITH ` + resumedCTE + `,
 beat AS (
-	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at, serving, seen_at, resumed_at)
+	INSERT INTO timeoutd_instances AS i (id, expires_at, info, app, beat_at, serving, seen_at, resumed_at, quiet_at)
 	VALUES ($1, now() + $2 * interval '1 millisecond', $3, current_setting('application_name'), now(), $4, now(),
-		(SELECT at FROM resumed))
+		(SELECT at FROM resumed), (SELECT quiet FROM resumed))
 	ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at, info = EXCLUDED.info, app = EXCLUDED.app,
 		beat_at = EXCLUDED.beat_at, gone_at = NULL, serving = EXCLUDED.serving,
-		seen_at = EXCLUDED.seen_at, resumed_at = EXCLUDED.resumed_at,
+		seen_at = EXCLUDED.seen_at, resumed_at = EXCLUDED.resumed_at, quiet_at = EXCLUDED.quiet_at,
 		started_at = CASE WHEN i.expires_at > now() THEN i.started_at ELSE now() END
 	RETURNING id),
 ` + watchSQL + `,
 ` + clusterCTEs + `
 SELECT ` + clusterSelect + `, now()`
 	probeSQL = `WITH ` + resumedCTE + `,
-me AS (UPDATE timeoutd_instances SET seen_at = now(), resumed_at = (SELECT at FROM resumed) WHERE id = $1),
+me AS (UPDATE timeoutd_instances SET seen_at = now(), resumed_at = (SELECT at FROM resumed), quiet_at = (SELECT quiet FROM resumed) WHERE id = $1),
 ` + watchSQL + `,
 ` + clusterCTEs + `
 SELECT ` + clusterSelect
@@ -155,7 +171,7 @@ var acquireSQL = `
 WITH gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND ` + goneSQL + `),
 pick AS (
 	SELECT l.part FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
-	WHERE (l.owner IS NULL OR l.owner = $1 OR ` + graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, "$4") + ` <= now()
+	WHERE (l.owner IS NULL OR l.owner = $1 OR ` + graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, quietAtSQL, "$4") + ` <= now()
 		OR l.owner IN (SELECT id FROM gone))
 		AND l.part <> ALL($3::int2[])
 	ORDER BY l.part LIMIT $2

@@ -445,6 +445,68 @@ func TestASilenceOfTheWholeClusterMovesNothing(t *testing.T) {
 	}
 }
 
+// TestALoneSurvivorsSilenceResurrectsNoOne: a falls silent for good with
+// its sessions kept (paused, or cut off), and b takes all its partitions
+// once their leases expire. Then b, alone, makes no statement for half
+// the TTL (a pause, a loaded machine): its next heartbeat records a
+// resume, whose grace is for the instances that were live when the
+// silence began. a was dead before it: it must not count as live again,
+// or b's share would drop to half and it would release 32 partitions
+// that nobody takes, on every such hiccup.
+func TestALoneSurvivorsSilenceResurrectsNoOne(t *testing.T) {
+	t.Parallel()
+	_, a, b := twoInstances(t)
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	half := events.Partitions / 2
+	var held []lease.Lease
+	for _, in := range []struct {
+		l  Leases
+		id string
+	}{{a, "a"}, {b, "b"}} {
+		if _, err := in.l.Heartbeat(ctx, in.id, ttl, []byte(`{}`), true); err != nil {
+			t.Fatal(err)
+		}
+		got, err := in.l.Acquire(ctx, in.id, half, nil, ttl)
+		if err != nil || len(got) != half {
+			t.Fatalf("%s acquires %d, %v; want %d", in.id, len(got), err, half)
+		}
+		if in.id == "b" {
+			held = got
+		}
+	}
+	// a silent for good; b beats, renews and takes a's partitions once
+	// their leases expired, until it holds all and counts itself alone.
+	for deadline := time.Now().Add(4 * ttl); ; time.Sleep(ttl / 10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b holds %d partitions within %v; want all of silent a's too", len(held), 4*ttl)
+		}
+		beat, err := b.Heartbeat(ctx, "b", ttl, []byte(`{}`), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held, err = b.Renew(ctx, "b", held, ttl); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Acquire(ctx, "b", events.Partitions-len(held), lease.PartitionsOf(held), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, got...)
+		if len(held) == events.Partitions && beat.Live == 1 {
+			break
+		}
+	}
+	time.Sleep(ttl / 2) // b's silence: no statement reaches the database
+	beat, err := b.Heartbeat(ctx, "b", ttl, []byte(`{}`), true)
+	if err != nil || beat.Live != 1 {
+		t.Fatalf("b's heartbeat after its own silence = %+v, %v; want b alone live (a was dead before the silence)", beat, err)
+	}
+	if renewed, err := b.Renew(ctx, "b", held, ttl); err != nil || len(renewed) != events.Partitions {
+		t.Fatalf("b renews %d of its %d leases, %v", len(renewed), events.Partitions, err)
+	}
+}
+
 // TestRenewAnExpiredLeaseNobodyTook: a lease that expired (the owner was
 // cut off from the database, or the database was down) is renewed at its
 // epoch while nobody took it, and refused once somebody did.
