@@ -28,14 +28,21 @@ type env struct {
 	nats *testinfra.NATSServer
 }
 
-func newEnv(t *testing.T) env {
+// newPool returns a pool on a database of the test's own, not migrated.
+func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testinfra.Postgres(t))
+	pool, err := pgxpool.New(context.Background(), testinfra.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	return pool
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	ctx := context.Background()
+	pool := newPool(t)
 	if err := migrate.Up(ctx, pool, outbox.Migrations); err != nil {
 		t.Fatal(err)
 	}
@@ -319,11 +326,7 @@ func TestRunPublishesKickedRows(t *testing.T) {
 func TestMigrationGivesPendingCommandsANonce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testinfra.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := newPool(t)
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	p, err := migrate.Provider(db, outbox.Migrations)

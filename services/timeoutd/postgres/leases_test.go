@@ -263,6 +263,29 @@ func twoInstances(t *testing.T) (url string, a, b Leases) {
 	return url, NewLeases(appPool(t, url, "timeoutd/a")), NewLeases(appPool(t, url, "timeoutd/b"))
 }
 
+// halves has a and b beat and acquire half the partitions each, with
+// ttl, and returns their leases by instance id.
+func halves(t *testing.T, a, b Leases, ttl time.Duration) map[string][]lease.Lease {
+	t.Helper()
+	ctx := context.Background()
+	half := events.Partitions / 2
+	held := map[string][]lease.Lease{}
+	for _, in := range []struct {
+		l  Leases
+		id string
+	}{{a, "a"}, {b, "b"}} {
+		if _, err := in.l.Heartbeat(ctx, in.id, ttl, []byte(`{}`), true); err != nil {
+			t.Fatal(err)
+		}
+		got, err := in.l.Acquire(ctx, in.id, half, nil, ttl)
+		if err != nil || len(got) != half {
+			t.Fatalf("%s acquires %d, %v; want %d", in.id, len(got), err, half)
+		}
+		held[in.id] = got
+	}
+	return held
+}
+
 func appPool(t testing.TB, url, app string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
@@ -393,20 +416,7 @@ func TestASilenceOfTheWholeClusterMovesNothing(t *testing.T) {
 	// loaded machine, short enough to wait out twice.
 	const ttl = 2 * time.Second
 	half := events.Partitions / 2
-	held := map[string][]lease.Lease{}
-	for _, in := range []struct {
-		l  Leases
-		id string
-	}{{a, "a"}, {b, "b"}} {
-		if _, err := in.l.Heartbeat(ctx, in.id, ttl, []byte(`{}`), true); err != nil {
-			t.Fatal(err)
-		}
-		got, err := in.l.Acquire(ctx, in.id, half, nil, ttl)
-		if err != nil || len(got) != half {
-			t.Fatalf("%s acquires %d, %v; want %d", in.id, len(got), err, half)
-		}
-		held[in.id] = got
-	}
+	held := halves(t, a, b, ttl)
 	time.Sleep(ttl + ttl/2) // the silence: no statement of either reaches the database
 	beat, err := b.Heartbeat(ctx, "b", ttl, []byte(`{}`), true)
 	if err != nil || beat.Live != 2 || beat.Takeable != 0 || beat.NextExpiry <= 0 {
@@ -458,23 +468,7 @@ func TestALoneSurvivorsSilenceResurrectsNoOne(t *testing.T) {
 	_, a, b := twoInstances(t)
 	ctx := context.Background()
 	const ttl = 2 * time.Second
-	half := events.Partitions / 2
-	var held []lease.Lease
-	for _, in := range []struct {
-		l  Leases
-		id string
-	}{{a, "a"}, {b, "b"}} {
-		if _, err := in.l.Heartbeat(ctx, in.id, ttl, []byte(`{}`), true); err != nil {
-			t.Fatal(err)
-		}
-		got, err := in.l.Acquire(ctx, in.id, half, nil, ttl)
-		if err != nil || len(got) != half {
-			t.Fatalf("%s acquires %d, %v; want %d", in.id, len(got), err, half)
-		}
-		if in.id == "b" {
-			held = got
-		}
-	}
+	held := halves(t, a, b, ttl)["b"]
 	// a silent for good; b beats, renews and takes a's partitions once
 	// their leases expired, until it holds all and counts itself alone.
 	for deadline := time.Now().Add(4 * ttl); ; time.Sleep(ttl / 10) {
