@@ -19,7 +19,11 @@ type DeadLetter struct {
 	// tenant whose command subject it was published on); the dead letter
 	// is then published on TenantDeadLetterSubject.
 	Tenant string `json:"tenant,omitempty"`
-	// Subject and Data are the rejected message as received.
+	// Subject is where to replay the rejected message: a command's
+	// subject as its producer published it, timeouts.cmd.<key>, not the
+	// partitioned form its stream filed it under; an event's, the subject
+	// it was received on. Data is the rejected message's data as
+	// received (a batch line's: that line).
 	Subject string `json:"subject"`
 	Data    []byte `json:"data"`
 	// RejectedMsgID is the rejected message's Nats-Msg-Id, "" for none.
