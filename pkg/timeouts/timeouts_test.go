@@ -88,8 +88,8 @@ func TestWriterSetsOnlyWithTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("command of %s not in its partition's stream: %v", key, err)
 	}
-	if id := m.Header.Get(jetstream.MsgIDHeader); id != "set:res.res-committed:1" {
-		t.Fatalf("Nats-Msg-Id %q", id)
+	if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "set:res.res-committed:1:") || events.CheckMsgID(id) != nil {
+		t.Fatalf("Nats-Msg-Id %q, want set:res.res-committed:1 and a nonce", id)
 	}
 	if tp := m.Header.Get("traceparent"); tp != writer {
 		t.Fatalf("traceparent %q, want the writer's span %q", tp, writer)

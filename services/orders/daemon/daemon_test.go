@@ -185,9 +185,15 @@ func (a *app) lastMsg(t *testing.T, stream, subject, msgID string) *jetstream.Ra
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false, nil
 		}
-		return err == nil && (msgID == "" || m.Header.Get(jetstream.MsgIDHeader) == msgID), err
+		return err == nil && (msgID == "" || sameID(m.Header.Get(jetstream.MsgIDHeader), msgID)), err
 	})
 	return m
+}
+
+// sameID reports whether id is want, or a command's id want followed by
+// its nonce.
+func sameID(id, want string) bool {
+	return id == want || strings.HasPrefix(id, want+":") && events.CheckMsgID(id) == nil
 }
 
 // count returns how many messages stream holds on subject.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
+	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/orders"
 	"github.com/ordertimeout/ordertimeout/services/orders/postgres"
 )
@@ -74,6 +75,8 @@ func (e env) create(t *testing.T, customer string) orders.Order {
 }
 
 // outbox returns the "subject msg_id" of the outbox rows about id, in order.
+// outbox returns the outbox rows of order id, "<subject> <msg id>", a
+// command's id without its nonce, which it checks.
 func (e env) outbox(t *testing.T, id string) []string {
 	t.Helper()
 	rows, err := e.pool.Query(context.Background(), `SELECT subject || ' ' || msg_id FROM outbox WHERE msg_id LIKE '%:' || $1 || ':%' ORDER BY id`, id)
@@ -85,6 +88,13 @@ func (e env) outbox(t *testing.T, id string) []string {
 		var s string
 		if err := rows.Scan(&s); err != nil {
 			t.Fatal(err)
+		}
+		if strings.HasPrefix(s, events.CommandSubjectPrefix) {
+			msgID := s[strings.IndexByte(s, ' ')+1:]
+			if err := events.CheckMsgID(msgID); err != nil {
+				t.Errorf("outbox row %q: %v", s, err)
+			}
+			s = s[:strings.LastIndexByte(s, ':')]
 		}
 		out = append(out, s)
 	}
