@@ -34,53 +34,59 @@ type headerAttack struct {
 // headerAttacks lists every JetStream header a publisher chooses (the
 // server's, nats-server's stream.go) and the platform's own, each with the
 // value that would hurt the victim most if the server or timeoutd let it.
-func headerAttacks(vkey string) []headerAttack {
-	stored := events.PartitionedCommandSubject(vkey)
-	one := func(h, v string) func(string, uint64) map[string]string {
-		return func(string, uint64) map[string]string { return map[string]string{h: v} }
-	}
-	return []headerAttack{
-		// The victim's next command's id: as the contract before nonces
-		// made it, and as a guess of the nonce.
-		{"Nats-Msg-Id: the victim's command id without a nonce", func(k string, _ uint64) map[string]string {
-			return map[string]string{"Nats-Msg-Id": "set:" + k + ":1"}
-		}},
-		{"Nats-Msg-Id: the victim's command id with a guessed nonce", func(k string, _ uint64) map[string]string {
-			return map[string]string{"Nats-Msg-Id": "set:" + k + ":1:" + events.NewNonce()}
-		}},
-		// The victim's next dead letter's id, as it was before its digest,
-		// for the sequences its command may get (the attacker's own last
-		// one, observed from its PubAck, plus one or two).
-		{"Nats-Msg-Id: the victim's dead letter id", func(k string, seen uint64) map[string]string {
-			return map[string]string{"Nats-Msg-Id": "dlq:" + events.CommandSubject(k) + ":" + strconv.FormatUint(seen+1, 10)}
-		}},
-		{"Nats-Msg-Id: the victim's next dead letter id but one", func(k string, seen uint64) map[string]string {
-			return map[string]string{"Nats-Msg-Id": "dlq:" + events.CommandSubject(k) + ":" + strconv.FormatUint(seen+2, 10)}
-		}},
-		{"Nats-Expected-Stream", one("Nats-Expected-Stream", events.CommandStream(events.PartitionOf(vkey)))},
-		{"Nats-Expected-Last-Sequence", func(_ string, seen uint64) map[string]string {
-			return map[string]string{"Nats-Expected-Last-Sequence": strconv.FormatUint(seen, 10)}
-		}},
-		{"Nats-Expected-Last-Subject-Sequence of the victim's subject", func(string, uint64) map[string]string {
-			return map[string]string{"Nats-Expected-Last-Subject-Sequence": "0", "Nats-Expected-Last-Subject-Sequence-Subject": stored}
-		}},
-		{"Nats-Expected-Last-Msg-Id", one("Nats-Expected-Last-Msg-Id", "set:"+vkey+":1")},
-		{"Nats-Rollup: all", one("Nats-Rollup", "all")},
-		{"Nats-Rollup: sub", one("Nats-Rollup", "sub")},
-		{"Nats-TTL", one("Nats-TTL", "1s")},
-		{"Nats-Schedule into the victim's subject", func(string, uint64) map[string]string {
-			return map[string]string{"Nats-Schedule": "@at " + time.Now().Add(time.Second).UTC().Format(time.RFC3339),
-				"Nats-Schedule-Target": stored, "Nats-Schedule-TTL": "5m"}
-		}},
-		{"Nats-Batch-Id (atomic batch)", func(string, uint64) map[string]string {
-			return map[string]string{"Nats-Batch-Id": "matrix-" + events.NewNonce(), "Nats-Batch-Sequence": "1", "Nats-Batch-Commit": "1"}
-		}},
-		{"Nats-Incr (counter)", one("Nats-Incr", "1")},
-		{"Nats-Marker-Reason", one("Nats-Marker-Reason", "Purge")},
-		{"Nats-Stream-Source", one("Nats-Stream-Source", events.CommandStream(events.PartitionOf(vkey)))},
-		{"Timeouts-Batch naming the victim's key", one(events.HeaderBatch, "2")},
-		{"traceparent", one("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
-	}
+var headerAttacks = []headerAttack{
+	// The victim's next command's id: as the contract before nonces made
+	// it, and as a guess of the nonce.
+	{"Nats-Msg-Id: the victim's command id without a nonce", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Msg-Id": "set:" + k + ":1"}
+	}},
+	{"Nats-Msg-Id: the victim's command id with a guessed nonce", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Msg-Id": "set:" + k + ":1:" + events.NewNonce()}
+	}},
+	// The victim's next dead letter's id, as it was before its digest, for
+	// the sequences its command may get (the attacker's own last one,
+	// observed from its PubAck, plus one or two).
+	{"Nats-Msg-Id: the victim's dead letter id", func(k string, seen uint64) map[string]string {
+		return map[string]string{"Nats-Msg-Id": "dlq:" + events.CommandSubject(k) + ":" + strconv.FormatUint(seen+1, 10)}
+	}},
+	{"Nats-Msg-Id: the victim's next dead letter id but one", func(k string, seen uint64) map[string]string {
+		return map[string]string{"Nats-Msg-Id": "dlq:" + events.CommandSubject(k) + ":" + strconv.FormatUint(seen+2, 10)}
+	}},
+	{"Nats-Expected-Stream", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Expected-Stream": events.CommandStream(events.PartitionOf(k))}
+	}},
+	{"Nats-Expected-Last-Sequence", func(_ string, seen uint64) map[string]string {
+		return map[string]string{"Nats-Expected-Last-Sequence": strconv.FormatUint(seen, 10)}
+	}},
+	{"Nats-Expected-Last-Subject-Sequence of the victim's subject", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Expected-Last-Subject-Sequence": "0", "Nats-Expected-Last-Subject-Sequence-Subject": events.PartitionedCommandSubject(k)}
+	}},
+	{"Nats-Expected-Last-Msg-Id", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Expected-Last-Msg-Id": "set:" + k + ":1"}
+	}},
+	{"Nats-Rollup: all", fixed("Nats-Rollup", "all")},
+	{"Nats-Rollup: sub", fixed("Nats-Rollup", "sub")},
+	{"Nats-TTL", fixed("Nats-TTL", "1s")},
+	{"Nats-Schedule into the victim's subject", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Schedule": "@at " + time.Now().Add(time.Second).UTC().Format(time.RFC3339),
+			"Nats-Schedule-Target": events.PartitionedCommandSubject(k), "Nats-Schedule-TTL": "5m"}
+	}},
+	{"Nats-Batch-Id (atomic batch)", func(string, uint64) map[string]string {
+		return map[string]string{"Nats-Batch-Id": "matrix-" + events.NewNonce(), "Nats-Batch-Sequence": "1", "Nats-Batch-Commit": "1"}
+	}},
+	{"Nats-Incr (counter)", fixed("Nats-Incr", "1")},
+	{"Nats-Marker-Reason", fixed("Nats-Marker-Reason", "Purge")},
+	{"Nats-Stream-Source", func(k string, _ uint64) map[string]string {
+		return map[string]string{"Nats-Stream-Source": events.CommandStream(events.PartitionOf(k))}
+	}},
+	{"Timeouts-Batch naming the victim's key", fixed(events.HeaderBatch, "2")},
+	{"traceparent", fixed("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
+}
+
+// fixed is the set of an attack whose header has one value, whoever the
+// victim.
+func fixed(h, v string) func(string, uint64) map[string]string {
+	return func(string, uint64) map[string]string { return map[string]string{h: v} }
 }
 
 // testHeaderMatrix is TestTenantIsolation's header dimension: every
@@ -114,22 +120,16 @@ func testHeaderMatrix(t *testing.T, s *stack, clients map[string]*tenantClient, 
 				continue
 			}
 			for _, stream := range []string{streamCommands, events.StreamDeadLetters} {
-				for _, h := range headerAttacks("") {
+				for _, attack := range headerAttacks {
 					i++
 					local := fmt.Sprintf("hdr-%d-%d", run, i)
 					vkey, akey := events.TenantKey(v.Name, local), events.TenantKey(a.Name, local) // one partition: it hashes the local key
-					c := &cell{attacker: a.Name, victim: v.Name, stream: stream, header: h.name, vkey: vkey}
+					c := &cell{attacker: a.Name, victim: v.Name, stream: stream, header: attack.name, vkey: vkey}
 					cells = append(cells, c)
 					at := clients[a.Name]
 					// The attacker's own command in the partition first: its
 					// PubAck tells the stream's sequence.
 					seen := publishCommand(t, at, events.Command{Schema: 1, Kind: events.KindClear, Key: akey, Version: 1, IssuedAt: time.Now().UTC()})
-					var attack headerAttack
-					for _, x := range headerAttacks(vkey) {
-						if x.name == h.name {
-							attack = x
-						}
-					}
 					m := nats.NewMsg(events.CommandSubject(akey))
 					// Its data: the victim's key cleared, and a second line
 					// for a batch header.
@@ -168,7 +168,7 @@ func testHeaderMatrix(t *testing.T, s *stack, clients map[string]*tenantClient, 
 							t.Fatalf("%s: the victim %s publishes its command: %v", c.header, v.Name, err)
 						}
 						if ack.Duplicate {
-							t.Errorf("%s/%s/%s/%s: the victim's command %s was answered as a duplicate of seq %d: swallowed", a.Name, v.Name, stream, h.name, om.MsgID, ack.Sequence)
+							t.Errorf("%s/%s/%s/%s: the victim's command %s was answered as a duplicate of seq %d: swallowed", a.Name, v.Name, stream, attack.name, om.MsgID, ack.Sequence)
 						}
 						continue
 					}
@@ -231,7 +231,7 @@ func testHeaderMatrix(t *testing.T, s *stack, clients map[string]*tenantClient, 
 	}
 	slices.Sort(lines)
 	t.Logf("header matrix, %d cells (%d tenants, %d headers, 2 streams), %s against %s:\n%s", len(cells), len(matrixTenants),
-		len(headerAttacks("")), matrixTenants[1].Name, matrixTenants[0].Name, strings.Join(lines, "\n"))
+		len(headerAttacks), matrixTenants[1].Name, matrixTenants[0].Name, strings.Join(lines, "\n"))
 }
 
 // publishCommand publishes cmd as tc, with an id of the contract, and
