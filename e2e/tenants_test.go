@@ -88,9 +88,12 @@ func consumerJSON(stream, name, filter string) []byte {
 // refused: by NATS, a permissions violation at the producer, or by
 // timeoutd, a dead letter with its reason on the
 // attacker's dlq.timeoutd.<tenant>.>. Every victim's timeout is then
-// unchanged. Last, a fourth tenant is added to the running stack (NATS
+// unchanged. Then the header dimension (testHeaderMatrix): every header a
+// tenant chooses, on each shared stream, aimed at each other tenant's
+// next message. Last, a fourth tenant is added to the running stack (NATS
 // configuration reloaded, registry rewritten, no restart) and its
-// deadline fires on its own subject.
+// deadline fires on its own subject; then it is removed with a deadline
+// pending, which ends as a missed event and fires nothing.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, stackOptions{ShippedNATSConf: true, Tenants: matrixTenants})
