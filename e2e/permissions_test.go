@@ -402,6 +402,10 @@ func TestNATSPermissionMatrix(t *testing.T) {
 		{userReservations, events.DeadLetterSubject("reservations", events.ReasonMalformed), true},
 		{userReservations, "reservations.expire." + fmt.Sprintf("perm-%d-17", run), false},
 		{userReservations, events.OrderCancelSubject(fmt.Sprintf("perm-%d-18", run)), false},
+		// Nor on the expiry stream at all, its own missed subject
+		// included: only timeoutd publishes there, so no tenant's id is
+		// a channel into another's expiries.
+		{userReservations, events.MissedSubject(events.TenantKey(userReservations, fmt.Sprintf("perm-%d-18a", run))), false},
 		{userReservations, events.OrderEventSubject(events.OrderCancelled, fmt.Sprintf("perm-%d-19", run)), false},
 		{userReservations, events.DeadLetterSubject("orders", events.ReasonMalformed), false},
 		{userTimeoutd, "reservations.expire." + fmt.Sprintf("perm-%d-20", run), true},
