@@ -160,10 +160,7 @@ func testHeaderMatrix(t *testing.T, s *stack, clients map[string]*tenantClient, 
 						if err != nil {
 							t.Fatal(err)
 						}
-						msg := nats.NewMsg(om.Subject)
-						msg.Data = om.Data
-						msg.Header.Set(events.HeaderMsgID, om.MsgID)
-						ack, err := vt.js.PublishMsg(ctx, msg)
+						ack, err := vt.js.PublishMsg(ctx, om.Msg()) // as the relay publishes the row
 						if err != nil {
 							t.Fatalf("%s: the victim %s publishes its command: %v", c.header, v.Name, err)
 						}
