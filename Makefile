@@ -289,7 +289,7 @@ SIM_SEED ?= 0
 
 .PHONY: sim
 sim: ## timeoutd's deterministic simulation for SIM_DURATION (10m) from seed SIM_FIRST; SIM_SEED=N replays one seed with its history
-	set -o pipefail; SIM_BUDGET=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./services/timeoutd \
+	set -o pipefail; SIM_BUDGET=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./services/timeoutd/sim \
 		-sim.first=$(SIM_FIRST) -sim.seed=$(SIM_SEED) $(if $(filter-out 0,$(SIM_SEED)),-sim.history) | grep -Ev '^(=== RUN|    --- PASS)'
 
 .PHONY: fuzz

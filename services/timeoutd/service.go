@@ -239,6 +239,14 @@ func (s *Service) markReady(loaded int) {
 // Pending returns the number of pending timeouts held in memory.
 func (s *Service) Pending() int { return s.sched.Len() }
 
+// Scheduled returns the version of key the schedule holds, and whether
+// it holds one: what a checker compares with what was acknowledged.
+func (s *Service) Scheduled(key string) (version int64, held bool) { return s.sched.Version(key) }
+
+// Open reports whether partition p is owned and open here: its takeover
+// done, its commands applied and its timeouts scheduled.
+func (s *Service) Open(p int) bool { return s.own.Open(p) }
+
 // ListPending returns a page of pending timeouts from the read store.
 func (s *Service) ListPending(ctx context.Context, q Query) ([]Timeout, error) {
 	if q.Limit < 1 {

@@ -1,4 +1,4 @@
-package timeoutd
+package sim
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 )
 
 // TestAFrozenDatabaseCostsItsLengthAndMovesNothing: Postgres frozen for
@@ -21,7 +22,7 @@ func TestAFrozenDatabaseCostsItsLengthAndMovesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// A RetryDelay far above the second a thaw may cost: a fire that
 		// waits for it instead of the renewal fails the bound.
-		c := newSimCluster(t, 2, func(cfg *Config) { cfg.RetryDelay = 3 * time.Second })
+		c := newCluster(t, 2, func(cfg *timeoutd.Config) { cfg.RetryDelay = 3 * time.Second })
 		start := time.Now()
 		const freeze = 5 * time.Second
 		var deadlines []time.Time
@@ -32,7 +33,7 @@ func TestAFrozenDatabaseCostsItsLengthAndMovesNothing(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond) // the sets applied
 		c.w.mu.Lock()
-		before := c.w.leases
+		before := c.w.pg.leases
 		c.w.mu.Unlock()
 		c.w.freezeDB(context.Background(), freeze)
 		thaw := time.Now()
@@ -41,7 +42,7 @@ func TestAFrozenDatabaseCostsItsLengthAndMovesNothing(t *testing.T) {
 		c.w.mu.Lock()
 		moved := 0
 		for p := range events.Partitions {
-			if c.w.leases[p].owner != before[p].owner || c.w.leases[p].epoch != before[p].epoch {
+			if c.w.pg.leases[p].owner != before[p].owner || c.w.pg.leases[p].epoch != before[p].epoch {
 				moved++
 			}
 		}

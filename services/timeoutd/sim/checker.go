@@ -1,0 +1,203 @@
+package sim
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+// checkScheduled checks, as instance id acknowledges cmd, that a set it
+// acknowledges for a partition open there is held by its schedule, unless
+// Postgres already moved past it (a newer version, or fired): an
+// acknowledged set must never be pending in Postgres alone while its
+// partition's owner runs (a restart's load would hide such a loss from
+// the end's checks). Under w.mu.
+// checkFits checks, under w.mu, as key's set commits, that the pending
+// rows fit the schedule of the instance that holds every partition
+// (Config.fits): a set committed beyond it (admitted without room)
+// leaves a row that no schedule holds, and that a restart cannot load.
+// The rows count what ingest commits ahead of its apply, so this sees a
+// set that took another's room at its commit, whether or not an apply
+// meets the full schedule afterwards.
+func (w *World) checkFits(key string, now time.Time) {
+	if w.cfg.Fits <= 0 {
+		return
+	}
+	n := 0
+	for _, r := range w.pg.rows {
+		if r.state == timeoutd.StatePending {
+			n++
+		}
+	}
+	if n > w.cfg.Fits {
+		w.hist.violate(now, "committed fits", key, fmt.Sprintf("the pending rows now number %d, beyond MaxPending %d", n, w.cfg.Fits))
+	}
+}
+
+func (w *World) checkScheduled(id string, cmd events.Command, now time.Time) {
+	n := w.nodes[id]
+	if cmd.Kind != events.KindSet || n == nil {
+		return
+	}
+	svc := n.svc.Load()
+	if svc == nil || !svc.Open(events.PartitionOf(cmd.Key)) {
+		return
+	}
+	if r := w.pg.rows[cmd.Key]; r == nil || r.version != cmd.Version || r.state != timeoutd.StatePending {
+		return
+	}
+	if v, held := svc.Scheduled(cmd.Key); !held || v < cmd.Version {
+		w.hist.violate(now, "acknowledged is scheduled", cmd.Key, fmt.Sprintf("v%d acknowledged by %s, pending in Postgres, not held by its schedule (held %v, v%d)", cmd.Version, id, held, v))
+	}
+}
+
+// history is what happened, for the checker and for the account of a
+// failing seed; guarded by w.mu.
+type history struct {
+	lines []string
+	// acks is the first acknowledgement of each command, by key: version
+	// → time.
+	acks map[string]map[int64]time.Time
+	// pubs is every publish, in order.
+	pubs       []publish
+	violations []string
+	firstKey   string // the key of the first violation
+}
+
+type publish struct {
+	at    time.Time
+	by    string
+	event events.Expiry
+	held  bool // the publisher held the partition's lease at that moment
+}
+
+func (h *history) add(at time.Time, what, who, key string, version int64, detail string) {
+	who = cmp.Or(who, "-")
+	h.lines = append(h.lines, fmt.Sprintf("%s %-8s %-3s %s v%d %s", at.Format("15:04:05.000000"), what, who, key, version, detail))
+}
+
+func (h *history) acked(cmd events.Command, at time.Time) {
+	if h.acks == nil {
+		h.acks = map[string]map[int64]time.Time{}
+	}
+	if h.acks[cmd.Key] == nil {
+		h.acks[cmd.Key] = map[int64]time.Time{}
+	}
+	if _, ok := h.acks[cmd.Key][cmd.Version]; !ok {
+		h.acks[cmd.Key][cmd.Version] = at
+	}
+}
+
+func (h *history) published(by string, e events.Expiry, at time.Time, held bool) {
+	h.pubs = append(h.pubs, publish{at: at, by: by, event: e, held: held})
+	h.add(at, "publish", by, e.Key, e.Version, fmt.Sprintf("%s deadline %s held %v", e.Outcome, e.Deadline.Format("15:04:05.000000"), held))
+}
+
+func (h *history) violate(at time.Time, invariant, key, detail string) {
+	v := fmt.Sprintf("%s: %s: %s (at %s)", invariant, key, detail, at.Format("15:04:05.000000"))
+	if h.firstKey == "" {
+		h.firstKey = key
+	}
+	h.violations = append(h.violations, v)
+	h.lines = append(h.lines, "VIOLATION "+v)
+}
+
+// firstViolation returns the index in lines of the first violation, or -1.
+func (h *history) firstViolation() int {
+	return slices.IndexFunc(h.lines, func(l string) bool { return strings.HasPrefix(l, "VIOLATION ") })
+}
+
+// check asserts the invariants over the history, under w.mu; end is when
+// the run ended, after the settling time.
+func check(w *World, keys map[string]*keyState, end time.Time) {
+	h := &w.hist
+	for _, p := range h.pubs {
+		e := p.event
+		if p.at.Before(e.Deadline) {
+			h.violate(p.at, "never early", e.Key, fmt.Sprintf("v%d published by %s %v before its deadline", e.Version, p.by, e.Deadline.Sub(p.at)))
+		}
+		if !p.held {
+			h.violate(p.at, "fencing", e.Key, fmt.Sprintf("v%d published by %s, which did not hold partition %d's lease", e.Version, p.by, events.PartitionOf(e.Key)))
+		}
+		for v, at := range h.acks[e.Key] {
+			if v > e.Version && at.Before(p.at) {
+				h.violate(p.at, "latest wins", e.Key, fmt.Sprintf("v%d published by %s %v after v%d was acknowledged", e.Version, p.by, p.at.Sub(at), v))
+			}
+		}
+	}
+	perVersion := map[string]int{}
+	for _, s := range w.js.stored {
+		perVersion[fmt.Sprintf("%s v%d", s.event.Key, s.event.Version)]++
+	}
+	for kv, n := range perVersion {
+		if n > 1 {
+			h.violate(end, "effectively once", kv, fmt.Sprintf("%d events stored (fired and missed)", n))
+		}
+	}
+	for _, k := range keys {
+		if k.last.Kind != events.KindSet || k.deadline.After(end) {
+			continue // cleared, or not due yet
+		}
+		msgID := events.Expiry{Outcome: events.OutcomeFired, Key: k.key, Version: k.version}.MsgID()
+		missed := events.Expiry{Outcome: events.OutcomeMissed, Key: k.key, Version: k.version}.MsgID()
+		_, fired := w.js.stored[msgID]
+		_, skipped := w.js.stored[missed]
+		if !fired && !skipped {
+			h.violate(end, "nothing lost", k.key, fmt.Sprintf("v%d (deadline %s) acknowledged, latest, never published",
+				k.version, k.deadline.Format("15:04:05.000000")))
+		}
+	}
+	for p, s := range w.js.parts {
+		for _, m := range s.msgs {
+			if !m.done {
+				c := m.cmds[0]
+				h.violate(end, "nothing lost", c.Key, fmt.Sprintf("v%d %s (partition %d, seq %d, %d commands) never acknowledged", c.Version, c.Kind, p, m.seq, len(m.cmds)))
+			}
+		}
+	}
+}
+
+// report prints a seed's replay line, its settings and its history up to
+// the first violation, around the keys involved.
+func report(t *testing.T, seed uint64, settings []string, h *history, logs string, verbose bool) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "replay: go test ./services/timeoutd/sim -run 'TestSimulation' -sim.seed=%d -sim.history -v\n", seed)
+	fmt.Fprintf(&b, "settings: %s\n", strings.Join(settings, "; "))
+	for i, v := range h.violations {
+		if i == 10 {
+			fmt.Fprintf(&b, "… and %d more violations\n", len(h.violations)-i)
+			break
+		}
+		fmt.Fprintf(&b, "VIOLATION %s\n", v)
+	}
+	// The history shrunk to the faults, leases and the first violating
+	// key's lines, up to its violation.
+	lines := h.lines
+	first := h.firstViolation()
+	key := h.firstKey
+	if first >= 0 {
+		lines = lines[:first+1]
+	}
+	b.WriteString("history (faults, leases and the first violation's key):\n")
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if verbose || len(f) < 4 || f[1] == "FAULT" || f[1] == "acquire" || f[1] == "release" || f[3] == key || strings.HasPrefix(l, "VIOLATION") {
+			b.WriteString(l + "\n")
+		}
+	}
+	if logs != "" {
+		b.WriteString("logs:\n" + logs)
+	}
+	if len(h.violations) > 0 {
+		t.Error(b.String())
+	} else {
+		t.Log(b.String())
+	}
+}

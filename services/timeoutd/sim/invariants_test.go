@@ -1,0 +1,178 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+)
+
+// The invariants' regression tests: each replays, in the simulation's
+// world, the one schedule of faults and commands that broke an invariant,
+// and asserts the invariants with the simulation's checker.
+
+// cluster is a cluster of n instances in the simulation's world, for a
+// test inside a synctest bubble; tweak adjusts each one's timeoutd.Config.
+type cluster struct {
+	w     *World
+	nodes []*node
+	keys  map[string]*keyState
+}
+
+func newCluster(t *testing.T, n int, tweak func(*timeoutd.Config)) *cluster {
+	t.Helper()
+	w := New(Config{AckWait: 5 * time.Second, Dedupe: 2 * time.Minute, CrashGrace: timeoutd.CrashGraceDefault, TTL: timeoutd.LeaseTTLDefault,
+		Batch: 64, Rand: func() float64 { return 1 }})
+	c := &cluster{w: w, keys: map[string]*keyState{}}
+	for i := range n {
+		node := newNode(w, fmt.Sprintf("t%d", i+1))
+		node.cfg = timeoutd.Config{InstanceID: node.id, Now: node.wall, Logger: discardLogger(), MaxPending: 1000,
+			RetryDelay: 200 * time.Millisecond, RecoveryCatchupMax: 2 * time.Second}
+		if tweak != nil {
+			tweak(&node.cfg)
+		}
+		c.nodes = append(c.nodes, node)
+		node.start(t)
+	}
+	time.Sleep(2 * time.Second) // every partition owned and open
+	return c
+}
+
+// set produces a set of key at version v due at deadline (a plain one).
+func (c *cluster) set(key string, v int64, deadline time.Time) {
+	cmd := events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: key, Version: v, Deadline: deadline.UTC(),
+		FireSubject: events.OrderCancelSubject(key)}
+	c.keys[key] = &keyState{key: key, version: v, deadline: deadline, last: cmd}
+	c.w.produce(cmd)
+}
+
+// clear produces a clear of key at version v.
+func (c *cluster) clear(key string, v int64) {
+	cmd := events.Command{Schema: events.SchemaVersion, Kind: events.KindClear, Key: key, Version: v}
+	c.keys[key] = &keyState{key: key, version: v, cleared: true, last: cmd}
+	c.w.produce(cmd)
+}
+
+// node returns the instance that owns key's partition.
+func (c *cluster) node(t *testing.T, key string) *node {
+	t.Helper()
+	c.w.mu.Lock()
+	owner := c.w.pg.leases[events.PartitionOf(key)].owner
+	c.w.mu.Unlock()
+	i := slices.IndexFunc(c.nodes, func(n *node) bool { return n.id == owner })
+	if i < 0 {
+		t.Fatalf("nobody owns %s's partition", key)
+	}
+	return c.nodes[i]
+}
+
+// finish stops the cluster and fails t with the history when the checker
+// finds a violation.
+func (c *cluster) finish(t *testing.T) {
+	t.Helper()
+	for _, n := range c.nodes {
+		n.crash()
+	}
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	check(c.w, c.keys, time.Now())
+	if len(c.w.hist.violations) > 0 {
+		t.Errorf("%s\nhistory:\n%s", strings.Join(c.w.hist.violations, "\n"), strings.Join(c.w.hist.lines, "\n"))
+	}
+}
+
+// published returns the events published of key, by whom.
+func (c *cluster) published(key string) []string {
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	var out []string
+	for _, p := range c.w.hist.pubs {
+		if p.event.Key == key {
+			out = append(out, fmt.Sprintf("%s v%d", p.by, p.event.Version))
+		}
+	}
+	return out
+}
+
+// TestAReplacedVersionIsNeverPublishedUnderBacklog: a plain timeout handed
+// out while every fire slot is busy (a backlog) is cleared before its turn
+// comes; its stale version must not be published, then or later.
+func TestAReplacedVersionIsNeverPublishedUnderBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, func(cfg *timeoutd.Config) { cfg.FireConcurrency, cfg.FireBatch = 1, 1 })
+		c.w.setLink("t1", func(l *link) { l.natsLatency = 200 * time.Millisecond }) // each publish holds the one slot
+		due := time.Now().Add(100 * time.Millisecond)
+		c.set("busy", 1, due)
+		c.set("stale", 1, due.Add(time.Millisecond))
+		time.Sleep(150 * time.Millisecond) // busy publishing, stale handed out and waiting for the slot
+		c.clear("stale", 2)
+		time.Sleep(2 * time.Second)
+		if got := c.published("stale"); len(got) != 0 {
+			t.Errorf("stale published %v after its clear was acknowledged", got)
+		}
+		c.finish(t)
+	})
+}
+
+// TestNeverEarlyByPostgresClock: whatever the host's wall clock reads at
+// start, and however it steps later, forward or back, no deadline fires
+// before it by Postgres's clock (the reference), nor late by more than a
+// few ticks once the heartbeats measured the offset.
+func TestNeverEarlyByPostgresClock(t *testing.T) {
+	tests := []struct {
+		name        string
+		start, step time.Duration
+	}{
+		{"ahead from the start", 2 * time.Second, 0},
+		{"behind from the start", -2 * time.Second, 0},
+		{"a forward step", 0, 2 * time.Second},
+		{"a backward step", 0, -2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, 1, func(cfg *timeoutd.Config) {
+					now := cfg.Now
+					cfg.Now = func() time.Time { return now().Add(tt.start) }
+				})
+				c.nodes[0].skew.Add(int64(tt.step))
+				deadline := time.Now().Add(1500 * time.Millisecond)
+				c.set("k", 1, deadline)
+				time.Sleep(5 * time.Second)
+				c.w.mu.Lock()
+				pubs := slices.Clone(c.w.hist.pubs)
+				c.w.mu.Unlock()
+				if len(pubs) != 1 || pubs[0].at.Sub(deadline) > 20*time.Millisecond {
+					t.Errorf("k published %+v, want once within 20ms after its deadline %v", pubs, deadline)
+				}
+				c.finish(t)
+			})
+		})
+	}
+}
+
+// TestAnOwnerCutOffFromPostgresPublishesNothing: an owner whose statements
+// hang while Postgres dropped its sessions (the others read it as crashed
+// and take its partitions at once) must stop publishing before its
+// partitions can move; the new owner fires what it held.
+func TestAnOwnerCutOffFromPostgresPublishesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, nil)
+		owner := c.node(t, "k")
+		c.set("k", 1, time.Now().Add(time.Second))
+		time.Sleep(100 * time.Millisecond) // k in owner's schedule
+		c.w.setLink(owner.id, func(l *link) { l.dbCut = true })
+		c.w.loseSessions(owner.id)
+		time.Sleep(3 * time.Second)
+		if got := c.published("k"); len(got) != 1 || !strings.HasPrefix(got[0], "t") || strings.HasPrefix(got[0], owner.id) {
+			t.Errorf("k published %v; want once, by the new owner (the cut-off owner is %s)", got, owner.id)
+		}
+		c.w.setLink(owner.id, func(l *link) { l.dbCut = false })
+		c.finish(t)
+	})
+}

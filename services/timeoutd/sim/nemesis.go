@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ordertimeout/ordertimeout/internal/retry"
+)
+
+// The kinds of fault the nemesis draws.
+const (
+	faultCrash     = "crash"       // SIGKILL, restarted later under the same id
+	faultDBCut     = "db-cut"      // statements hang; the database keeps the sessions
+	faultDBCutDrop = "db-cut-drop" // statements hang; the database dropped the sessions
+	faultNATSCut   = "nats-cut"    // fetch, ack and publish hang
+	faultClockStep = "clock-step"  // the wall clock steps forward or back
+	faultSlowNATS  = "slow-nats"   // publishes take tens to hundreds of ms
+	faultSlowDB    = "slow-db"     // statements take up to 200 ms
+	faultAmbiguous = "ambiguous"   // writes commit and lose their reply
+	faultPause     = "pause"       // cut from both, as a paused process
+	faultRestart   = "restart"     // graceful stop, then start again
+	faultDBRestart = "db-restart"  // Postgres restarts: every session gone, statements refused
+	faultDBFreeze  = "db-freeze"   // Postgres freezes: every statement waits, sessions and clock alive
+)
+
+var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze}
+
+// nemesis draws and applies faults until 3 s before r.loadEnd, and waits
+// for every one to heal.
+func (r *run) nemesis(ctx context.Context) {
+	t, w, nodes, res, loadEnd, seed := r.t, r.w, r.nodes, r.res, r.loadEnd, r.seed
+	nemRng := rand.New(rand.NewPCG(seed, 0x7e3e))
+	var faults sync.WaitGroup
+	defer faults.Wait()
+	for time.Now().Before(loadEnd.Add(-3 * time.Second)) {
+		if !retry.Sleep(ctx, time.Duration(200+nemRng.IntN(2000))*time.Millisecond) {
+			return
+		}
+		n := nodes[nemRng.IntN(len(nodes))]
+		kind := faultKinds[nemRng.IntN(len(faultKinds))]
+		d := time.Duration(300+nemRng.IntN(4000)) * time.Millisecond
+		res.faults[kind]++
+		who := n.id
+		switch kind { // of Postgres, not of an instance
+		case faultDBRestart: // down for a restart's time
+			who, d = "pg", d/2
+		case faultDBFreeze:
+			who = "pg"
+		}
+		w.mu.Lock()
+		w.hist.add(time.Now(), "FAULT", who, kind, 0, d.String())
+		w.mu.Unlock()
+		heal := func(f func(*link)) {
+			faults.Go(func() {
+				retry.Sleep(ctx, d)
+				w.setLink(n.id, f)
+			})
+		}
+		switch kind {
+		case faultCrash:
+			n.crash()
+			faults.Go(func() {
+				retry.Sleep(ctx, d)
+				n.start(t)
+			})
+		case faultRestart:
+			n.shutdown()
+			n.start(t)
+		case faultDBRestart:
+			faults.Go(func() { w.restartDB(ctx, d) })
+		case faultDBFreeze:
+			faults.Go(func() { w.freezeDB(ctx, d) })
+		case faultDBCut, faultDBCutDrop:
+			w.setLink(n.id, func(l *link) { l.dbCut = true })
+			if kind == faultDBCutDrop {
+				w.loseSessions(n.id)
+			}
+			heal(func(l *link) { l.dbCut = false })
+		case faultNATSCut:
+			w.setLink(n.id, func(l *link) { l.natsCut = true })
+			heal(func(l *link) { l.natsCut = false })
+		case faultPause:
+			w.setLink(n.id, func(l *link) { l.dbCut, l.natsCut = true, true })
+			heal(func(l *link) { l.dbCut, l.natsCut = false, false })
+		case faultClockStep:
+			n.skew.Add(int64(time.Duration(nemRng.IntN(6001)-3000) * time.Millisecond))
+		case faultSlowNATS:
+			lat := time.Duration(10+nemRng.IntN(300)) * time.Millisecond
+			w.setLink(n.id, func(l *link) { l.natsLatency = lat })
+			heal(func(l *link) { l.natsLatency = 0 })
+		case faultSlowDB:
+			lat := time.Duration(1+nemRng.IntN(200)) * time.Millisecond
+			w.setLink(n.id, func(l *link) { l.dbLatency = lat })
+			heal(func(l *link) { l.dbLatency = 0 })
+		case faultAmbiguous:
+			w.setLink(n.id, func(l *link) { l.ambiguousP = 0.3 })
+			heal(func(l *link) { l.ambiguousP = 0 })
+		}
+	}
+}
