@@ -122,6 +122,63 @@ func Postgres(t testing.TB) string {
 	return strings.Replace(pgBase, "/postgres?", "/"+name+"?", 1)
 }
 
+// PostgresServer is a Postgres container of one test, for a test that
+// restarts the database (the shared one is every test's).
+type PostgresServer struct {
+	ctr testcontainers.Container
+	url string
+}
+
+// OwnPostgres starts a Postgres container for t, removed when t ends.
+func OwnPostgres(t testing.TB) *PostgresServer {
+	t.Helper()
+	skipShort(t)
+	ctr, url, err := startPostgres(context.Background())
+	if err != nil {
+		t.Fatalf("start postgres: %v", err)
+	}
+	t.Cleanup(func() { _ = ctr.Terminate(context.Background()) })
+	return &PostgresServer{ctr: ctr, url: url}
+}
+
+// URL is the connection string of the server's postgres database; it
+// changes with a restart (the host port is drawn again).
+func (s *PostgresServer) URL() string { return s.url }
+
+// Restart stops the server (a fast shutdown: every session is closed) and
+// starts it again, and returns once it accepts connections; its
+// pg_postmaster_start_time() is then the restart's.
+func (s *PostgresServer) Restart(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	timeout := 10 * time.Second
+	if err := s.ctr.Stop(ctx, &timeout); err != nil {
+		t.Fatalf("stop postgres: %v", err)
+	}
+	if err := s.ctr.Start(ctx); err != nil {
+		t.Fatalf("start postgres again: %v", err)
+	}
+	host, err := s.ctr.Host(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := s.ctr.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.url = fmt.Sprintf("postgres://%s:%s@%s:%s/postgres?sslmode=disable", pgUser, pgPassword, host, port.Port())
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		conn, err := pgx.Connect(ctx, s.url)
+		if err == nil {
+			conn.Close(ctx)
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("postgres not back within 60s of its restart: %v", err)
+		}
+	}
+}
+
 func startPostgres(ctx context.Context) (testcontainers.Container, string, error) {
 	ctr, err := testcontainers.Run(ctx, PostgresImage,
 		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": pgPassword, "POSTGRES_USER": pgUser}),

@@ -35,7 +35,7 @@ func TestAFrozenDatabaseCostsItsLengthAndMovesNothing(t *testing.T) {
 		c.w.mu.Lock()
 		before := c.w.pg.leases
 		c.w.mu.Unlock()
-		c.w.freezeDB(context.Background(), freeze)
+		c.w.FreezeDB(context.Background(), freeze)
 		thaw := time.Now()
 		time.Sleep(3 * time.Second)
 

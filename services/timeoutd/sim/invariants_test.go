@@ -167,7 +167,7 @@ func TestAnOwnerCutOffFromPostgresPublishesNothing(t *testing.T) {
 		c.set("k", 1, time.Now().Add(time.Second))
 		time.Sleep(100 * time.Millisecond) // k in owner's schedule
 		c.w.setLink(owner.id, func(l *link) { l.dbCut = true })
-		c.w.loseSessions(owner.id)
+		c.w.LoseSessions(owner.id)
 		time.Sleep(3 * time.Second)
 		if got := c.published("k"); len(got) != 1 || !strings.HasPrefix(got[0], "t") || strings.HasPrefix(got[0], owner.id) {
 			t.Errorf("k published %v; want once, by the new owner (the cut-off owner is %s)", got, owner.id)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -116,6 +117,28 @@ func (l leases) Leave(ctx context.Context, id string) error {
 	})
 }
 
-func (l leases) Instances(ctx context.Context) ([]lease.Instance, error) {
-	return nil, l.w.statement(ctx, l.id, false, func(time.Time) error { return nil })
+// Instances lists, by id, the instances whose registration is live by
+// its own expiry, with the partitions each holds under a live lease (the
+// store's instancesSQL: the table as it reads, grace aside).
+func (l leases) Instances(ctx context.Context) (out []lease.Instance, err error) {
+	err = l.w.statement(ctx, l.id, false, func(now time.Time) error {
+		out = nil
+		for _, id := range slices.Sorted(maps.Keys(l.w.pg.insts)) {
+			if !l.w.pg.insts[id].expires.After(now) {
+				continue
+			}
+			in := lease.Instance{ID: id, Info: []byte(`{}`)}
+			for p, ls := range l.w.pg.leases {
+				if ls.owner == id && ls.expires.After(now) {
+					in.Partitions = append(in.Partitions, p)
+				}
+			}
+			out = append(out, in)
+		}
+		return nil
+	})
+	return out, err
 }
+
+// Leases returns instance id's lease table.
+func (w *World) Leases(id string) lease.Table { return leases{w: w, id: id} }

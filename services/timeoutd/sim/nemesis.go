@@ -70,13 +70,13 @@ func (r *run) nemesis(ctx context.Context) {
 			n.shutdown()
 			n.start(t)
 		case faultDBRestart:
-			faults.Go(func() { w.restartDB(ctx, d) })
+			faults.Go(func() { w.RestartDB(ctx, d) })
 		case faultDBFreeze:
-			faults.Go(func() { w.freezeDB(ctx, d) })
+			faults.Go(func() { w.FreezeDB(ctx, d) })
 		case faultDBCut, faultDBCutDrop:
 			w.setLink(n.id, func(l *link) { l.dbCut = true })
 			if kind == faultDBCutDrop {
-				w.loseSessions(n.id)
+				w.LoseSessions(n.id)
 			}
 			heal(func(l *link) { l.dbCut = false })
 		case faultNATSCut:

@@ -78,7 +78,7 @@ func (n *node) end(kill bool) {
 	n.stop()
 	<-n.done
 	n.svc.Store(nil)
-	n.w.loseSessions(n.id)
+	n.w.LoseSessions(n.id)
 }
 
 // pending returns what the running timeoutd.Service holds in memory, and its bound.

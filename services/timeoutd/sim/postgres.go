@@ -64,9 +64,9 @@ type instance struct {
 	beatAt, seenAt time.Time
 }
 
-// loseSessions records that id's sessions are all gone now (a crash, or the
+// LoseSessions records that id's sessions are all gone now (a crash, or the
 // database dropping a cut-off instance's connections).
-func (w *World) loseSessions(id string) {
+func (w *World) LoseSessions(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if in := w.pg.insts[id]; in != nil && in.lostAt.IsZero() {
@@ -74,11 +74,11 @@ func (w *World) loseSessions(id string) {
 	}
 }
 
-// restartDB restarts Postgres for d: every session is gone at once, every
+// RestartDB restarts Postgres for d: every session is gone at once, every
 // statement meanwhile fails (one in its latency is rolled back), and when
 // it is back, pg_postmaster_start_time() is now. Hung statements stay hung:
 // their links drop what the server would have answered.
-func (w *World) restartDB(ctx context.Context, d time.Duration) {
+func (w *World) RestartDB(ctx context.Context, d time.Duration) {
 	w.mu.Lock()
 	w.pg.down = true
 	for _, in := range w.pg.insts {
@@ -93,9 +93,9 @@ func (w *World) restartDB(ctx context.Context, d time.Duration) {
 	w.mu.Unlock()
 }
 
-// freezeDB freezes Postgres for d: every statement waits until it thaws,
+// FreezeDB freezes Postgres for d: every statement waits until it thaws,
 // sessions and clock alive, as a stalled disk or a paused VM does.
-func (w *World) freezeDB(ctx context.Context, d time.Duration) {
+func (w *World) FreezeDB(ctx context.Context, d time.Duration) {
 	w.mu.Lock()
 	thawed := make(chan struct{})
 	w.pg.thawed = thawed

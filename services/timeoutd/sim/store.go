@@ -19,6 +19,9 @@ type store struct {
 
 var _ timeoutd.Store = store{}
 
+// Store returns instance id's store.
+func (w *World) Store(id string) timeoutd.Store { return store{w: w, id: id} }
+
 func (s store) Apply(ctx context.Context, fence lease.Fence, cmds []events.Command, now time.Time) (changes []timeoutd.Change, refused []int, err error) {
 	err = s.w.statement(ctx, s.id, true, func(at time.Time) error {
 		changes, refused = nil, nil
