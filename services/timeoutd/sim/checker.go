@@ -68,6 +68,10 @@ type history struct {
 	pubs       []publish
 	violations []string
 	firstKey   string // the key of the first violation
+	// idle is, by partition, since when it has been takeable (zero: it
+	// is held), and idleReported whether its idleness was reported.
+	idle         [events.Partitions]time.Time
+	idleReported [events.Partitions]bool
 }
 
 type publish struct {
@@ -199,5 +203,48 @@ func report(t *testing.T, seed uint64, settings []string, h *history, logs strin
 		t.Error(b.String())
 	} else {
 		t.Log(b.String())
+	}
+}
+
+// takenBound is how long a partition may stay takeable, unexcused,
+// beside an instance calm for as long: a membership round, its probes,
+// and a margin.
+const takenBound = 2 * time.Second
+
+// checkTaken checks, under w.mu, that no partition stays takeable (free,
+// expired by the lease rules, or its owner dead) for takenBound beside an
+// instance calm (running, its links healthy and its clock unchanged) for
+// as long. A partition's wait is excused while Postgres is not calm
+// (down, frozen, or back within a TTL: a restart's grace), and while an
+// instance the lease rules count live is faulty and beat within three
+// TTLs (its share waits for it; none may count an instance silent for
+// longer). An unexcused wait is a deadline late for nothing: a dead
+// instance counted live shrinks the survivors' shares, and they release
+// what nobody takes.
+func (w *World) checkTaken(now time.Time) {
+	h := &w.hist
+	excused := w.pg.down || w.pg.thawed != nil || now.Sub(w.pg.calm) < w.cfg.TTL+takenBound
+	calm := 0
+	for id, in := range w.pg.insts {
+		n, l := w.nodes[id], w.linkOf(id)
+		healthy := n != nil && n.svc.Load() != nil && !l.dbCut && !l.natsCut && l.dbLatency == 0 && l.natsLatency == 0 && l.ambiguousP == 0
+		switch live := in.serving && w.graceExpiry(in.expires, in).After(now) && !w.gone(id, now); {
+		case healthy && now.Sub(w.net.calm[id]) >= takenBound:
+			calm++
+		case !healthy && live && now.Sub(in.beatAt) <= 3*w.cfg.TTL:
+			excused = true
+		}
+	}
+	for p, ls := range w.pg.leases {
+		switch {
+		case excused || ls.owner != "" && w.graceExpiry(ls.expires, w.pg.insts[ls.owner]).After(now) && !w.gone(ls.owner, now):
+			h.idle[p], h.idleReported[p] = time.Time{}, false
+		case h.idle[p].IsZero():
+			h.idle[p] = now
+		case calm > 0 && now.Sub(h.idle[p]) >= takenBound && !h.idleReported[p]:
+			h.idleReported[p] = true
+			h.violate(now, "partitions taken", fmt.Sprintf("partition-%d", p), fmt.Sprintf("takeable for %v, unexcused (owner %q), beside %d calm instances",
+				now.Sub(h.idle[p]), ls.owner, calm))
+		}
 	}
 }

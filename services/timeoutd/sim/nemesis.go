@@ -23,10 +23,15 @@ const (
 	faultRestart   = "restart"     // graceful stop, then start again
 	faultDBRestart = "db-restart"  // Postgres restarts: every session gone, statements refused
 	faultDBFreeze  = "db-freeze"   // Postgres freezes: every statement waits, sessions and clock alive
+	// faultLoneSurvivor cuts one instance off for good, its sessions kept
+	// (paused, or cut off), and once the others took its partitions,
+	// pauses them all for a third of the TTL or more: the cluster resumes
+	// from a silence that began after the cut-off one was dead.
+	faultLoneSurvivor = "lone-survivor"
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
-	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze}
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor}
 
 // nemesis draws and applies faults until 3 s before r.loadEnd, and waits
 // for every one to heal.
@@ -85,8 +90,39 @@ func (r *run) nemesis(ctx context.Context) {
 		case faultPause:
 			w.setLink(n.id, func(l *link) { l.dbCut, l.natsCut = true, true })
 			heal(func(l *link) { l.dbCut, l.natsCut = false, false })
+		case faultLoneSurvivor:
+			// Cut long enough for its partitions to be taken and for the
+			// others to hold them a while (3 TTLs and more), the others
+			// paused meanwhile for TTL/3 to TTL/2.
+			ttl := w.cfg.TTL
+			cut := 5*ttl + d
+			pause := ttl/3 + time.Duration(nemRng.Int64N(int64(ttl/6)))
+			w.setLink(n.id, func(l *link) { l.dbCut, l.natsCut = true, true })
+			faults.Go(func() {
+				retry.Sleep(ctx, cut)
+				w.setLink(n.id, func(l *link) { l.dbCut, l.natsCut = false, false })
+			})
+			faults.Go(func() {
+				if !retry.Sleep(ctx, 3*ttl+d/2) {
+					return
+				}
+				for _, o := range nodes {
+					if o != n {
+						w.setLink(o.id, func(l *link) { l.dbCut, l.natsCut = true, true })
+					}
+				}
+				retry.Sleep(ctx, pause)
+				for _, o := range nodes {
+					if o != n {
+						w.setLink(o.id, func(l *link) { l.dbCut, l.natsCut = false, false })
+					}
+				}
+			})
 		case faultClockStep:
 			n.skew.Add(int64(time.Duration(nemRng.IntN(6001)-3000) * time.Millisecond))
+			w.mu.Lock()
+			w.unsettle(n.id)
+			w.mu.Unlock()
 		case faultSlowNATS:
 			lat := time.Duration(10+nemRng.IntN(300)) * time.Millisecond
 			w.setLink(n.id, func(l *link) { l.natsLatency = lat })

@@ -9,6 +9,9 @@ import (
 // network is every instance's links, under the world's lock.
 type network struct {
 	links map[string]*link
+	// calm is, by instance, when its link, clock or process last changed:
+	// the checker's "partitions taken" asks for instances calm for a while.
+	calm map[string]time.Time
 }
 
 // link is one instance's connectivity, set by the nemesis.
@@ -45,9 +48,13 @@ func (w *World) setLink(id string, f func(*link)) {
 	defer w.mu.Unlock()
 	l := w.linkOf(id)
 	f(l)
+	w.net.calm[id] = time.Now()
 	close(l.healed)
 	l.healed = make(chan struct{})
 }
+
+// unsettle records that id's process or clock changed now, under w.mu.
+func (w *World) unsettle(id string) { w.net.calm[id] = time.Now() }
 
 // draw returns a healthy link's latency, under w.mu: up to cfg.latency,
 // and one time in slowOneIn slowFactor times that, a statement or a

@@ -57,6 +57,9 @@ func (n *node) start(t *testing.T) {
 	}()
 	n.stop, n.done = cancel, done
 	n.svc.Store(svc)
+	n.w.mu.Lock()
+	n.w.unsettle(n.id)
+	n.w.mu.Unlock()
 }
 
 // crash kills the running timeoutd.Service as a SIGKILL would: its sessions vanish.

@@ -29,6 +29,8 @@ type postgres struct {
 	thawed  chan struct{}
 	resumed time.Time
 	quiet   time.Time
+	// calm is when Postgres last went down, came back, froze or thawed.
+	calm time.Time
 }
 
 func (pg *postgres) init() {
@@ -80,7 +82,7 @@ func (w *World) LoseSessions(id string) {
 // their links drop what the server would have answered.
 func (w *World) RestartDB(ctx context.Context, d time.Duration) {
 	w.mu.Lock()
-	w.pg.down = true
+	w.pg.down, w.pg.calm = true, time.Now()
 	for _, in := range w.pg.insts {
 		if in.lostAt.IsZero() {
 			in.lostAt = time.Now()
@@ -89,7 +91,7 @@ func (w *World) RestartDB(ctx context.Context, d time.Duration) {
 	w.mu.Unlock()
 	retry.Sleep(ctx, d)
 	w.mu.Lock()
-	w.pg.down, w.pg.started, w.pg.quiet = false, time.Now(), w.lastSeen()
+	w.pg.down, w.pg.started, w.pg.quiet, w.pg.calm = false, time.Now(), w.lastSeen(), time.Now()
 	w.mu.Unlock()
 }
 
@@ -98,11 +100,11 @@ func (w *World) RestartDB(ctx context.Context, d time.Duration) {
 func (w *World) FreezeDB(ctx context.Context, d time.Duration) {
 	w.mu.Lock()
 	thawed := make(chan struct{})
-	w.pg.thawed = thawed
+	w.pg.thawed, w.pg.calm = thawed, time.Now()
 	w.mu.Unlock()
 	retry.Sleep(ctx, d)
 	w.mu.Lock()
-	w.pg.thawed = nil
+	w.pg.thawed, w.pg.calm = nil, time.Now()
 	close(thawed)
 	w.mu.Unlock()
 }

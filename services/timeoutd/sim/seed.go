@@ -142,7 +142,7 @@ func runSeed(t *testing.T, seed uint64, verbose bool) result {
 	wg.Go(func() { r.load(ctx) })
 	wg.Go(func() { r.nemesis(ctx) })
 
-	// Bounded memory, sampled.
+	// Bounded memory and partitions taken, sampled.
 	wg.Go(func() {
 		for retry.Sleep(ctx, 10*time.Millisecond) {
 			for _, n := range nodes {
@@ -152,6 +152,9 @@ func runSeed(t *testing.T, seed uint64, verbose bool) result {
 					w.mu.Unlock()
 				}
 			}
+			w.mu.Lock()
+			w.checkTaken(time.Now())
+			w.mu.Unlock()
 		}
 	})
 

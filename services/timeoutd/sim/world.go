@@ -47,6 +47,6 @@ func New(cfg Config) *World {
 	w := &World{cfg: cfg}
 	w.pg.init()
 	w.js.init()
-	w.net.links = map[string]*link{}
+	w.net.links, w.net.calm = map[string]*link{}, map[string]time.Time{}
 	return w
 }
