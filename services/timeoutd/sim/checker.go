@@ -79,6 +79,11 @@ type publish struct {
 	by    string
 	event events.Expiry
 	held  bool // the publisher held the partition's lease at that moment
+	// storedAt is when the event reached the stream (zero: it did not, or
+	// was a duplicate), and heldStored whether the publisher held the
+	// lease then: what consumers see is judged then.
+	storedAt   time.Time
+	heldStored bool
 }
 
 func (h *history) add(at time.Time, what, who, key string, version int64, detail string) {
@@ -98,9 +103,22 @@ func (h *history) acked(cmd events.Command, at time.Time) {
 	}
 }
 
-func (h *history) published(by string, e events.Expiry, at time.Time, held bool) {
+// published records a publish of e by by at at, and returns its index
+// for stored.
+func (h *history) published(by string, e events.Expiry, at time.Time, held bool) int {
 	h.pubs = append(h.pubs, publish{at: at, by: by, event: e, held: held})
 	h.add(at, "publish", by, e.Key, e.Version, fmt.Sprintf("%s deadline %s held %v", e.Outcome, e.Deadline.Format("15:04:05.000000"), held))
+	return len(h.pubs) - 1
+}
+
+// stored records that publish i reached the stream at at, held telling
+// whether its publisher held the lease then.
+func (h *history) stored(i int, at time.Time, held bool) {
+	p := &h.pubs[i]
+	p.storedAt, p.heldStored = at, held
+	if at.After(p.at) {
+		h.add(at, "stored", p.by, p.event.Key, p.event.Version, fmt.Sprintf("%v after its publish, held %v", at.Sub(p.at), held))
+	}
 }
 
 func (h *history) violate(at time.Time, invariant, key, detail string) {
@@ -128,10 +146,17 @@ func check(w *World, keys map[string]*keyState, end time.Time) {
 		}
 		if !p.held {
 			h.violate(p.at, "fencing", e.Key, fmt.Sprintf("v%d published by %s, which did not hold partition %d's lease", e.Version, p.by, events.PartitionOf(e.Key)))
+		} else if !p.storedAt.IsZero() && !p.heldStored {
+			h.violate(p.storedAt, "fencing", e.Key, fmt.Sprintf("v%d published by %s, stored %v later, when it no longer held partition %d's lease",
+				e.Version, p.by, p.storedAt.Sub(p.at), events.PartitionOf(e.Key)))
+		}
+		seen := p.at
+		if !p.storedAt.IsZero() {
+			seen = p.storedAt
 		}
 		for v, at := range h.acks[e.Key] {
-			if v > e.Version && at.Before(p.at) {
-				h.violate(p.at, "latest wins", e.Key, fmt.Sprintf("v%d published by %s %v after v%d was acknowledged", e.Version, p.by, p.at.Sub(at), v))
+			if v > e.Version && at.Before(seen) {
+				h.violate(seen, "latest wins", e.Key, fmt.Sprintf("v%d published by %s and stored %v after v%d was acknowledged", e.Version, p.by, seen.Sub(at), v))
 			}
 		}
 	}

@@ -278,13 +278,14 @@ func (p publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 	p.w.mu.Lock()
 	l := p.w.linkOf(p.id)
 	cut, healed, latency := l.natsCut, l.healed, l.natsLatency+p.w.draw()
-	for _, ev := range evs {
+	idx := make([]int, len(evs))
+	for i, ev := range evs {
 		e, err := events.DecodeExpiry(ev.Data)
 		if err != nil {
 			p.w.mu.Unlock()
 			return time.Time{}, fmt.Errorf("sim: the fire path published what DecodeExpiry refuses: %w", err)
 		}
-		p.w.hist.published(p.id, e, now, p.w.holds(p.id, events.PartitionOf(e.Key), now))
+		idx[i] = p.w.hist.published(p.id, e, now, p.w.holds(p.id, events.PartitionOf(e.Key), now))
 	}
 	p.w.mu.Unlock()
 	if cut {
@@ -296,11 +297,12 @@ func (p publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
 	at := time.Now()
-	for _, ev := range evs {
+	for i, ev := range evs {
 		e, _ := events.DecodeExpiry(ev.Data)
 		if s, ok := p.w.js.stored[ev.MsgID]; ok && at.Sub(s.at) < p.w.cfg.Dedupe {
 			continue // a duplicate within the window
 		}
+		p.w.hist.stored(idx[i], at, p.w.holds(p.id, events.PartitionOf(e.Key), at))
 		if _, ok := p.w.js.stored[ev.MsgID]; ok {
 			p.w.hist.violate(at, "effectively once", e.Key, fmt.Sprintf("%s stored again by %s after the dedupe window", ev.MsgID, p.id))
 		}

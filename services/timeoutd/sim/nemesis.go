@@ -28,10 +28,15 @@ const (
 	// pauses them all for a third of the TTL or more: the cluster resumes
 	// from a silence that began after the cut-off one was dead.
 	faultLoneSurvivor = "lone-survivor"
+	// faultStall delays the instance's publishes by one to five seconds,
+	// delivered in the end, while its statements hang (a starved process,
+	// a stalled network): a publish may reach the stream after its lease
+	// lapsed and another instance took the partition.
+	faultStall = "stall"
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
-	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor}
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor, faultStall}
 
 // nemesis draws and applies faults until 3 s before r.loadEnd, and waits
 // for every one to heal.
@@ -118,6 +123,10 @@ func (r *run) nemesis(ctx context.Context) {
 					}
 				}
 			})
+		case faultStall:
+			lat := time.Second + time.Duration(nemRng.Int64N(int64(4*time.Second)))
+			w.setLink(n.id, func(l *link) { l.dbCut, l.natsLatency = true, lat })
+			heal(func(l *link) { l.dbCut, l.natsLatency = false, 0 })
 		case faultClockStep:
 			n.skew.Add(int64(time.Duration(nemRng.IntN(6001)-3000) * time.Millisecond))
 			w.mu.Lock()

@@ -249,7 +249,9 @@ func resetIsNotACrash(t *testing.T, b Backend) {
 	beat(t, a, "a", true)
 	acquire(t, a, "a", events.Partitions, nil)
 	b.Crash(t, "a")
-	probe(t, c, "b")
+	if _, takeable := probe(t, c, "b"); takeable != 0 {
+		t.Fatalf("right after a's reset: %d takeable, want none within the crash grace", takeable)
+	}
 	probe(t, b.Instance(t, "a"), "a") // it reconnects
 	time.Sleep(2 * b.CrashGrace())
 	if live, takeable := probe(t, c, "b"); live != 2 || takeable != 0 {
@@ -267,7 +269,7 @@ func restartKeepsLive(t *testing.T, b Backend) {
 	_, _, held := halves(t, b)
 	expired := b.Now(t).Add(TTL + TTL/10)
 	b.Restart(t)
-	a, c := b.Instance(t, "a"), b.Instance(t, "b")
+	c := b.Instance(t, "b")
 	if wait := expired.Sub(b.Now(t)); wait > 0 {
 		time.Sleep(wait) // the leases past their own expiry
 	}
@@ -280,6 +282,7 @@ func restartKeepsLive(t *testing.T, b Backend) {
 	if _, takeable := probe(t, c, "b"); takeable != 0 {
 		t.Fatalf("a, not back yet: %d takeable, want none (its sessions went with the restart)", takeable)
 	}
+	a := b.Instance(t, "a")
 	for id, l := range map[string]lease.Table{"a": a, "b": c} {
 		want(t, id+"'s renewal after the restart", renew(t, l, id, held[id]), held[id])
 	}
