@@ -27,6 +27,7 @@ type fakeStore struct {
 	applied     [][]events.Command
 	fired       []Due   // marked fired
 	built       []Event // published
+	fences      uint64  // the fences given
 	failRead    error
 	failPublish error
 	failMark    error
@@ -115,6 +116,22 @@ func (f *fakeStore) Stored(_ context.Context, subject, msgID string) (bool, erro
 	}
 	return false, nil
 }
+
+// Fence gives each lease a sequence of its own; the fake refuses no
+// event for its fence (the stream's rule is shown on JetStream and
+// modelled in package sim).
+func (f *fakeStore) Fence(_ context.Context, fence lease.Fence, _ []uint64) ([]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seqs := make([]uint64, len(fence.Leases))
+	for i := range seqs {
+		f.fences++
+		seqs[i] = f.fences
+	}
+	return seqs, nil
+}
+
+func (f *fakeStore) LastFence(context.Context, int) (uint64, int64, error) { return 0, 0, nil }
 
 func (f *fakeStore) MarkFired(_ context.Context, _ lease.Fence, due []Due, _ time.Time) ([]int, error) {
 	f.mu.Lock()

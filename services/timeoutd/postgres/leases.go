@@ -244,9 +244,17 @@ func (l Leases) Release(ctx context.Context, id string, leases []lease.Lease) er
 	return nil
 }
 
+// leaveSQL ends instance $1's registration at once, its row kept as the
+// last time it was seen: were it deleted, the cluster's quiet (resumedCTE)
+// would begin when the instances before it were last seen, and its own
+// restart under the same id would bring back an instance dead since then.
+// It deletes the rows expired for an hour, of instances long gone.
+const leaveSQL = `WITH purge AS (DELETE FROM timeoutd_instances WHERE id <> $1 AND expires_at < now() - interval '1 hour')
+UPDATE timeoutd_instances SET expires_at = now(), serving = false, seen_at = now(), app = '', gone_at = NULL WHERE id = $1`
+
 // Leave implements lease.Table.
 func (l Leases) Leave(ctx context.Context, id string) error {
-	if _, err := l.pool.Exec(ctx, `DELETE FROM timeoutd_instances WHERE id = $1`, id); err != nil {
+	if _, err := l.pool.Exec(ctx, leaveSQL, id); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil

@@ -110,9 +110,13 @@ func (l leases) Release(ctx context.Context, id string, leases []lease.Lease) er
 	})
 }
 
+// Leave ends id's registration at once, its row kept as the last time it
+// was seen (the store's leaveSQL).
 func (l leases) Leave(ctx context.Context, id string) error {
-	return l.w.statement(ctx, l.id, true, func(time.Time) error {
-		delete(l.w.pg.insts, id)
+	return l.w.statement(ctx, l.id, true, func(now time.Time) error {
+		if in := l.w.pg.insts[id]; in != nil {
+			in.expires, in.serving, in.seenAt = now, false, now
+		}
 		return nil
 	})
 }

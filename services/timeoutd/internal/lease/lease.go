@@ -81,7 +81,9 @@ type Table interface {
 	// Release gives up leases at once (they expire now; the epoch stays, the
 	// next grant bumps it).
 	Release(ctx context.Context, id string, leases []Lease) error
-	// Leave removes instance id from the live instances.
+	// Leave ends instance id's registration at once: it no longer counts
+	// as live, nor is listed. What the rules of a silence read of it (when
+	// it was last seen) stays.
 	Leave(ctx context.Context, id string) error
 	// Instances returns the live instances with their info and the
 	// partitions each holds, by id.

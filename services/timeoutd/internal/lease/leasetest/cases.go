@@ -29,6 +29,7 @@ var Cases = []Case{
 	{Name: "ARestartBringsBackNoInstanceDeadBeforeIt", Restarts: true, Run: restartResurrectsNoOne},
 	{Name: "ASilenceOfTheWholeClusterMovesNothing", Run: clusterSilence},
 	{Name: "ALoneSurvivorsSilenceBringsBackNoOne", Run: loneSurvivorSilence},
+	{Name: "ALoneSurvivorsRestartBringsBackNoOne", Run: loneSurvivorRestart},
 	{Name: "TheFenceRefusesEveryWriteOfAFormerOwner", Run: fenceRefusesFormerOwner},
 	{Name: "ExpiriesAreByTheDatabasesClock", Run: databaseClock},
 	{Name: "InstancesListsTheLiveAndTheirPartitions", Run: instancesList},
@@ -358,6 +359,36 @@ func loneSurvivorSilence(t *testing.T, b Backend) {
 	time.Sleep(TTL / 2)
 	want(t, "live at b's heartbeat after its own silence", beat(t, c, "b", true).Live, 1)
 	want(t, "b's renewal", len(renew(t, c, "b", mine)), events.Partitions)
+}
+
+// loneSurvivorRestart: as loneSurvivorSilence, but b restarts
+// gracefully (it releases its leases, leaves, and beats again under the
+// same id a third of the TTL later): its leaving must not make the
+// cluster's quiet begin when dead a was last seen, which would count a as
+// live again at b's first heartbeat.
+func loneSurvivorRestart(t *testing.T, b Backend) {
+	_, c, held := halves(t, b)
+	mine := held["b"]
+	for end := time.Now().Add(4 * TTL); ; time.Sleep(TTL / 10) {
+		if time.Now().After(end) {
+			t.Fatalf("b holds %d partitions within %v; want silent a's too", len(mine), 4*TTL)
+		}
+		live := beat(t, c, "b", true).Live
+		mine = renew(t, c, "b", mine)
+		mine = append(mine, acquire(t, c, "b", events.Partitions-len(mine), mine)...)
+		if len(mine) == events.Partitions && live == 1 {
+			break
+		}
+	}
+	if err := c.Release(ctx, "b", mine); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Leave(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(TTL / 2)
+	want(t, "live at b's first heartbeat after its restart", beat(t, c, "b", true).Live, 1)
+	want(t, "b's acquisition after its restart", len(acquire(t, c, "b", events.Partitions, nil)), events.Partitions)
 }
 
 // fenceRefusesFormerOwner: every fenced write goes through for the
