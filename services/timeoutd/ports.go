@@ -8,6 +8,13 @@ import (
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
+// Lease and Fence are the lease and the fence of writes and publishes
+// (package lease), named here for the adapters' callers outside timeoutd.
+type (
+	Lease = lease.Lease
+	Fence = lease.Fence
+)
+
 // Store is every SQL operation timeoutd performs; package postgres
 // implements it. All methods are safe for concurrent use.
 type Store interface {
