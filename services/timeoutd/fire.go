@@ -90,13 +90,21 @@ func (f *firer) onDue(due []schedule.Due) {
 		return // still pending in Postgres; the next process fires them
 	}
 	now := f.sched.Now()
+	var parts []int
+	var seen [events.Partitions]bool
+	for _, d := range due {
+		if p := events.PartitionOf(d.Key); !seen[p] {
+			seen[p], parts = true, append(parts, p)
+		}
+	}
+	gate := f.own.Gate(parts)
 	var wait, gone []schedule.Ref
 	ready := due[:0]
 	for _, d := range due {
 		switch p := events.PartitionOf(d.Key); {
-		case f.own.Open(p):
+		case gate.Open(p):
 			ready = append(ready, d)
-		case f.own.Owns(p):
+		case gate.Owned(p):
 			wait = append(wait, d.Ref)
 		default:
 			gone = append(gone, d.Ref)
@@ -145,35 +153,26 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		f.retry(p, "read", err)
 		return nil
 	}
-	switch {
-	case !f.own.Trusted():
-		// The leases were not renewed in time: publish nothing a new owner
-		// may be publishing too; the membership drops them or renews.
-		f.retry(p, "lease", errLeasesUntrusted)
-		return nil
-	case !f.own.InContact():
-		// Cut off from the database long enough for the others to read
-		// this instance as crashed and take its partitions; back in
-		// contact, the leases wait for a renewal too (Ownership.Contacted).
-		f.retry(p, "contact", errOutOfContact)
-		return nil
-	}
-	// Pin the partitions still open here: one handed over since the
-	// hand-out is not published for, and one handed over from now on is
-	// released only after this publish (lease.Membership waits for it).
+	// The gate of the batch's partitions, those open here pinned: one
+	// handed over since the hand-out is not published for, and one handed
+	// over from now on is released only after this publish
+	// (lease.Membership waits for it).
 	var parts []int
 	for _, t := range found {
 		parts = appendPartitions(parts, events.PartitionOf(t.Key))
 	}
-	open := f.own.Pin(parts)
-	defer f.own.Unpin(keep(slices.Clone(parts), open))
+	gate := f.own.PinGate(parts)
+	defer gate.Close()
+	if !f.gated(p, gate.Why()) {
+		return nil
+	}
 	// Claim what is still current: a timeout replaced or cleared by a
 	// command applied since the hand-out is not published, and the
 	// commands applied from now on wait for the PubAcks of those claimed
 	// before they are acknowledged.
 	inOpen := make([]bool, len(found))
 	for i, t := range found {
-		inOpen[i] = open[slices.Index(parts, events.PartitionOf(t.Key))]
+		inOpen[i] = gate.Open(events.PartitionOf(t.Key))
 	}
 	found, refs = keep(found, inOpen), keep(refs, inOpen)
 	keys := make([]string, len(found))
@@ -217,13 +216,20 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		e.Payload = nil            // the recent expiries keep the event without it
 		part := events.PartitionOf(t.Key)
-		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data, Partition: part, Fence: f.own.StreamFence(part)}
+		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data, Partition: part, Fence: gate.StreamFence(part)}
 		if tracing.Enabled() {
 			span := startFireSpan(f.hard, t, e, subject)
 			ev.TraceParent = tracing.Format(span.SpanContext())
 			spans = append(spans, span)
 		}
 		evs, p.exps = append(evs, ev), append(p.exps, e)
+	}
+	// The gate again, right before the publish: what was read since (a
+	// stored event looked up) took time, and the trust it was taken with
+	// may have run out.
+	if !f.gated(p, gate.Recheck()) {
+		endSpans(spans, errLeasesUntrusted)
+		return nil
 	}
 	p.ackedAt, err = f.pub.Publish(f.hard, evs)
 	endSpans(spans, err)
@@ -247,10 +253,11 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 // is adopted. One at a newer epoch is left as it is: the partition moved,
 // and the membership finds the lease lost.
 func (f *firer) refence(parts []int) {
-	if !f.own.Trusted() || !f.own.InContact() {
+	gate := f.own.Gate(parts)
+	if gate.Why() != "" {
 		return
 	}
-	held := f.own.Fence(parts)
+	held := gate.Fence()
 	again := lease.Fence{Owner: held.Owner}
 	var expect []uint64
 	for _, l := range held.Leases {
@@ -278,6 +285,27 @@ func (f *firer) refence(parts []int) {
 		}
 	}
 	f.cfg.Logger.Info("partitions fenced again in the expiry stream", "partitions", lease.PartitionsOf(again.Leases))
+}
+
+// gated reports whether a batch may go on past a gate whose reason is
+// why, and when it may not, retries p: the leases were not renewed in
+// time (publish nothing a new owner may be publishing too; the
+// membership drops them or renews), or Postgres is out of contact (the
+// others may read this instance as crashed and take its partitions; back
+// in contact, the leases wait for a renewal too, Ownership.Contacted), or
+// a partition open at the gate was lost since.
+func (f *firer) gated(p *published, why lease.Why) bool {
+	switch why {
+	case "":
+		return true
+	case lease.Untrusted:
+		f.retry(p, "lease", errLeasesUntrusted)
+	case lease.OutOfContact:
+		f.retry(p, "contact", errOutOfContact)
+	default:
+		f.retry(p, "lease", errLeasesUntrusted)
+	}
+	return false
 }
 
 // rows returns the rows of due to fire and their Refs: a plain timeout's
@@ -408,7 +436,7 @@ func (f *firer) markBatches(ps []*published) {
 		parts = appendPartitions(parts, p.parts...)
 	}
 	start := time.Now()
-	refused, err := f.store.MarkFired(f.hard, f.own.Fence(parts), rows, firedAt)
+	refused, err := f.store.MarkFired(f.hard, f.own.Gate(parts).Fence(), rows, firedAt)
 	if err != nil {
 		for _, p := range ps {
 			f.retry(p, "mark", err)

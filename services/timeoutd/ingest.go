@@ -249,7 +249,7 @@ func (in *ingester) write(ctx context.Context, cmds []events.Command, now time.T
 		parts = appendPartitions(parts, events.PartitionOf(c.Key))
 	}
 	spans := startIngestSpans(ctx, cmds)
-	fence := in.own.Fence(parts)
+	fence := in.own.Gate(parts).Fence()
 	changes, lost, err := in.store.Apply(ctx, fence, cmds, now)
 	endSpans(spans, err)
 	if err != nil {

@@ -33,7 +33,7 @@ func (j *janitor) Start(ctx context.Context) { j.Base.Start(ctx, j.run) }
 
 func (j *janitor) run(ctx context.Context) {
 	for retry.Sleep(ctx, j.cfg.JanitorInterval) {
-		fence := j.own.Fence([]int{janitorPartition})
+		fence := j.own.Gate([]int{janitorPartition}).Fence()
 		if len(fence.Leases) == 0 {
 			continue // another instance sweeps
 		}

@@ -907,5 +907,5 @@ func applyOwned(s *Service, changes []Change) {
 	for _, c := range changes {
 		parts = appendPartitions(parts, events.PartitionOf(c.Key))
 	}
-	s.ingest.apply(changes, s.own.Fence(parts))
+	s.ingest.apply(changes, s.own.Gate(parts).Fence())
 }

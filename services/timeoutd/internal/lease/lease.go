@@ -2,11 +2,14 @@
 // holds, the epochs that fence its writes, its contact with Postgres, and
 // the loop that keeps its share of the partitions.
 //
-//   - [Ownership] is what ingest, the fire path and the janitor ask before
-//     they act, on every batch: [Ownership.Owns], [Ownership.Open],
-//     [Ownership.Trusted], [Ownership.InContact], [Ownership.Fence] (what a
-//     write presents to the store) and [Ownership.Pin] (a fire batch's hold
-//     on a partition, which a handover waits for).
+//   - [Ownership] is what this instance owns. Ingest, the fire path and
+//     the janitor ask it once per batch, for a [Gate]: for the batch's
+//     partitions, whether each may fire now and why not ([Why]), the
+//     [Fence] a write presents to the store, each partition's fence in the
+//     expiry stream, and for the fire path a pin (a handover waits for its
+//     Close); the fire path checks it again before it publishes
+//     ([Gate.Recheck]). [Ownership.View] is the same answer for every
+//     partition, for the cluster view.
 //   - [Membership] heartbeats, renews, rebalances, takes partitions over
 //     through [Partitions] (the daemon's recovery, consumers and schedule)
 //     and drops the lost ones; it measures the clock against Postgres's.

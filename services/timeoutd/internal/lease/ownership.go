@@ -186,17 +186,6 @@ func (o *Ownership) Owns(p int) bool { return o.epochs[p].Load() != 0 }
 // Open reports whether partition p is owned and its fires open.
 func (o *Ownership) Open(p int) bool { return o.opened[p].Load() && o.Owns(p) }
 
-// Fence returns the Fence of the partitions of parts this instance owns.
-func (o *Ownership) Fence(parts []int) Fence {
-	f := Fence{Owner: o.id}
-	for _, p := range parts {
-		if e := o.epochs[p].Load(); e != 0 {
-			f.Leases = append(f.Leases, Lease{Partition: p, Epoch: e})
-		}
-	}
-	return f
-}
-
 // Owned returns the partitions owned, in order.
 func (o *Ownership) Owned() []int {
 	var out []int
