@@ -72,6 +72,8 @@ func TestDashboardFollowsOrdersToTheirExpiry(t *testing.T) {
 		cells[0] != svcTimeoutd+" (this one)" || cells[1] != "64" || cells[2] != "0-63" {
 		t.Errorf("cluster row %q, want %s (this one) owning 64 partitions, 0-63", cells, svcTimeoutd)
 	}
+	// Its caption: ownership as it really is, every partition fireable.
+	browsertest.Poll(t, ctx, 3*time.Second, "the cluster caption", `document.getElementById("cluster-summary")?.textContent === "1 instance, 64 of 64 partitions may fire"`)
 
 	for _, o := range watched {
 		cells := browsertest.Eval[[]string](t, ctx, cellsOf("pending-rows", o.ID))

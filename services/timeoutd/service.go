@@ -125,7 +125,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s.membership = lease.NewMembership(lease.Config{InstanceID: cfg.InstanceID, TTL: cfg.LeaseTTL,
 		RenewInterval: cfg.LeaseRenewInterval, ProbeInterval: cfg.LeaseProbeInterval, Logger: cfg.Logger},
 		lease.Deps{Table: d.Leases, Own: s.own, Partitions: s.recovery, Clock: clock.Now, Hold: s.sched.Hold,
-			Info: s.heartbeatInfo, BrokerHealthy: d.BrokerHealthy, View: func(in []lease.Instance) { s.view.set(cfg.InstanceID, in) },
+			Info: s.heartbeatInfo, BrokerHealthy: d.BrokerHealthy, View: func(in []lease.Instance, ls []lease.PartitionLease) { s.view.set(cfg.InstanceID, in, ls) },
 			Ready: s.markReady, CaughtUp: func() { s.caughtOnce.Do(func() { close(s.caughtUp) }) }, Counters: &s.stats.members})
 	s.ingest = &ingester{cfg: cfg, src: d.Source, store: d.Store, dlq: d.DeadLetters, sched: s.sched, own: s.own, stats: s.stats,
 		m: d.Metrics, hard: s.hard}
@@ -279,6 +279,15 @@ func (s *Service) heartbeatInfo() []byte {
 func (s *Service) instanceInfo() InstanceInfo {
 	st := s.Stats()
 	info := InstanceInfo{Pending: st.Pending, Fired: st.Fired + st.Missed, FiredPerSec: st.FiredPerSec}
+	for p, why := range s.own.View() {
+		switch why {
+		case "", lease.Unowned:
+		case lease.Opening:
+			info.Opening = append(info.Opening, p)
+		default:
+			info.Blocked = why
+		}
+	}
 	recent := s.Recent(s.cfg.Recent)
 	if len(recent) == 0 {
 		return info
@@ -296,6 +305,12 @@ func (s *Service) instanceInfo() InstanceInfo {
 // each holds and what each published, as of the last membership round
 // (every LeaseRenewInterval).
 func (s *Service) Cluster() []Member { return s.view.get() }
+
+// Ownership returns every partition's owner as it really is, as of the
+// last membership round: its lease by the rules (the grace after a
+// restart or a silence, crash detection), and whether its owner may fire
+// it, and why not, as its owner's gate said in its last heartbeat.
+func (s *Service) Ownership() []PartitionOwnership { return s.view.ownership() }
 
 // InstanceID returns this instance's id in the cluster.
 func (s *Service) InstanceID() string { return s.cfg.InstanceID }

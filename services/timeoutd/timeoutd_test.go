@@ -236,6 +236,9 @@ func (soleLeases) Renew(_ context.Context, _ string, held []lease.Lease, _ time.
 func (soleLeases) Release(context.Context, string, []lease.Lease) error { return nil }
 func (soleLeases) Leave(context.Context, string) error                  { return nil }
 func (soleLeases) Instances(context.Context) ([]lease.Instance, error)  { return nil, nil }
+func (soleLeases) Ownership(context.Context, time.Duration) ([]lease.PartitionLease, error) {
+	return nil, nil
+}
 
 // ownAll makes s the owner of every partition, open, its leases trusted
 // for an hour: as after the membership's first round, without running it.

@@ -180,6 +180,31 @@ type Cluster struct {
 	// Partitions is the number of key partitions (pkg/events.Partitions).
 	Partitions int        `json:"partitions"`
 	Instances  []Instance `json:"instances"`
+	// Ownership is every partition's owner as it really is, by partition
+	// (empty before the first lease round); MayFire counts those whose
+	// owner may fire them now.
+	Ownership []PartitionOwner `json:"ownership"`
+	MayFire   int              `json:"may_fire"`
+}
+
+// PartitionOwner is a partition's owner as it really is: its lease by the
+// rules the instances apply (the grace after a restart of Postgres or a
+// silence of the cluster, crash detection), and whether its owner may
+// fire it now, by the owner's own gate.
+type PartitionOwner struct {
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner,omitempty"`
+	Epoch     int64  `json:"epoch"`
+	// Lease is "held", "grace" (expired by its own expiry, kept for its
+	// owner to renew), "expired", "orphaned" (its owner crashed) or
+	// "free".
+	Lease string `json:"lease"`
+	// MayFire is true when its owner may fire it now; Why says why not:
+	// "unowned", "in_grace", "opening" (its takeover not done),
+	// "untrusted" (its owner's leases not renewed in time) or
+	// "out_of_contact" (its owner cut off from Postgres).
+	MayFire bool   `json:"may_fire"`
+	Why     string `json:"why,omitempty"`
 }
 
 // Snapshot is the data of each "snapshot" event of /api/v1/stream: the whole

@@ -38,6 +38,8 @@ type Service interface {
 	Generation() uint64
 	// Cluster returns the live instances of the cluster.
 	Cluster() []timeoutd.Member
+	// Ownership returns every partition's owner as it really is.
+	Ownership() []timeoutd.PartitionOwnership
 }
 
 // Defaults of Config.
@@ -403,6 +405,15 @@ func (s *server) clusterToAPI() api.Cluster {
 			LatenessP50Ms: float64(m.Info.LatenessP50) / 1e6, LatenessMaxMs: float64(m.Info.LatenessMax) / 1e6}
 		if out.Instances[i].Partitions == nil {
 			out.Instances[i].Partitions = []int{}
+		}
+	}
+	own := s.svc.Ownership()
+	out.Ownership = make([]api.PartitionOwner, len(own))
+	for i, o := range own {
+		out.Ownership[i] = api.PartitionOwner{Partition: o.Partition, Owner: o.Owner, Epoch: o.Epoch, Lease: string(o.Lease),
+			MayFire: o.Why == "", Why: string(o.Why)}
+		if o.Why == "" {
+			out.MayFire++
 		}
 	}
 	return out

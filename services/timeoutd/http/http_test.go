@@ -17,6 +17,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/api"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // fakeService serves a fixed, sorted set of pending timeouts.
@@ -33,6 +34,10 @@ func (f *fakeService) Generation() uint64          { return 1 }
 func (f *fakeService) Cluster() []timeoutd.Member {
 	return []timeoutd.Member{{ID: "timeoutd-1", Self: true, Partitions: []int{0, 1},
 		Info: timeoutd.InstanceInfo{Pending: int64(len(f.pending)), Fired: 3, LatenessP50: 2 * time.Millisecond}}}
+}
+func (f *fakeService) Ownership() []timeoutd.PartitionOwnership {
+	return []timeoutd.PartitionOwnership{{Partition: 0, Owner: "timeoutd-1", Epoch: 3, Lease: lease.LeaseHeld},
+		{Partition: 1, Owner: "timeoutd-1", Epoch: 2, Lease: lease.LeaseHeld, Why: lease.Opening}, {Partition: 2, Lease: lease.LeaseFree, Why: lease.Unowned}}
 }
 func (f *fakeService) Recent(n int) []events.Expiry {
 	return []events.Expiry{{Key: "r", Version: 1, Outcome: events.OutcomeFired, LatenessNs: 2e6}}[:min(n, 1)]
@@ -100,7 +105,10 @@ func TestAPI(t *testing.T) {
 		{"get invalid key", "/api/v1/timeouts/a.b.c", nil, 400, "application/problem+json", nil, "key"},
 		{"store failure is a generic 500", "/api/v1/timeouts", func(f *fakeService) { f.failDB = errors.New("secret dsn in error") }, 500, "application/problem+json", []string{"request id"}, ""},
 		{"stats", "/api/v1/stats", nil, 200, "application/json", []string{`"pending":4`, `"fired":3`, `"width_ms":5000,"due":1,"counts":[2,0,1],"later":0`, `"within_ms":60000`}, ""},
-		{"cluster", "/api/v1/cluster", nil, 200, "application/json", []string{`"partitions":64`, `"id":"timeoutd-1"`, `"self":true`, `"partitions":[0,1]`, `"pending":4`, `"lateness_p50_ms":2`}, ""},
+		{"cluster", "/api/v1/cluster", nil, 200, "application/json", []string{`"partitions":64`, `"id":"timeoutd-1"`, `"self":true`, `"partitions":[0,1]`, `"pending":4`, `"lateness_p50_ms":2`,
+			`"may_fire":1`, `{"partition":0,"owner":"timeoutd-1","epoch":3,"lease":"held","may_fire":true}`,
+			`{"partition":1,"owner":"timeoutd-1","epoch":2,"lease":"held","may_fire":false,"why":"opening"}`,
+			`{"partition":2,"epoch":0,"lease":"free","may_fire":false,"why":"unowned"}`}, ""},
 		{"expiries", "/api/v1/expiries?limit=5", nil, 200, "application/json", []string{`"key":"r"`, `"lateness_ms":2`}, ""},
 		{"unknown endpoint", "/api/v1/nope", nil, 404, "application/problem+json", nil, ""},
 		{"healthz", "/healthz", func(f *fakeService) { f.ready = false }, 200, "text/plain; charset=utf-8", []string{"ok"}, ""},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // Metrics implements timeoutd.Metrics with Prometheus collectors, and
@@ -84,12 +85,35 @@ type watched interface {
 	IsReady() bool
 	Owned() []int
 	Deadlines(now time.Time) timeoutd.Deadlines
+	Ownership() []timeoutd.PartitionOwnership
 }
+
+// ownershipReasons are the values of timeoutd_cluster_partitions' why
+// label: "may_fire", then each reason a partition may not be fired.
+var ownershipReasons = []lease.Why{"", lease.Opening, lease.Untrusted, lease.OutOfContact, timeoutd.InGrace, lease.Unowned}
 
 // Watch registers the gauges and counters read from svc's Stats.
 func (m *Metrics) Watch(svc watched) {
 	counter := func(name, help string, f func(timeoutd.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(svc.Stats())) })
+	}
+	for _, why := range ownershipReasons {
+		label := string(why)
+		if why == "" {
+			label = "may_fire"
+		}
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_cluster_partitions",
+			Help:        "The cluster's partitions as they really are, as of this instance's last lease round: whether their owner may fire them, and why not (opening, untrusted, out_of_contact, in_grace, unowned).",
+			ConstLabels: prometheus.Labels{"why": label}},
+			func() float64 {
+				n := 0
+				for _, o := range svc.Ownership() {
+					if o.Why == why {
+						n++
+					}
+				}
+				return float64(n)
+			}))
 	}
 	m.reg.MustRegister(&overdueCollector{svc: svc},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_partitions_owned", Help: "Partitions this instance holds a lease on (64 in all over the cluster)."},

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // watchedFake holds deadlines and partitions for Watch's gauges.
@@ -21,6 +22,19 @@ func (f *watchedFake) Pending() int          { return len(f.deadlines) }
 func (f *watchedFake) IsReady() bool         { return true }
 func (f *watchedFake) Owned() []int          { return f.owned }
 
+// Ownership: partition 3 may fire, 9 opens, 60 waits in the grace, the
+// others are nobody's.
+func (f *watchedFake) Ownership() []timeoutd.PartitionOwnership {
+	out := make([]timeoutd.PartitionOwnership, 64)
+	for p := range out {
+		out[p] = timeoutd.PartitionOwnership{Partition: p, Lease: lease.LeaseFree, Why: lease.Unowned}
+	}
+	out[3] = timeoutd.PartitionOwnership{Partition: 3, Owner: "a", Epoch: 1, Lease: lease.LeaseHeld}
+	out[9] = timeoutd.PartitionOwnership{Partition: 9, Owner: "a", Epoch: 1, Lease: lease.LeaseHeld, Why: lease.Opening}
+	out[60] = timeoutd.PartitionOwnership{Partition: 60, Owner: "b", Epoch: 1, Lease: lease.LeaseGrace, Why: timeoutd.InGrace}
+	return out
+}
+
 // Deadlines counts as the service does: Due is every deadline before the
 // second of now.
 func (f *watchedFake) Deadlines(now time.Time) timeoutd.Deadlines {
@@ -33,7 +47,7 @@ func (f *watchedFake) Deadlines(now time.Time) timeoutd.Deadlines {
 	return d
 }
 
-func TestWatchCountsOverdueTimeoutsAndOwnedPartitions(t *testing.T) {
+func TestWatchCountsOverdueTimeoutsOwnedAndClusterPartitions(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	f := &watchedFake{now: now, owned: []int{3, 9, 60}, deadlines: []time.Time{
@@ -48,10 +62,15 @@ func TestWatchCountsOverdueTimeoutsAndOwnedPartitions(t *testing.T) {
 	NewMetrics(reg).Watch(f)
 	got := gauges(t, reg)
 	for name, want := range map[string]float64{
-		`timeoutd_partitions_owned`:                   3,
-		`timeoutd_overdue_timeouts{older_than="10s"}`: 4,
-		`timeoutd_overdue_timeouts{older_than="1m"}`:  3,
-		`timeoutd_overdue_timeouts{older_than="10m"}`: 2,
+		`timeoutd_partitions_owned`:                    3,
+		`timeoutd_overdue_timeouts{older_than="10s"}`:  4,
+		`timeoutd_overdue_timeouts{older_than="1m"}`:   3,
+		`timeoutd_overdue_timeouts{older_than="10m"}`:  2,
+		`timeoutd_cluster_partitions{why="may_fire"}`:  1,
+		`timeoutd_cluster_partitions{why="opening"}`:   1,
+		`timeoutd_cluster_partitions{why="in_grace"}`:  1,
+		`timeoutd_cluster_partitions{why="unowned"}`:   61,
+		`timeoutd_cluster_partitions{why="untrusted"}`: 0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)

@@ -260,6 +260,39 @@ func (l Leases) Leave(ctx context.Context, id string) error {
 	return nil
 }
 
+var ownershipSQL = fmt.Sprintf(`
+WITH gone AS (SELECT id FROM timeoutd_instances WHERE %[1]s),
+r AS (SELECT l.part, l.owner, l.epoch, l.expires_at, %[2]s AS until
+	FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner)
+SELECT part, coalesce(owner, ''), epoch,
+	CASE WHEN owner IS NULL THEN 'free' WHEN owner IN (SELECT id FROM gone) THEN 'orphaned'
+		WHEN expires_at > now() THEN 'held' WHEN until > now() THEN 'grace' ELSE 'expired' END,
+	CASE WHEN owner IS NULL OR owner IN (SELECT id FROM gone) OR until <= now() THEN 0
+		ELSE ceil(extract(epoch FROM until - now()) * 1000)::int8 END
+FROM r ORDER BY part`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, quietAtSQL, "$1"))
+
+// Ownership implements lease.Table, with the rules of Acquire: the same
+// grace and crash detection.
+func (l Leases) Ownership(ctx context.Context, ttl time.Duration) ([]lease.PartitionLease, error) {
+	rows, err := l.pool.Query(ctx, ownershipSQL, ttl.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("read the leases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease.PartitionLease, error) {
+		var pl lease.PartitionLease
+		var p int16
+		var state string
+		var leftMs int64
+		err := r.Scan(&p, &pl.Owner, &pl.Epoch, &state, &leftMs)
+		pl.Partition, pl.State, pl.Left = int(p), lease.LeaseState(state), time.Duration(leftMs)*time.Millisecond
+		return pl, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the leases: %w", err)
+	}
+	return out, nil
+}
+
 const instancesSQL = `
 SELECT i.id, i.started_at, i.info,
 	coalesce(array_agg(l.part ORDER BY l.part) FILTER (WHERE l.part IS NOT NULL), '{}')

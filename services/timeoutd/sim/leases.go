@@ -144,5 +144,35 @@ func (l leases) Instances(ctx context.Context) (out []lease.Instance, err error)
 	return out, err
 }
 
+// Ownership reads every lease by the rules Acquire applies (the store's
+// ownershipSQL).
+func (l leases) Ownership(ctx context.Context, _ time.Duration) (out []lease.PartitionLease, err error) {
+	err = l.w.statement(ctx, l.id, false, func(now time.Time) error {
+		out = make([]lease.PartitionLease, len(l.w.pg.leases))
+		for p, ls := range l.w.pg.leases {
+			pl := lease.PartitionLease{Partition: p, Owner: ls.owner, Epoch: ls.epoch}
+			until := l.w.graceExpiry(ls.expires, l.w.pg.insts[ls.owner])
+			switch {
+			case ls.owner == "":
+				pl.State = lease.LeaseFree
+			case l.w.gone(ls.owner, now):
+				pl.State = lease.LeaseOrphaned
+			case ls.expires.After(now):
+				pl.State = lease.LeaseHeld
+			case until.After(now):
+				pl.State = lease.LeaseGrace
+			default:
+				pl.State = lease.LeaseExpired
+			}
+			if (pl.State == lease.LeaseHeld || pl.State == lease.LeaseGrace) && until.After(now) {
+				pl.Left = until.Sub(now)
+			}
+			out[p] = pl
+		}
+		return nil
+	})
+	return out, err
+}
+
 // Leases returns instance id's lease table.
 func (w *World) Leases(id string) lease.Table { return leases{w: w, id: id} }

@@ -18,19 +18,46 @@ type Member struct {
 }
 
 // ClusterSummary is the caption of the cluster table, e.g. "3 instances,
-// 64 of 64 partitions owned".
+// 60 of 64 partitions may fire, 4 opening": whether each partition's owner
+// may fire it now, and why not, as the serving instance's last lease round
+// read the leases by their rules and each owner's gate. Before the first
+// round (or from an instance that does not report it) it counts the
+// partitions owned.
 func (s *State) ClusterSummary() string {
 	c := s.Cluster
-	owned := 0
-	for _, in := range c.Instances {
-		owned += len(in.Partitions)
-	}
 	n := len(c.Instances)
 	word := "instances"
 	if n == 1 {
 		word = "instance"
 	}
-	return strconv.Itoa(n) + " " + word + ", " + strconv.Itoa(owned) + " of " + strconv.Itoa(c.Partitions) + " partitions owned"
+	head := strconv.Itoa(n) + " " + word + ", "
+	if len(c.Ownership) == 0 {
+		owned := 0
+		for _, in := range c.Instances {
+			owned += len(in.Partitions)
+		}
+		return head + strconv.Itoa(owned) + " of " + strconv.Itoa(c.Partitions) + " partitions owned"
+	}
+	why := map[string]int{}
+	for _, o := range c.Ownership {
+		if !o.MayFire {
+			why[o.Why]++
+		}
+	}
+	out := head + strconv.Itoa(c.MayFire) + " of " + strconv.Itoa(c.Partitions) + " partitions may fire"
+	for _, r := range whyNot {
+		if k := why[r.why]; k > 0 {
+			out += ", " + strconv.Itoa(k) + " " + r.words
+		}
+	}
+	return out
+}
+
+// whyNot are the reasons a partition may not be fired, as the summary
+// says them, in its order.
+var whyNot = []struct{ why, words string }{
+	{"opening", "opening"}, {"in_grace", "in grace"}, {"untrusted", "untrusted"},
+	{"out_of_contact", "out of contact"}, {"unowned", "unowned"},
 }
 
 // Members formats the cluster's instances, in the server's order (by id).

@@ -35,6 +35,19 @@ func TestMembers(t *testing.T) {
 	if got, want := s.ClusterSummary(), "2 instances, 5 of 64 partitions owned"; got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}
+	s.ApplySnapshot(api.Snapshot{Cluster: api.Cluster{Partitions: 64, MayFire: 60, Instances: []api.Instance{{ID: "timeoutd-1"}}, Ownership: append(
+		make([]api.PartitionOwner, 60),
+		api.PartitionOwner{Why: "opening"}, api.PartitionOwner{Why: "in_grace"}, api.PartitionOwner{Why: "in_grace"}, api.PartitionOwner{Why: "unowned"})}}, time.Unix(0, 0))
+	for i := range 60 {
+		s.Cluster.Ownership[i].MayFire = true
+	}
+	if got, want := s.ClusterSummary(), "1 instance, 60 of 64 partitions may fire, 1 opening, 2 in grace, 1 unowned"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	s.ApplySnapshot(api.Snapshot{Cluster: api.Cluster{Partitions: 64, Instances: []api.Instance{
+		{ID: "timeoutd-1", Self: true, Partitions: []int{0, 1, 2}, Pending: 12345, FiredPerSec: 42, LatenessP50Ms: 1.5, LatenessMaxMs: 2300},
+		{ID: "timeoutd-2", Partitions: []int{3, 9}},
+	}}}, time.Unix(0, 0))
 	ms := s.Members()
 	want := Member{ID: "timeoutd-1", Self: true, Partitions: "3", Ranges: "0-2", Pending: "12,345", FiredRate: "42.0/s", LatencyP50: "1.5 ms", LatencyMax: "2.3 s"}
 	if len(ms) != 2 || ms[0] != want {

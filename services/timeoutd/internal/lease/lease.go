@@ -91,7 +91,43 @@ type Table interface {
 	// Instances returns the live instances with their info and the
 	// partitions each holds, by id.
 	Instances(ctx context.Context) ([]Instance, error)
+	// Ownership returns every partition's lease as the rules read it, by
+	// partition, for instances with TTL ttl: what the table's expiry alone
+	// does not tell (the grace after a restart or a silence, crash
+	// detection).
+	Ownership(ctx context.Context, ttl time.Duration) ([]PartitionLease, error)
 }
+
+// PartitionLease is a partition's lease as the rules read it.
+type PartitionLease struct {
+	Partition int
+	// Owner is the instance the row names ("" when free), at Epoch.
+	Owner string
+	Epoch int64
+	State LeaseState
+	// Left is how long until it expires by the rules (0 when takeable).
+	Left time.Duration
+}
+
+// LeaseState is what a lease row is, by the rules.
+type LeaseState string
+
+// The states of a lease.
+const (
+	// LeaseHeld: live by its own expiry.
+	LeaseHeld LeaseState = "held"
+	// LeaseGrace: expired by its own expiry, live by the grace after a
+	// restart of the database or a silence of the cluster: its owner
+	// renews it before anyone may take it.
+	LeaseGrace LeaseState = "grace"
+	// LeaseExpired: takeable, expired by the rules.
+	LeaseExpired LeaseState = "expired"
+	// LeaseOrphaned: takeable at once, its owner crashed (its sessions
+	// gone for the crash grace).
+	LeaseOrphaned LeaseState = "orphaned"
+	// LeaseFree: released, or never granted.
+	LeaseFree LeaseState = "free"
+)
 
 // Beat is what a heartbeat learns of the cluster.
 type Beat struct {

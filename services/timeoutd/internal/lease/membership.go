@@ -78,8 +78,9 @@ type Deps struct {
 	Info func() []byte
 	// BrokerHealthy reports whether NATS answered lately.
 	BrokerHealthy func() bool
-	// View receives the live instances after every round.
-	View func([]Instance)
+	// View receives the live instances and every partition's lease after
+	// every round.
+	View func([]Instance, []PartitionLease)
 	// Ready is called once the first round's partitions are loaded and
 	// consumed; CaughtUp once their fires are open.
 	Ready    func(loaded int)
@@ -423,15 +424,20 @@ func (m *Membership) measureClock(sent, received, dbTime time.Time) {
 	m.d.Counters.ClockAhead.Store(int64(received.Sub(sent)/2 + sent.Sub(dbTime)))
 }
 
-// readView hands the live instances to Deps.View, after the round's
-// changes; a failure keeps the last view.
+// readView hands the live instances and the leases to Deps.View, after
+// the round's changes; a failure keeps the last view.
 func (m *Membership) readView(ctx context.Context) {
 	instances, err := m.d.Table.Instances(ctx)
 	if err != nil {
 		m.cfg.Logger.Debug("read the cluster view", "err", err)
 		return
 	}
-	m.d.View(instances)
+	leases, err := m.d.Table.Ownership(ctx, m.cfg.TTL)
+	if err != nil {
+		m.cfg.Logger.Debug("read the cluster view", "err", err)
+		return
+	}
+	m.d.View(instances, leases)
 }
 
 // unproven handles a failed heartbeat or renewal: the leases stay trusted

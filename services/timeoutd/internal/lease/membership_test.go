@@ -117,6 +117,8 @@ func (l *leaseTable) Leave(context.Context, string) error {
 
 func (l *leaseTable) Instances(context.Context) ([]Instance, error) { return nil, nil }
 
+func (l *leaseTable) Ownership(context.Context, time.Duration) ([]PartitionLease, error) { return nil, nil }
+
 // steal gives partition p to another instance (its epoch grows); free
 // releases it.
 func (l *leaseTable) steal(p int) {
@@ -252,7 +254,7 @@ func newMemberTest(t *testing.T, cfg Config) *memberTest {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	mt.m = NewMembership(cfg, Deps{Table: mt.own.Watch(mt.leases), Own: mt.own, Partitions: mt.parts,
 		Clock: time.Now, Hold: func(time.Duration) {}, Info: func() []byte { return nil },
-		BrokerHealthy: mt.healthy.Load, View: func([]Instance) {}, Ready: func(int) {}, CaughtUp: func() {},
+		BrokerHealthy: mt.healthy.Load, View: func([]Instance, []PartitionLease) {}, Ready: func(int) {}, CaughtUp: func() {},
 		Counters: mt.counters})
 	mt.m.Signals.Taken.Init()
 	return mt

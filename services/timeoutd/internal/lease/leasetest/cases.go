@@ -33,6 +33,7 @@ var Cases = []Case{
 	{Name: "TheFenceRefusesEveryWriteOfAFormerOwner", Run: fenceRefusesFormerOwner},
 	{Name: "ExpiriesAreByTheDatabasesClock", Run: databaseClock},
 	{Name: "InstancesListsTheLiveAndTheirPartitions", Run: instancesList},
+	{Name: "OwnershipReadsEveryLeaseByTheRules", Run: ownershipByTheRules},
 }
 
 func beat(t *testing.T, l lease.Table, id string, serving bool) lease.Beat {
@@ -461,6 +462,65 @@ func instancesList(t *testing.T, b Backend) {
 		t.Fatal(err)
 	}
 	want(t, "instances after b left", list(), "[a[0 1 2]]")
+}
+
+// ownershipByTheRules: Ownership tells each lease's state as Acquire
+// reads it: held, free, expired, orphaned by a crash, and in the grace of
+// a silence of the cluster (expired by its own expiry, not takeable by
+// another).
+func ownershipByTheRules(t *testing.T, b Backend) {
+	a, c, d := b.Instance(t, "a"), b.Instance(t, "c"), b.Instance(t, "d")
+	for id, l := range map[string]lease.Table{"a": a, "c": c, "d": d} {
+		beat(t, l, id, true)
+	}
+	mine := acquire(t, a, "a", 2, nil) // 0 and 1
+	acquire(t, c, "c", 1, nil)         // 2
+	acquire(t, d, "d", 1, nil)         // 3
+	if err := a.Release(ctx, "a", mine[1:]); err != nil {
+		t.Fatal(err)
+	}
+	states := func(what string, want map[int]lease.LeaseState) {
+		t.Helper()
+		got, err := a.Ownership(ctx, TTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != events.Partitions {
+			t.Fatalf("%s: %d partitions, want %d", what, len(got), events.Partitions)
+		}
+		for p, st := range want {
+			if got[p].Partition != p || got[p].State != st {
+				t.Errorf("%s: partition %d = %+v, want %s", what, p, got[p], st)
+			}
+			if live := st == lease.LeaseHeld || st == lease.LeaseGrace; live != (got[p].Left > 0) || got[p].Left > TTL {
+				t.Errorf("%s: partition %d (%s) has %v left, want more than none and at most a TTL only while live", what, p, st, got[p].Left)
+			}
+		}
+	}
+	states("at once", map[int]lease.LeaseState{0: lease.LeaseHeld, 1: lease.LeaseFree, 2: lease.LeaseHeld, 3: lease.LeaseHeld, 4: lease.LeaseFree})
+	b.Crash(t, "d")
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if live, _ := probe(t, a, "a"); live == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("d's crash not seen within 10s")
+		}
+	}
+	keepSeen(t, a, "a", TTL*5/4)
+	want(t, "a's renewal", renew(t, a, "a", mine[:1]), mine[:1])
+	states("after d's crash and the TTL", map[int]lease.LeaseState{0: lease.LeaseHeld, 1: lease.LeaseFree, 2: lease.LeaseExpired, 3: lease.LeaseOrphaned})
+	// c comes back and renews its lease (nobody took it); then nobody
+	// reaches the database for longer than the TTL, and a is the first
+	// back: c's lease is in the grace until c renews it (a's own are
+	// a's to renew at once: no grace for the instance that resumed).
+	beat(t, c, "c", true)
+	if got := renew(t, c, "c", []lease.Lease{{Partition: 2, Epoch: 1}}); len(got) != 1 {
+		t.Fatalf("c renews %v, want partition 2", got)
+	}
+	time.Sleep(TTL * 3 / 2)
+	beat(t, a, "a", true)
+	states("after a silence", map[int]lease.LeaseState{1: lease.LeaseFree, 2: lease.LeaseGrace, 3: lease.LeaseOrphaned})
 }
 
 // KeyIn returns a key of partition p, for the writes of Backend.Write.
