@@ -12,6 +12,7 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/daemon"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // The leases of the cluster tests: a TTL longer than the default, so that
@@ -205,6 +206,22 @@ func TestClusterSharesFailsOverAndHandsOver(t *testing.T) {
 		return sum == events.Partitions
 	})
 	t.Logf("distribution with 2 instances: %v", owned())
+	// The ownership view, as each survivor reads it: every partition held
+	// by a survivor, which may fire it.
+	eventually(t, 10*time.Second, "every partition may fire, by a survivor, in each survivor's view", func() bool {
+		for _, m := range members {
+			own := m.Service().Ownership()
+			if len(own) != events.Partitions {
+				return false
+			}
+			for _, o := range own {
+				if _, ok := members[o.Owner]; !ok || o.Why != "" || o.Lease != lease.LeaseHeld {
+					return false
+				}
+			}
+		}
+		return true
+	})
 
 	// A graceful stop hands over at once, not after the lease TTL.
 	var leaving, staying string
