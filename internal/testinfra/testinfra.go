@@ -151,13 +151,7 @@ func (s *PostgresServer) URL() string { return s.url }
 func (s *PostgresServer) Restart(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	timeout := 10 * time.Second
-	if err := s.ctr.Stop(ctx, &timeout); err != nil {
-		t.Fatalf("stop postgres: %v", err)
-	}
-	if err := s.ctr.Start(ctx); err != nil {
-		t.Fatalf("start postgres again: %v", err)
-	}
+	restart(t, s.ctr, "postgres")
 	host, err := s.ctr.Host(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -268,16 +262,23 @@ func (s *NATSServer) JetStream(t testing.TB) jetstream.JetStream {
 // The mapped port may change: Restart returns and stores the new URL.
 func (s *NATSServer) Restart(t testing.TB) string {
 	t.Helper()
-	ctx := context.Background()
-	timeout := 10 * time.Second
-	if err := s.Container.Stop(ctx, &timeout); err != nil {
-		t.Fatalf("stop nats: %v", err)
-	}
-	if err := s.Container.Start(ctx); err != nil {
-		t.Fatalf("start nats: %v", err)
-	}
+	restart(t, s.Container, "nats")
 	s.URL = s.url(t)
 	return s.URL
+}
+
+// restart stops ctr (its process gets 10 s) and starts it again, keeping
+// its data.
+func restart(t testing.TB, ctr testcontainers.Container, what string) {
+	t.Helper()
+	ctx := context.Background()
+	timeout := 10 * time.Second
+	if err := ctr.Stop(ctx, &timeout); err != nil {
+		t.Fatalf("stop %s: %v", what, err)
+	}
+	if err := ctr.Start(ctx); err != nil {
+		t.Fatalf("start %s again: %v", what, err)
+	}
 }
 
 // Logs returns the container's logs, for failure reports.

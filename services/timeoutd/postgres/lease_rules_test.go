@@ -11,7 +11,6 @@ import (
 
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
-	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease/leasetest"
 )
@@ -100,17 +99,9 @@ func (b *pgBackend) Write(t *testing.T, kind string, fence lease.Fence, parts []
 	var err error
 	switch kind {
 	case "apply":
-		var cmds []events.Command
-		for _, p := range parts {
-			cmds = append(cmds, setCmd(leasetest.KeyIn(p), 1, time.Now().Add(time.Hour).UTC(), 0))
-		}
-		_, refused, err = s.Apply(ctx, fence, cmds, time.Now())
+		_, refused, err = s.Apply(ctx, fence, leasetest.Sets(parts), time.Now())
 	case "mark":
-		var due []timeoutd.Due
-		for _, p := range parts {
-			due = append(due, timeoutd.Due{Key: leasetest.KeyIn(p), Version: 1, Deadline: time.Now()})
-		}
-		refused, err = s.MarkFired(ctx, fence, due, time.Now())
+		refused, err = s.MarkFired(ctx, fence, leasetest.Dues(parts), time.Now())
 	default:
 		t.Fatalf("unknown write %q", kind)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease/leasetest"
@@ -41,19 +40,9 @@ func (b modelBackend) Write(t *testing.T, kind string, fence lease.Fence, parts 
 	var err error
 	switch kind {
 	case "apply":
-		var cmds []events.Command
-		for _, p := range parts {
-			k := leasetest.KeyIn(p)
-			cmds = append(cmds, events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: k, Version: 1,
-				Deadline: time.Now().Add(time.Hour).UTC(), FireSubject: events.OrderCancelSubject(k)})
-		}
-		_, refused, err = s.Apply(context.Background(), fence, cmds, time.Now())
+		_, refused, err = s.Apply(context.Background(), fence, leasetest.Sets(parts), time.Now())
 	case "mark":
-		var due []timeoutd.Due
-		for _, p := range parts {
-			due = append(due, timeoutd.Due{Key: leasetest.KeyIn(p), Version: 1, Deadline: time.Now()})
-		}
-		refused, err = s.MarkFired(context.Background(), fence, due, time.Now())
+		refused, err = s.MarkFired(context.Background(), fence, leasetest.Dues(parts), time.Now())
 	default:
 		t.Fatalf("unknown write %q", kind)
 	}

@@ -338,12 +338,12 @@ func clusterSilence(t *testing.T, b Backend) {
 	want(t, "b's acquisition of silent a's", len(taken), events.Partitions/2)
 }
 
-// loneSurvivorSilence: a falls silent for good with its sessions kept (a
-// pause, a cut), and b takes all its partitions once they expire. Then
-// b, alone, is silent for half the TTL (a pause, a loaded machine): its
-// next heartbeat records a resume whose grace is for the instances live
-// when the silence began; a was dead before it, and stays dead.
-func loneSurvivorSilence(t *testing.T, b Backend) {
+// loneSurvivor has a and b hold half the partitions each, then a fall
+// silent for good with its sessions kept (a pause, a cut), while b beats,
+// renews and takes a's partitions once they expire, until it holds all
+// and counts itself alone; it returns b's table and leases.
+func loneSurvivor(t *testing.T, b Backend) (lease.Table, []lease.Lease) {
+	t.Helper()
 	_, c, held := halves(t, b)
 	mine := held["b"]
 	for end := time.Now().Add(4 * TTL); ; time.Sleep(TTL / 10) {
@@ -354,9 +354,18 @@ func loneSurvivorSilence(t *testing.T, b Backend) {
 		mine = renew(t, c, "b", mine)
 		mine = append(mine, acquire(t, c, "b", events.Partitions-len(mine), mine)...)
 		if len(mine) == events.Partitions && live == 1 {
-			break
+			return c, mine
 		}
 	}
+}
+
+// loneSurvivorSilence: a falls silent for good with its sessions kept (a
+// pause, a cut), and b takes all its partitions once they expire. Then
+// b, alone, is silent for half the TTL (a pause, a loaded machine): its
+// next heartbeat records a resume whose grace is for the instances live
+// when the silence began; a was dead before it, and stays dead.
+func loneSurvivorSilence(t *testing.T, b Backend) {
+	c, mine := loneSurvivor(t, b)
 	time.Sleep(TTL / 2)
 	want(t, "live at b's heartbeat after its own silence", beat(t, c, "b", true).Live, 1)
 	want(t, "b's renewal", len(renew(t, c, "b", mine)), events.Partitions)
@@ -368,19 +377,7 @@ func loneSurvivorSilence(t *testing.T, b Backend) {
 // cluster's quiet begin when dead a was last seen, which would count a as
 // live again at b's first heartbeat.
 func loneSurvivorRestart(t *testing.T, b Backend) {
-	_, c, held := halves(t, b)
-	mine := held["b"]
-	for end := time.Now().Add(4 * TTL); ; time.Sleep(TTL / 10) {
-		if time.Now().After(end) {
-			t.Fatalf("b holds %d partitions within %v; want silent a's too", len(mine), 4*TTL)
-		}
-		live := beat(t, c, "b", true).Live
-		mine = renew(t, c, "b", mine)
-		mine = append(mine, acquire(t, c, "b", events.Partitions-len(mine), mine)...)
-		if len(mine) == events.Partitions && live == 1 {
-			break
-		}
-	}
+	c, mine := loneSurvivor(t, b)
 	if err := c.Release(ctx, "b", mine); err != nil {
 		t.Fatal(err)
 	}

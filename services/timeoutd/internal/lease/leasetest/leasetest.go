@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordertimeout/ordertimeout/pkg/events"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
@@ -53,6 +55,28 @@ type Backend interface {
 // "apply" (Store.Apply of a set) and "mark" (Store.MarkFired of a pending
 // row).
 var WriteKinds = []string{"apply", "mark"}
+
+// Sets returns, for Backend.Write's "apply", a set of KeyIn(p) at version
+// 1 for each partition of parts, due in an hour.
+func Sets(parts []int) []events.Command {
+	var cmds []events.Command
+	for _, p := range parts {
+		k := KeyIn(p)
+		cmds = append(cmds, events.Command{Schema: events.SchemaVersion, Kind: events.KindSet, Key: k, Version: 1,
+			Deadline: time.Now().Add(time.Hour).UTC(), FireSubject: events.OrderCancelSubject(k)})
+	}
+	return cmds
+}
+
+// Dues returns, for Backend.Write's "mark", KeyIn(p) at version 1 due now
+// for each partition of parts.
+func Dues(parts []int) []timeoutd.Due {
+	var due []timeoutd.Due
+	for _, p := range parts {
+		due = append(due, timeoutd.Due{Key: KeyIn(p), Version: 1, Deadline: time.Now()})
+	}
+	return due
+}
 
 // Options is what a case needs of its backend.
 type Options struct {
