@@ -92,7 +92,7 @@ func (c Config) withDefaults() Config {
 // and timeoutd's version check makes the stale one a no-op.
 func Specs(cfg Config) []jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
-	expirySubjects := []string{events.MissedSubjectPrefix + ">", events.FenceSubjectPrefix + ">"}
+	expirySubjects := []string{events.MissedSubjectPrefix + ">"}
 	for _, p := range cfg.FireSubjectPrefixes {
 		expirySubjects = append(expirySubjects, p+">")
 	}

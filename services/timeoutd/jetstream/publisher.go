@@ -3,10 +3,8 @@ package jetstream
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,7 +13,6 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/tracing"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
-	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // AckTimeoutDefault bounds the wait for a batch's PubAcks.
@@ -41,19 +38,15 @@ func NewPublisher(js jetstream.JetStream, ackTimeout time.Duration) Publisher {
 // Publish implements timeoutd.Publisher. The wait for the PubAcks is
 // bounded from the first send, not from the wait, so that when a
 // connection drops the batches in flight time out together.
-func (p Publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time, error) {
+func (p Publisher) Publish(ctx context.Context, events []timeoutd.Event) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
 	defer cancel()
-	futures := make([]jetstream.PubAckFuture, len(evs))
-	for i, e := range evs {
+	futures := make([]jetstream.PubAckFuture, len(events))
+	for i, e := range events {
 		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, e.MsgID)
 		if e.TraceParent != "" {
 			m.Header.Set(tracing.HeaderTraceParent, e.TraceParent)
-		}
-		if e.Fence != 0 {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Fence, 10))
-			m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, events.FenceSubject(e.Partition))
 		}
 		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
@@ -65,91 +58,12 @@ func (p Publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			if wrongLastSequence(err) {
-				err = fmt.Errorf("%w (fence %d of partition %d): %w", timeoutd.ErrFenced, evs[i].Fence, evs[i].Partition, err)
-			}
-			return time.Time{}, fmt.Errorf("publish %s (%s): %w", evs[i].Subject, evs[i].MsgID, err)
+			return time.Time{}, fmt.Errorf("publish %s (%s): %w", events[i].Subject, events[i].MsgID, err)
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("wait for the PubAck of %s: %w", evs[i].MsgID, ctx.Err())
+			return time.Time{}, fmt.Errorf("wait for the PubAck of %s: %w", events[i].MsgID, ctx.Err())
 		}
 	}
 	return time.Now(), nil
-}
-
-// wrongLastSequence reports whether err is the stream's refusal of an
-// expected last sequence (JSStreamWrongLastSequenceErr).
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
-// fenceData is what a fence message holds.
-type fenceData struct {
-	Owner string `json:"owner"`
-	Epoch int64  `json:"epoch"`
-}
-
-// Fence implements timeoutd.Publisher: one message per lease on its
-// partition's fence subject, holding the owner and the epoch, its
-// Nats-Msg-Id naming them and the partition (a retry is deduplicated, and
-// its PubAck gives the first one's sequence), published without waiting
-// between them. With expect, each expects its subject's last sequence
-// (Nats-Expected-Last-Subject-Sequence), and a refusal leaves the
-// partition's sequence 0.
-func (p Publisher) Fence(ctx context.Context, fence lease.Fence, expect []uint64) ([]uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
-	defer cancel()
-	futures := make([]jetstream.PubAckFuture, len(fence.Leases))
-	for i, l := range fence.Leases {
-		data, _ := json.Marshal(fenceData{Owner: fence.Owner, Epoch: l.Epoch}) // cannot fail: plain fields
-		m := &nats.Msg{Subject: events.FenceSubject(l.Partition), Data: data, Header: nats.Header{}}
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("fence:%d:%d:%s", l.Partition, l.Epoch, fence.Owner))
-		if expect != nil {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect[i], 10))
-		}
-		f, err := p.js.PublishMsgAsync(m)
-		if err != nil {
-			return nil, fmt.Errorf("fence partition %d: %w", l.Partition, err)
-		}
-		futures[i] = f
-	}
-	seqs := make([]uint64, len(futures))
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			seqs[i] = ack.Sequence
-		case err := <-f.Err():
-			if expect == nil || !wrongLastSequence(err) {
-				return nil, fmt.Errorf("fence partition %d: %w", fence.Leases[i].Partition, err)
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for the PubAck of partition %d's fence: %w", fence.Leases[i].Partition, ctx.Err())
-		}
-	}
-	return seqs, nil
-}
-
-// LastFence implements timeoutd.Publisher with a get of the fence
-// subject's last message ($JS.API.STREAM.MSG.GET with last_by_subj).
-func (p Publisher) LastFence(ctx context.Context, part int) (uint64, int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
-	defer cancel()
-	s, err := p.js.Stream(ctx, events.StreamExpiries)
-	if err != nil {
-		return 0, 0, fmt.Errorf("expiry stream: %w", err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, events.FenceSubject(part))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, 0, nil
-	case err != nil:
-		return 0, 0, fmt.Errorf("partition %d's fence: %w", part, err)
-	}
-	var d fenceData
-	if err := json.Unmarshal(m.Data, &d); err != nil {
-		return 0, 0, fmt.Errorf("partition %d's fence at %d: %w", part, m.Sequence, err)
-	}
-	return m.Sequence, d.Epoch, nil
 }
 
 // Stored implements timeoutd.Publisher with gets of the subject's

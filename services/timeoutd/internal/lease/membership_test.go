@@ -117,7 +117,9 @@ func (l *leaseTable) Leave(context.Context, string) error {
 
 func (l *leaseTable) Instances(context.Context) ([]Instance, error) { return nil, nil }
 
-func (l *leaseTable) Ownership(context.Context, time.Duration) ([]PartitionLease, error) { return nil, nil }
+func (l *leaseTable) Ownership(context.Context, time.Duration) ([]PartitionLease, error) {
+	return nil, nil
+}
 
 // steal gives partition p to another instance (its epoch grows); free
 // releases it.
