@@ -1,12 +1,12 @@
 #!/bin/bash
-# The lease rules, the gate and the stream's fence against their cost
-# (docs/BENCHMARKS.md, "The stream's fence"), interleaved:
-#   before - 6b35f7e: no partition fences in the expiry stream, the fire
-#            path's checks read piecewise
-#   after  - every expiry event carries its partition's fence
-#            (Nats-Expected-Last-Subject-Sequence with -Subject), checked by
-#            JetStream at the store; the fire path takes one gate per batch
-#            and checks it again before the publish
+# The lease rules, the gate and the ownership view against their cost
+# (docs/BENCHMARKS.md, "The gate and the lease rules"), interleaved:
+#   before - 6b35f7e: the fire path's checks read piecewise
+#   after  - the fire path takes one gate per batch and checks it again
+#            before the publish; each heartbeat publishes the instance's
+#            gate; each lease round reads every lease by the rules
+# (with-fence/ holds the runs of a partition fence in the expiry stream,
+# withdrawn since: docs/journal/2026-12-02-lease-rules.md.)
 # The 10k/s storm (100,000 deadlines over 10 s), single commands, timeoutd
 # alone, ROUNDS (5) rounds. Run from the repository root on a quiet machine:
 #   bash bench/results/2026-12-02-lease-rules-cost/run.sh
