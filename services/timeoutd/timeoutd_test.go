@@ -23,15 +23,10 @@ import (
 // DueRows returns due as stored rows (with the fields of rows[key]).
 // failRead, failPublish and failMark make that step of a fire fail.
 type fakeStore struct {
-	mu      sync.Mutex
-	applied [][]events.Command
-	fired   []Due   // marked fired
-	built   []Event // published
-	fences  uint64  // the fences given
-	// lastSeq and lastEpoch are the expiry stream's last fence (of every
-	// partition: the tests fire one key), which a fenced event must name.
-	lastSeq     uint64
-	lastEpoch   int64
+	mu          sync.Mutex
+	applied     [][]events.Command
+	fired       []Due   // marked fired
+	built       []Event // published
 	failRead    error
 	failPublish error
 	failMark    error
