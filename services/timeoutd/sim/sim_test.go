@@ -102,7 +102,9 @@ func TestSimulation(t *testing.T) {
 						panic(fmt.Sprintf("simulation seed %d: no progress within %v of real time (replay with -sim.seed=%d)", seed, *simStuck, seed))
 					})
 					defer stuck.Stop()
-					synctest.Test(t, func(t *testing.T) { r = runSeed(t, seed, seedOptions{faults: extra, atStore: *simAtStore, verbose: *simVerbose}) })
+					synctest.Test(t, func(t *testing.T) {
+						r = runSeed(t, seed, seedOptions{faults: extra, atStore: *simAtStore, verbose: *simVerbose})
+					})
 				})
 				mu.Lock()
 				for k, n := range r.faults {
