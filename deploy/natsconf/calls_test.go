@@ -106,7 +106,7 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 	want := map[string][]string{
 		"timeoutd": {"$JS.API.STREAM.INFO.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DELETE.", "$JS.API.CONSUMER.INFO.",
 			"$JS.API.CONSUMER.RESET.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "$JS.API.STREAM.MSG.GET.", "orders.cancel.",
-			"timeouts.missed.", "reservations.expire.", "dlq.timeoutd."},
+			"timeouts.missed.", "timeouts.fence.", "reservations.expire.", "dlq.timeoutd."},
 		"orders": {"$JS.API.STREAM.INFO.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.",
 			"timeouts.cmd.", "orders.created.", "orders.paid.", "orders.cancelled.", "dlq.orders."},
 		"reservations": {"$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.MSG.NEXT.", "$JS.ACK.", "dlq.reservations.", "timeouts.cmd.",
@@ -116,9 +116,11 @@ func TestServicesCallsAreAllowed(t *testing.T) {
 	// the platform asks the shared streams for a rollup, a TTL, a
 	// schedule, a counter or an atomic batch (docs/ARCHITECTURE.md,
 	// "Tenant isolation"). The expected-stream and last-subject-sequence
-	// checks are the command mapping probe's, which stores nothing.
+	// checks are the command mapping probe's, which stores nothing, and
+	// timeoutd's fences (the last-subject-sequence of a partition's fence
+	// subject, on the expiry stream only it publishes to).
 	allowedHeaders := []string{jetstream.MsgIDHeader, jetstream.ExpectedStreamHeader, jetstream.ExpectedLastSubjSeqHeader,
-		events.HeaderBatch, events.HeaderBatchTraceParents, "traceparent"}
+		jetstream.ExpectedLastSubjSeqSubjHeader, events.HeaderBatch, events.HeaderBatchTraceParents, "traceparent"}
 	for _, user := range []string{"timeoutd", "orders", "reservations"} {
 		names := rec.headerNames(user)
 		t.Logf("%s publishes the headers %v", user, names)
@@ -229,10 +231,26 @@ func driveTimeoutd(ctx context.Context, t *testing.T, connect func(user, inbox s
 	})
 
 	pub := tjs.NewPublisher(js, 0)
-	ev := timeoutd.Event{Subject: events.OrderCancelSubject(key), MsgID: key + "-fired", Data: []byte(`{}`)}
+	// The takeover's fence, then fires under it, and a fence again as
+	// after one aged out (read first).
+	fenced, err := pub.Fence(ctx, timeoutd.Fence{Owner: "t1", Leases: []timeoutd.Lease{{Partition: p, Epoch: 1}}}, nil)
+	if err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	if seq, _, err := pub.LastFence(ctx, p); err != nil || seq != fenced[0] {
+		t.Fatalf("last fence = %d, %v; want %d", seq, err, fenced[0])
+	}
+	if _, err := pub.Fence(ctx, timeoutd.Fence{Owner: "t1", Leases: []timeoutd.Lease{{Partition: p, Epoch: 2}}}, fenced); err != nil {
+		t.Fatalf("fence again: %v", err)
+	}
+	seq, _, err := pub.LastFence(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := timeoutd.Event{Subject: events.OrderCancelSubject(key), MsgID: key + "-fired", Data: []byte(`{}`), Partition: p, Fence: seq}
 	others := []timeoutd.Event{ // a missed event, a fire on another allowed prefix
-		{Subject: events.MissedSubject(key), MsgID: key + "-missed", Data: []byte(`{}`)},
-		{Subject: fire[1] + key, MsgID: key + "-reservation", Data: []byte(`{}`)},
+		{Subject: events.MissedSubject(key), MsgID: key + "-missed", Data: []byte(`{}`), Partition: p, Fence: seq},
+		{Subject: fire[1] + key, MsgID: key + "-reservation", Data: []byte(`{}`), Partition: p, Fence: seq},
 	}
 	if _, err := pub.Publish(ctx, append([]timeoutd.Event{ev}, others...)); err != nil {
 		t.Fatalf("publish fires: %v", err)

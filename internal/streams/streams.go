@@ -92,7 +92,7 @@ func (c Config) withDefaults() Config {
 // and timeoutd's version check makes the stale one a no-op.
 func Specs(cfg Config) []jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
-	expirySubjects := []string{events.MissedSubjectPrefix + ">"}
+	expirySubjects := []string{events.MissedSubjectPrefix + ">", events.FenceSubjectPrefix + ">"}
 	for _, p := range cfg.FireSubjectPrefixes {
 		expirySubjects = append(expirySubjects, p+">")
 	}
@@ -107,7 +107,7 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 			MaxAge:     maxAge,
 			Duplicates: cfg.DuplicateWindow,
 			// Every stream but the expiries is written by more than one
-			// tenant, and these headers would let a publisher act on
+			// tenant (the expiries allow atomic batches, below), and these headers would let a publisher act on
 			// messages other than its own: a rollup purges a subject or
 			// the stream, a schedule publishes later on a target subject
 			// of its choice, a counter or an atomic batch changes how
@@ -129,8 +129,15 @@ func Specs(cfg Config) []jetstream.StreamConfig {
 		commands.Retention = jetstream.WorkQueuePolicy
 		specs = append(specs, commands)
 	}
+	// The expiry stream is timeoutd's alone (no tenant may publish there,
+	// deploy/compose/nats.conf), so atomic batches there act on nobody
+	// else's messages: on a replicated stream timeoutd publishes a
+	// partition's events as one batch under its fence
+	// (services/timeoutd/jetstream.Publisher).
+	expiries := base(events.StreamExpiries, expirySubjects, cfg.MaxAge)
+	expiries.AllowAtomicPublish = true
 	return append(specs,
-		base(events.StreamExpiries, expirySubjects, cfg.MaxAge),
+		expiries,
 		base(events.StreamOrderEvents, []string{"orders.created.>", "orders.paid.>", "orders.cancelled.>"}, cfg.MaxAge),
 		base(events.StreamDeadLetters, []string{events.DeadLetterSubjectPrefix + ">"}, DeadLetterMaxAgeDefault),
 	)

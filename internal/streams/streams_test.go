@@ -271,11 +271,15 @@ func TestEnsureUpgradesToTenantSubjects(t *testing.T) {
 // TestSpecsAllowNoHeaderThatActsOnOthers: no stream allows the headers by
 // which one publisher would act on another's messages (rollups,
 // schedules, TTLs, counters, atomic batches); e2e's tenant matrix checks
-// that the server then refuses each.
+// that the server then refuses each. The expiry stream, which timeoutd
+// alone writes, allows atomic batches: its fenced batches.
 func TestSpecsAllowNoHeaderThatActsOnOthers(t *testing.T) {
 	t.Parallel()
 	for _, sc := range streams.Specs(streams.Config{Replicas: 3, FireSubjectPrefixes: []string{"a.", "b."}}) {
-		if sc.AllowRollup || sc.AllowMsgTTL || sc.AllowMsgSchedules || sc.AllowMsgCounter || sc.AllowAtomicPublish || sc.AllowBatchPublish {
+		if sc.AllowAtomicPublish != (sc.Name == events.StreamExpiries) {
+			t.Errorf("stream %s allows atomic batches: %v, want %v", sc.Name, sc.AllowAtomicPublish, sc.Name == events.StreamExpiries)
+		}
+		if sc.AllowRollup || sc.AllowMsgTTL || sc.AllowMsgSchedules || sc.AllowMsgCounter || sc.AllowBatchPublish {
 			t.Errorf("stream %s allows a header that acts on other publishers' messages: %+v", sc.Name, sc)
 		}
 	}

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -35,6 +36,14 @@ const (
 	// MissedSubjectPrefix is followed by the key: timeouts.missed.<key>,
 	// timeouts.missed.<tenant>.<key> for a key of a tenant other than orders.
 	MissedSubjectPrefix = "timeouts.missed."
+	// FenceSubjectPrefix is followed by a partition: timeouts.fence.<p>,
+	// in the expiry stream, holds the fence of the partition's owner. An
+	// owner publishes one as it takes the partition over, and every expiry
+	// event it publishes for the partition expects it to be the subject's
+	// last (Nats-Expected-Last-Subject-Sequence with -Subject), so that the
+	// stream refuses the late publish of a former owner. Only timeoutd
+	// publishes there; consumers of expiries never filter it.
+	FenceSubjectPrefix = "timeouts.fence."
 	// OrderCancelSubjectPrefix is the fire subject prefix the orders service
 	// uses: the expiry of an order's payment deadline is published on
 	// orders.cancel.<order id>.
@@ -57,6 +66,9 @@ func CommandSubject(key string) string { return CommandSubjectPrefix + key }
 
 // MissedSubject returns the subject of the missed event of key.
 func MissedSubject(key string) string { return MissedSubjectPrefix + key }
+
+// FenceSubject returns the subject of partition p's fence.
+func FenceSubject(p int) string { return FenceSubjectPrefix + strconv.Itoa(p) }
 
 // OrderCancelSubject returns the fire subject of an order's payment deadline.
 func OrderCancelSubject(orderID string) string { return OrderCancelSubjectPrefix + orderID }

@@ -215,7 +215,8 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		p.outcomes[i] = e.Outcome
 		data, _ := json.Marshal(e) // cannot fail: plain fields and valid JSON payload
 		e.Payload = nil            // the recent expiries keep the event without it
-		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data}
+		part := events.PartitionOf(t.Key)
+		ev := Event{Subject: subject, MsgID: e.MsgID(), Data: data, Partition: part, Fence: gate.StreamFence(part)}
 		if tracing.Enabled() {
 			span := startFireSpan(f.hard, t, e, subject)
 			ev.TraceParent = tracing.Format(span.SpanContext())
@@ -233,11 +234,57 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	p.ackedAt, err = f.pub.Publish(f.hard, evs)
 	endSpans(spans, err)
 	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			f.refence(p.parts)
+		}
 		f.retry(p, "publish", err)
 		return nil
 	}
 	f.m.BatchSize("fire", len(due))
 	return p
+}
+
+// refence fences again, after the stream refused a batch for its fence,
+// those of parts still owned here, while trusted and in contact, whose
+// last fence in the stream is not the one this instance names: one aged
+// out of the stream (none left), or a former owner's that arrived late
+// (an epoch below this one's), each on the condition that it is still
+// the last. One at this epoch is this instance's own, published again: it
+// is adopted. One at a newer epoch is left as it is: the partition moved,
+// and the membership finds the lease lost.
+func (f *firer) refence(parts []int) {
+	gate := f.own.Gate(parts)
+	if gate.Why() != "" {
+		return
+	}
+	held := gate.Fence()
+	again := lease.Fence{Owner: held.Owner}
+	var expect []uint64
+	for _, l := range held.Leases {
+		seq, epoch, err := f.pub.LastFence(f.hard, l.Partition)
+		switch {
+		case err != nil:
+			f.cfg.Logger.Warn("read a partition's fence", "partition", l.Partition, "err", err)
+		case epoch == l.Epoch:
+			f.own.Fenced(l.Partition, l.Epoch, seq)
+		case epoch < l.Epoch:
+			again.Leases, expect = append(again.Leases, l), append(expect, seq)
+		}
+	}
+	if len(again.Leases) == 0 {
+		return
+	}
+	seqs, err := f.pub.Fence(f.hard, again, expect)
+	if err != nil {
+		f.cfg.Logger.Warn("fence partitions again", "partitions", lease.PartitionsOf(again.Leases), "err", err)
+		return
+	}
+	for i, l := range again.Leases {
+		if seqs[i] != 0 {
+			f.own.Fenced(l.Partition, l.Epoch, seqs[i])
+		}
+	}
+	f.cfg.Logger.Info("partitions fenced again in the expiry stream", "partitions", lease.PartitionsOf(again.Leases))
 }
 
 // gated reports whether a batch may go on past a gate whose reason is

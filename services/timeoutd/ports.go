@@ -8,6 +8,13 @@ import (
 	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
+// Lease and Fence are the lease and the fence of writes and publishes
+// (package lease), named here for the adapters' callers outside timeoutd.
+type (
+	Lease = lease.Lease
+	Fence = lease.Fence
+)
+
 // Store is every SQL operation timeoutd performs; package postgres
 // implements it. All methods are safe for concurrent use.
 type Store interface {
@@ -125,6 +132,12 @@ type Event struct {
 	// as the traceparent header so that the consumer continues its trace;
 	// "" when the fire is not traced.
 	TraceParent string
+	// Partition and Fence are the event's partition and the stream
+	// sequence of its fence (Publisher.Fence) the publisher holds: the
+	// stream stores the event only while that fence is the partition's
+	// last. A zero Fence publishes unfenced (a tool, a test).
+	Partition int
+	Fence     uint64
 }
 
 // Publisher publishes expiry events to JetStream; package jetstream
@@ -142,6 +155,20 @@ type Publisher interface {
 	// for a row whose fired event may already be stored (published, then
 	// not marked: a failed mark, a crash).
 	Stored(ctx context.Context, subject, msgID string) (bool, error)
+	// Fence publishes the fence of each of fence's leases on its
+	// partition's fence subject (events.FenceSubject) in the expiry
+	// stream, naming the lease's epoch, and returns their stream
+	// sequences, in order. An owner fences a partition as it takes it
+	// over, before it consumes a command of it: from then on the stream
+	// refuses every event that names an earlier fence, however late a
+	// former owner's publish arrives. With expect, a partition is fenced
+	// only if its last fence is still at the sequence expect gives it (0:
+	// none left, aged out of the stream); one whose last fence changed is
+	// left as it is, its sequence 0.
+	Fence(ctx context.Context, fence lease.Fence, expect []uint64) ([]uint64, error)
+	// LastFence returns partition p's last fence in the expiry stream:
+	// its sequence and the epoch it names (0, 0: none).
+	LastFence(ctx context.Context, p int) (seq uint64, epoch int64, err error)
 }
 
 // Metrics receives the observations the counters of Stats do not cover;

@@ -22,6 +22,7 @@ type recovery struct {
 	cfg   Config
 	store Store
 	src   Source
+	pub   Publisher
 	sched *schedule.Schedule
 	own   *lease.Ownership
 	// hard is the context of the store reads.
@@ -105,6 +106,9 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 	}
 	t.rows = time.Since(start)
 	start = time.Now()
+	if err := r.fence(ctx, leases); err != nil {
+		return t, err
+	}
 	// Every partition's consumer is started and its mark read at once: on
 	// a cluster each takes round trips to its consumer's leader.
 	g, gctx := errgroup.WithContext(ctx)
@@ -136,6 +140,28 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 	err := g.Wait()
 	t.consumers = time.Since(start)
 	return t, err
+}
+
+// fence fences the leases' partitions in the expiry stream
+// (Publisher.Fence) before any command of theirs is consumed here: from
+// then on the stream refuses what a former owner publishes for them late
+// (a publish sent before its lease lapsed, stored after), so that none
+// lands after a command this instance acknowledges. A partition lost
+// meanwhile keeps no fence. A failed fence is retried until ctx ends.
+func (r *recovery) fence(ctx context.Context, leases []lease.Lease) error {
+	for {
+		seqs, err := r.pub.Fence(r.hard, lease.Fence{Owner: r.cfg.InstanceID, Leases: leases}, nil)
+		if err == nil {
+			for i, l := range leases {
+				r.own.Fenced(l.Partition, l.Epoch, seqs[i])
+			}
+			return nil
+		}
+		r.cfg.Logger.Warn("fence the partitions in the expiry stream; retrying", "partitions", lease.PartitionsOf(leases), "err", err)
+		if !retry.Sleep(ctx, r.cfg.RetryDelay) {
+			return fmt.Errorf("fence the partitions: %w", err)
+		}
+	}
 }
 
 // loadPages sends the pending rows of parts page by page on pages, then

@@ -121,7 +121,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, fmt.Errorf("timeoutd: %w", err)
 	}
 	s.fire.sched = s.sched
-	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, sched: s.sched, own: s.own, hard: s.hard}
+	s.recovery = &recovery{cfg: cfg, store: d.Store, src: d.Source, pub: d.Publisher, sched: s.sched, own: s.own, hard: s.hard}
 	s.membership = lease.NewMembership(lease.Config{InstanceID: cfg.InstanceID, TTL: cfg.LeaseTTL,
 		RenewInterval: cfg.LeaseRenewInterval, ProbeInterval: cfg.LeaseProbeInterval, Logger: cfg.Logger},
 		lease.Deps{Table: d.Leases, Own: s.own, Partitions: s.recovery, Clock: clock.Now, Hold: s.sched.Hold,

@@ -11,6 +11,10 @@ var (
 	ErrNotFound = errors.New("timeoutd: not found")
 	// ErrInvalid is returned for a malformed query (wrapped with the field).
 	ErrInvalid = errors.New("timeoutd: invalid")
+	// ErrFenced is returned by Publisher.Publish when the stream refused
+	// an event because its partition's fence is no longer the one it
+	// names: fenced again by a new owner, or aged out of the stream.
+	ErrFenced = errors.New("timeoutd: refused by the partition's fence")
 )
 
 // State is the state of a stored timeout row.

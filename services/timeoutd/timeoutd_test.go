@@ -23,10 +23,15 @@ import (
 // DueRows returns due as stored rows (with the fields of rows[key]).
 // failRead, failPublish and failMark make that step of a fire fail.
 type fakeStore struct {
-	mu          sync.Mutex
-	applied     [][]events.Command
-	fired       []Due   // marked fired
-	built       []Event // published
+	mu      sync.Mutex
+	applied [][]events.Command
+	fired   []Due   // marked fired
+	built   []Event // published
+	fences  uint64  // the fences given
+	// lastSeq and lastEpoch are the expiry stream's last fence (of every
+	// partition: the tests fire one key), which a fenced event must name.
+	lastSeq     uint64
+	lastEpoch   int64
 	failRead    error
 	failPublish error
 	failMark    error
@@ -101,6 +106,11 @@ func (f *fakeStore) Publish(_ context.Context, evs []Event) (time.Time, error) {
 	if f.failPublish != nil {
 		return time.Time{}, f.failPublish
 	}
+	for _, e := range evs {
+		if e.Fence != 0 && e.Fence != f.lastSeq {
+			return time.Time{}, fmt.Errorf("fake: %w", ErrFenced)
+		}
+	}
 	f.built = append(f.built, evs...)
 	return time.Now(), nil
 }
@@ -114,6 +124,29 @@ func (f *fakeStore) Stored(_ context.Context, subject, msgID string) (bool, erro
 		}
 	}
 	return false, nil
+}
+
+// Fence gives each lease a sequence of its own, the stream's last fence,
+// unless expect names another (the stream's rule is shown on JetStream
+// and modelled in package sim).
+func (f *fakeStore) Fence(_ context.Context, fence lease.Fence, expect []uint64) ([]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seqs := make([]uint64, len(fence.Leases))
+	for i, l := range fence.Leases {
+		if expect != nil && expect[i] != f.lastSeq {
+			continue
+		}
+		f.fences++
+		seqs[i], f.lastSeq, f.lastEpoch = f.fences+100, f.fences+100, l.Epoch
+	}
+	return seqs, nil
+}
+
+func (f *fakeStore) LastFence(context.Context, int) (uint64, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastSeq, f.lastEpoch, nil
 }
 
 func (f *fakeStore) MarkFired(_ context.Context, _ lease.Fence, due []Due, _ time.Time) ([]int, error) {
@@ -622,6 +655,52 @@ func TestFailedFireIsRequeued(t *testing.T) {
 				if e.MsgID != "fired:k:1" {
 					t.Fatalf("published %s, want every copy under fired:k:1", e.MsgID)
 				}
+			}
+		})
+	}
+}
+
+// TestAFenceRefusalFencesAgain: a batch the stream refuses for its
+// partition's fence is fenced again on the condition that the last fence
+// is still the one read, then retried, when that fence is one of an older
+// epoch (a former owner's that landed late) or none is left (aged out of
+// the stream); never over a fence of a newer epoch (the partition moved).
+func TestAFenceRefusalFencesAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		lastSeq   uint64
+		lastEpoch int64
+		fires     bool
+	}{
+		{"a former owner's fence landed late", 7, 0, true},
+		{"the fence aged out", 0, 0, true},
+		{"a newer owner fenced", 9, 2, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			deadline := time.Now().UTC()
+			s, st, _ := newTestService(t, newClock(deadline.Add(time.Millisecond)))
+			p := events.PartitionOf("k")
+			s.own.Fenced(p, 1, 5) // this instance fenced k's partition at epoch 1, sequence 5
+			st.mu.Lock()
+			st.lastSeq, st.lastEpoch = tt.lastSeq, tt.lastEpoch
+			st.mu.Unlock()
+			applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
+			if !tt.fires {
+				waitFor(t, "a refused attempt", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.fireCalls > 1 })
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				if len(st.built) != 0 || st.lastSeq != tt.lastSeq || st.fences != 0 {
+					t.Fatalf("published %d, last fence %d, %d fenced; want nothing published and the newer fence %d left alone", len(st.built), st.lastSeq, st.fences, tt.lastSeq)
+				}
+				return
+			}
+			waitFor(t, "k fired under a new fence", func() bool { return len(st.firedKeys()) == 1 })
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if st.fences != 1 || len(st.built) != 1 || st.built[0].Fence != st.lastSeq || s.own.StreamFence(p) != st.lastSeq {
+				t.Fatalf("%d fenced, published %+v, stream fence %d, last %d; want one fence, k published under it", st.fences, st.built, s.own.StreamFence(p), st.lastSeq)
 			}
 		})
 	}

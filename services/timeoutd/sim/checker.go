@@ -81,7 +81,8 @@ type publish struct {
 	held  bool // the publisher held the partition's lease at that moment
 	// storedAt is when the event reached the stream (zero: it did not, or
 	// was a duplicate), and heldStored whether the publisher held the
-	// lease then: what consumers see is judged then.
+	// lease then, or the stream stored it under the partition's last fence
+	// (no newer owner had fenced it): what consumers see is judged then.
 	storedAt   time.Time
 	heldStored bool
 }
@@ -146,12 +147,12 @@ func check(w *World, keys map[string]*keyState, end time.Time) {
 		}
 		if !p.held {
 			h.violate(p.at, "fencing", e.Key, fmt.Sprintf("v%d published by %s, which did not hold partition %d's lease", e.Version, p.by, events.PartitionOf(e.Key)))
-		} else if w.cfg.AtStore && !p.storedAt.IsZero() && !p.heldStored {
-			h.violate(p.storedAt, "fencing", e.Key, fmt.Sprintf("v%d published by %s, stored %v later, when it no longer held partition %d's lease",
+		} else if !p.storedAt.IsZero() && !p.heldStored {
+			h.violate(p.storedAt, "fencing", e.Key, fmt.Sprintf("v%d published by %s, stored %v later, when it held neither partition %d's lease nor its fence",
 				e.Version, p.by, p.storedAt.Sub(p.at), events.PartitionOf(e.Key)))
 		}
 		seen := p.at
-		if w.cfg.AtStore && !p.storedAt.IsZero() {
+		if !p.storedAt.IsZero() {
 			seen = p.storedAt
 		}
 		for v, at := range h.acks[e.Key] {

@@ -176,3 +176,35 @@ func TestAnOwnerCutOffFromPostgresPublishesNothing(t *testing.T) {
 		c.finish(t)
 	})
 }
+
+// TestAStalledOwnersLatePublishIsRefused: an owner whose publish of k v1
+// is delivered seconds late (a stalled process or network) while its
+// statements hang loses k's partition to another instance, which consumes
+// k v2 before it opens the partition; the late v1 must not be stored
+// after v2 was acknowledged: the new owner's fence refuses it.
+func TestAStalledOwnersLatePublishIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, nil)
+		owner := c.node(t, "k")
+		start := time.Now()
+		c.set("k", 1, start.Add(time.Second))
+		time.Sleep(900 * time.Millisecond)
+		c.w.setLink(owner.id, func(l *link) { l.natsLatency = 6 * time.Second }) // v1's publish, at 1 s, lands at 7 s
+		time.Sleep(150 * time.Millisecond)
+		c.w.setLink(owner.id, func(l *link) { l.dbCut = true }) // and the lease lapses meanwhile
+		time.Sleep(time.Second)
+		c.set("k", 2, start.Add(time.Hour)) // waits in the stream for the new owner
+		time.Sleep(8 * time.Second)
+		c.w.setLink(owner.id, func(l *link) { l.dbCut, l.natsLatency = false, 0 })
+		if got := c.published("k"); len(got) == 0 || !strings.HasPrefix(got[0], owner.id) {
+			t.Errorf("k published %v; want v1 by the stalled owner %s (the case the fence is for)", got, owner.id)
+		}
+		c.w.mu.Lock()
+		_, stored := c.w.js.stored[events.Expiry{Outcome: events.OutcomeFired, Key: "k", Version: 1}.MsgID()]
+		c.w.mu.Unlock()
+		if stored {
+			t.Errorf("k v1 stored, though v2 was acknowledged before it arrived")
+		}
+		c.finish(t)
+	})
+}

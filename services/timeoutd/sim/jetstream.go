@@ -12,6 +12,7 @@ import (
 	"github.com/ordertimeout/ordertimeout/internal/retry"
 	"github.com/ordertimeout/ordertimeout/pkg/events"
 	"github.com/ordertimeout/ordertimeout/services/timeoutd"
+	"github.com/ordertimeout/ordertimeout/services/timeoutd/internal/lease"
 )
 
 // jetStream is the model of JetStream, under the world's lock.
@@ -23,6 +24,17 @@ type jetStream struct {
 	notify chan struct{}
 	// refused are the commands dead-lettered, as key@version.
 	refused map[string]bool
+	// fences are, per partition, its last fence in the expiry stream, and
+	// seq the stream's last sequence.
+	fences [events.Partitions]fence
+	seq    uint64
+}
+
+// fence is a partition's fence message: its sequence, and the epoch it
+// names.
+type fence struct {
+	seq   uint64
+	epoch int64
 }
 
 func (js *jetStream) init() {
@@ -297,21 +309,75 @@ func (p publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
 	at := time.Now()
+	var fenced error
 	for i, ev := range evs {
 		e, _ := events.DecodeExpiry(ev.Data)
 		if s, ok := p.w.js.stored[ev.MsgID]; ok && at.Sub(s.at) < p.w.cfg.Dedupe {
 			continue // a duplicate within the window
 		}
-		p.w.hist.stored(idx[i], at, p.w.holds(p.id, events.PartitionOf(e.Key), at))
+		if f := p.w.js.fences[ev.Partition]; ev.Fence != 0 && f.seq != ev.Fence {
+			p.w.hist.add(at, "refused", p.id, e.Key, e.Version, fmt.Sprintf("fence %d of partition %d, its last %d", ev.Fence, ev.Partition, f.seq))
+			fenced = fmt.Errorf("sim: %w (fence %d of partition %d)", timeoutd.ErrFenced, ev.Fence, ev.Partition)
+			continue
+		}
+		// Stored under the lease, or under the partition's last fence: no
+		// newer owner fenced it, so none acknowledged a command of it yet.
+		p.w.hist.stored(idx[i], at, ev.Fence != 0 || p.w.holds(p.id, events.PartitionOf(e.Key), at))
 		if _, ok := p.w.js.stored[ev.MsgID]; ok {
 			p.w.hist.violate(at, "effectively once", e.Key, fmt.Sprintf("%s stored again by %s after the dedupe window", ev.MsgID, p.id))
 		}
+		p.w.js.seq++
 		p.w.js.stored[ev.MsgID] = storedEvent{at: at, by: p.id, event: e}
+	}
+	if fenced != nil {
+		return time.Time{}, fenced
 	}
 	if p.w.cfg.PubAckLossP > 0 && p.w.cfg.Rand() < p.w.cfg.PubAckLossP {
 		return time.Time{}, errSimPubAck
 	}
 	return at, nil
+}
+
+// Fence publishes fence's partitions' fences as Publish publishes: it
+// hangs while NATS is cut, takes the link's latency, and is stored then.
+func (p publisher) Fence(ctx context.Context, lf lease.Fence, expect []uint64) ([]uint64, error) {
+	p.w.mu.Lock()
+	l := p.w.linkOf(p.id)
+	cut, healed, latency := l.natsCut, l.healed, l.natsLatency+p.w.draw()
+	p.w.mu.Unlock()
+	if cut {
+		return nil, hang(ctx, healed)
+	}
+	if latency > 0 && !retry.Sleep(ctx, latency) {
+		return nil, ctx.Err()
+	}
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	seqs := make([]uint64, len(lf.Leases))
+	for i, ls := range lf.Leases {
+		if expect != nil && p.w.js.fences[ls.Partition].seq != expect[i] {
+			continue
+		}
+		p.w.js.seq++
+		p.w.js.fences[ls.Partition] = fence{seq: p.w.js.seq, epoch: ls.Epoch}
+		seqs[i] = p.w.js.seq
+	}
+	p.w.hist.add(time.Now(), "fence", p.id, "-", 0, fmt.Sprint(lf.Leases, seqs))
+	return seqs, nil
+}
+
+// LastFence returns partition part's last fence; it hangs while NATS is
+// cut.
+func (p publisher) LastFence(ctx context.Context, part int) (uint64, int64, error) {
+	p.w.mu.Lock()
+	l := p.w.linkOf(p.id)
+	cut, healed := l.natsCut, l.healed
+	f := p.w.js.fences[part]
+	p.w.mu.Unlock()
+	if cut {
+		return 0, 0, hang(ctx, healed)
+	}
+	return f.seq, f.epoch, nil
 }
 
 func (p publisher) Stored(_ context.Context, _ string, msgID string) (bool, error) {

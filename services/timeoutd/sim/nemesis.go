@@ -31,18 +31,12 @@ const (
 	// faultStall delays the instance's publishes by one to five seconds,
 	// delivered in the end, while its statements hang (a starved process,
 	// a stalled network): a publish may reach the stream after its lease
-	// lapsed and another instance took the partition. Not among the kinds
-	// drawn by default: it reproduces a known gap (a stale version stored
-	// after the new owner acknowledged a newer one; RELIABILITY, "The
-	// simulation"), drawn with -sim.faults=stall.
+	// lapsed and another instance took the partition.
 	faultStall = "stall"
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
-	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor}
-
-// optionalFaults are the kinds drawn only when asked for (-sim.faults).
-var optionalFaults = []string{faultStall}
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor, faultStall}
 
 // nemesis draws and applies faults until 3 s before r.loadEnd, and waits
 // for every one to heal.
@@ -56,7 +50,7 @@ func (r *run) nemesis(ctx context.Context) {
 			return
 		}
 		n := nodes[nemRng.IntN(len(nodes))]
-		kind := r.kinds[nemRng.IntN(len(r.kinds))]
+		kind := faultKinds[nemRng.IntN(len(faultKinds))]
 		d := time.Duration(300+nemRng.IntN(4000)) * time.Millisecond
 		res.faults[kind]++
 		who := n.id

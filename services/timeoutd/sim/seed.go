@@ -64,30 +64,21 @@ type run struct {
 	loadEnd  time.Time
 	full     bool     // one instance, its schedule full
 	settings []string // what the seed drew, for its report
-	kinds    []string // the kinds of fault the nemesis draws
 }
 
-// seedOptions are a run's choices beyond the seed: the optional faults
-// drawn too, the judgement at the store (Config.AtStore), and whether
-// to report the history of a seed that passes.
-type seedOptions struct {
-	faults  []string
-	atStore bool
-	verbose bool
-}
-
-// runSeed runs one seed in the current bubble and checks its history.
-func runSeed(t *testing.T, seed uint64, o seedOptions) result {
+// runSeed runs one seed in the current bubble and checks its history;
+// verbose reports its history even when it passes.
+func runSeed(t *testing.T, seed uint64, verbose bool) result {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	worldRng := rand.New(rand.NewPCG(seed, 0x3041d))
 	w := New(Config{AckWait: 5 * time.Second, Dedupe: 2 * time.Minute, CrashGrace: timeoutd.CrashGraceDefault, TTL: timeoutd.LeaseTTLDefault,
 		Batch: 1 + rng.IntN(64), PubAckLossP: 0.02 * rng.Float64(), Latency: time.Duration(rng.IntN(5000)) * time.Microsecond,
-		Rand: worldRng.Float64, AtStore: o.atStore})
+		Rand: worldRng.Float64})
 	res := result{faults: map[string]int{}}
 
 	var logs strings.Builder
 	logger := discardLogger()
-	if o.verbose {
+	if verbose {
 		logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	nodes := make([]*node, 2+rng.IntN(2))
@@ -147,8 +138,7 @@ func runSeed(t *testing.T, seed uint64, o seedOptions) result {
 	loadEnd := time.Now().Add(simLoad)
 	var wg sync.WaitGroup
 
-	r := &run{t: t, seed: seed, w: w, nodes: nodes, keys: map[string]*keyState{}, res: res, loadEnd: loadEnd, full: full, settings: settings,
-		kinds: append(slices.Clone(faultKinds), o.faults...)}
+	r := &run{t: t, seed: seed, w: w, nodes: nodes, keys: map[string]*keyState{}, res: res, loadEnd: loadEnd, full: full, settings: settings}
 	wg.Go(func() { r.load(ctx) })
 	wg.Go(func() { r.nemesis(ctx) })
 
@@ -188,8 +178,8 @@ func runSeed(t *testing.T, seed uint64, o seedOptions) result {
 	check(w, r.keys, time.Now())
 	res.publishes = len(w.hist.pubs)
 	res.violations = w.hist.violations
-	if len(res.violations) > 0 || o.verbose {
-		report(t, seed, r.settings, &w.hist, logs.String(), o.verbose)
+	if len(res.violations) > 0 || verbose {
+		report(t, seed, r.settings, &w.hist, logs.String(), verbose)
 	}
 	return res
 }

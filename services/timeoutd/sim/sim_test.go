@@ -37,8 +37,6 @@ var (
 	simMaxFails = flag.Int("sim.maxfails", 3, "stop after this many failing seeds")
 	simWorkers  = flag.Int("sim.workers", 0, "how many seeds run at once (default: GOMAXPROCS)")
 	simStuck    = flag.Duration("sim.stuck", 2*time.Minute, "the real time a seed may take before it counts as stuck")
-	simFaults   = flag.String("sim.faults", "", "optional kinds of fault to draw too, comma-separated (stall)")
-	simAtStore  = flag.Bool("sim.atstore", false, "judge fencing and latest-wins also when an event reaches the stream (a known gap: fails)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -60,16 +58,6 @@ func TestSimulation(t *testing.T) {
 	next, last := *simFirst, uint64(math.MaxUint64)
 	if *simSeed != 0 {
 		next, last, workers = *simSeed, *simSeed, 1
-	}
-	var extra []string
-	for _, k := range strings.Split(*simFaults, ",") {
-		if k = strings.TrimSpace(k); k == "" {
-			continue
-		}
-		if !slices.Contains(optionalFaults, k) {
-			t.Fatalf("-sim.faults: %q is not an optional fault (%v)", k, optionalFaults)
-		}
-		extra = append(extra, k)
 	}
 	start := time.Now()
 	var (
@@ -102,9 +90,7 @@ func TestSimulation(t *testing.T) {
 						panic(fmt.Sprintf("simulation seed %d: no progress within %v of real time (replay with -sim.seed=%d)", seed, *simStuck, seed))
 					})
 					defer stuck.Stop()
-					synctest.Test(t, func(t *testing.T) {
-						r = runSeed(t, seed, seedOptions{faults: extra, atStore: *simAtStore, verbose: *simVerbose})
-					})
+					synctest.Test(t, func(t *testing.T) { r = runSeed(t, seed, *simVerbose) })
 				})
 				mu.Lock()
 				for k, n := range r.faults {

@@ -33,11 +33,6 @@ type Config struct {
 	Latency time.Duration
 	// Rand draws the world's chances, in [0, 1).
 	Rand func() float64
-	// AtStore judges fencing and latest-wins also when an event reaches
-	// the stream, not only at its publish (-sim.atstore): a publish that
-	// lands after its lease lapsed. Off by default while that gap is open
-	// (RELIABILITY, "The simulation").
-	AtStore bool
 	// Fits, when positive, is the MaxPending of an instance that holds
 	// every partition (the full-schedule seeds): the pending rows must
 	// never exceed it (the check "committed fits").

@@ -23,22 +23,25 @@ const (
 
 // Gate is what this instance may do for a batch's partitions, read from
 // the Ownership at one moment: each partition's epoch (the fence its
-// writes present to Postgres), whether its fires are open, and whether
-// the leases were trusted and Postgres in contact. Ingest and the janitor
-// write under its Fence. The fire path takes one per batch with the
-// partitions pinned (PinGate), publishes only for those it may fire,
-// checks it again right before the publish (Recheck), and closes it
-// (Close) once the publish is over.
+// writes present to Postgres), whether its fires are open, its fence in
+// the expiry stream, and whether the leases were trusted and Postgres in
+// contact. Ingest and the janitor write under its Fence. The fire path
+// takes one per batch with the partitions pinned (PinGate), publishes
+// only for those it may fire, each event naming its stream fence, checks
+// it again right before the publish (Recheck), and closes it (Close) once
+// the publish is over.
 type Gate struct {
 	o      *Ownership
 	parts  []int
 	pinned bool
 	why    Why // the instance's reason, "" when trusted and in contact
 	// Per partition, indexed by it: whether it is one of parts, its
-	// epoch (0: not owned), whether its fires were open (and pinned).
-	member [events.Partitions]bool
-	epochs [events.Partitions]int64
-	open   [events.Partitions]bool
+	// epoch (0: not owned), whether its fires were open (and pinned), its
+	// stream fence.
+	member  [events.Partitions]bool
+	epochs  [events.Partitions]int64
+	open    [events.Partitions]bool
+	streams [events.Partitions]uint64
 }
 
 // Gate returns the gate of parts.
@@ -55,7 +58,7 @@ func (o *Ownership) gate(parts []int, pin bool) *Gate {
 		open = o.Pin(parts)
 	}
 	for i, p := range parts {
-		g.member[p], g.epochs[p] = true, o.Epoch(p)
+		g.member[p], g.epochs[p], g.streams[p] = true, o.Epoch(p), o.StreamFence(p)
 		if pin {
 			g.open[p] = open[i]
 		} else {
@@ -117,6 +120,15 @@ func (g *Gate) Fence() Fence {
 		}
 	}
 	return f
+}
+
+// StreamFence returns partition p's fence in the expiry stream when the
+// gate was taken (0: none).
+func (g *Gate) StreamFence(p int) uint64 {
+	if g.member[p] {
+		return g.streams[p]
+	}
+	return 0
 }
 
 // Recheck returns why the gate no longer holds: the leases no longer

@@ -8,7 +8,7 @@ import (
 // TestGate: a gate answers for its partitions as the Ownership stood when
 // it was taken: the instance's reason first (untrusted, out of contact),
 // then the partition's (unowned, opening); its fence names the owned
-// partitions at their epochs; Recheck
+// partitions at their epochs, and each partition's stream fence; Recheck
 // sees the trust run out and a partition lost or taken again since.
 func TestGate(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -18,6 +18,7 @@ func TestGate(t *testing.T) {
 		o.Gain(Lease{Partition: 1, Epoch: 3})
 		o.Gain(Lease{Partition: 2, Epoch: 4})
 		o.OpenAt(1, 3)
+		o.Fenced(1, 3, 70)
 		if trusted {
 			o.TrustUntil(now.Add(time.Second))
 		}
@@ -48,6 +49,9 @@ func TestGate(t *testing.T) {
 	g := o.PinGate([]int{1, 2, 5})
 	if f := g.Fence(); len(f.Leases) != 2 || f.Leases[0] != (Lease{1, 3}) || f.Leases[1] != (Lease{2, 4}) || f.Owner != "me" {
 		t.Errorf("Fence() = %+v, want me at 1@3 and 2@4", f)
+	}
+	if g.StreamFence(1) != 70 || g.StreamFence(2) != 0 {
+		t.Errorf("StreamFence = %d, %d; want 70, 0", g.StreamFence(1), g.StreamFence(2))
 	}
 	if o.pins[1].Load() != 1 || o.pins[2].Load() != 0 {
 		t.Errorf("pins = %d, %d; want the open partition pinned only", o.pins[1].Load(), o.pins[2].Load())

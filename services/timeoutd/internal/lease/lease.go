@@ -5,7 +5,8 @@
 //   - [Ownership] is what this instance owns. Ingest, the fire path and
 //     the janitor ask it once per batch, for a [Gate]: for the batch's
 //     partitions, whether each may fire now and why not ([Why]), the
-//     [Fence] a write presents to the store, and for the fire path a pin (a handover waits for its
+//     [Fence] a write presents to the store, each partition's fence in the
+//     expiry stream, and for the fire path a pin (a handover waits for its
 //     Close); the fire path checks it again before it publishes
 //     ([Gate.Recheck]). [Ownership.View] is the same answer for every
 //     partition, for the cluster view.

@@ -22,6 +22,11 @@ type Ownership struct {
 	now    func() time.Time // the monotonic clock Trusted and InContact read
 	epochs [events.Partitions]atomic.Int64
 	opened [events.Partitions]atomic.Bool
+	// fences are, per partition, the expiry stream's sequence of the fence
+	// this instance published as it took it over (0: none): every event it
+	// publishes for the partition names it, and the stream refuses one
+	// whose fence is no longer the partition's last.
+	fences [events.Partitions]atomic.Uint64
 	// until is when the leases stop being trusted without a renewal (the
 	// membership's validUntil), read by the fire path before it publishes.
 	until atomic.Pointer[time.Time]
@@ -125,6 +130,7 @@ func (o *Ownership) Trusted() bool {
 // Gain records lease l; its fires stay shut until OpenAt.
 func (o *Ownership) Gain(l Lease) {
 	o.opened[l.Partition].Store(false)
+	o.fences[l.Partition].Store(0)
 	o.epochs[l.Partition].Store(l.Epoch)
 }
 
@@ -133,7 +139,22 @@ func (o *Ownership) Gain(l Lease) {
 func (o *Ownership) Lose(p int) {
 	o.epochs[p].Store(0)
 	o.opened[p].Store(false)
+	o.fences[p].Store(0)
 }
+
+// Fenced records seq, the expiry stream's sequence of partition p's fence,
+// if p is still owned at epoch, and reports whether it did.
+func (o *Ownership) Fenced(p int, epoch int64, seq uint64) bool {
+	if o.epochs[p].Load() != epoch {
+		return false
+	}
+	o.fences[p].Store(seq)
+	return o.epochs[p].Load() == epoch
+}
+
+// StreamFence returns the expiry stream's sequence of partition p's fence
+// (0: none), which every event published for it names.
+func (o *Ownership) StreamFence(p int) uint64 { return o.fences[p].Load() }
 
 // OpenAt opens partition p's fires if it is still owned at epoch, and
 // reports whether it did.
