@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -17,6 +18,7 @@ type Arrivals struct {
 	early    int
 	dupes    int
 	bad      int
+	firstBad string // the first undecodable event: its error and data
 	done     chan struct{}
 }
 
@@ -54,10 +56,16 @@ func (a *Arrivals) Add(key string, deadline, now time.Time) bool {
 	return true
 }
 
-// Undecodable counts an event the consumer could not decode.
-func (a *Arrivals) Undecodable() {
+// Undecodable counts an event the consumer could not decode, keeping the
+// first one's data and error for the report: an event refused by the
+// contract's decoder (a fired_at before its deadline among the reasons)
+// must be told from a broken message.
+func (a *Arrivals) Undecodable(data []byte, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.bad == 0 {
+		a.firstBad = fmt.Sprintf("%v: %.300s", err, data)
+	}
 	a.bad++
 }
 
@@ -97,7 +105,11 @@ func (a *Arrivals) Summary() (int, Summary) {
 func (a *Arrivals) KV() []any {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return []any{"received", len(a.late), "early", a.early, "duplicates", a.dupes, "undecodable", a.bad}
+	kv := []any{"received", len(a.late), "early", a.early, "duplicates", a.dupes, "undecodable", a.bad}
+	if a.bad > 0 {
+		kv = append(kv, "undecodable_first", a.firstBad)
+	}
+	return kv
 }
 
 // TimelineKV returns the worst arrival lateness of each TimelineSlot of

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestArrivals(t *testing.T) {
 			t.Errorf("Add(%s) = %v, want %v", e.key, got, e.want)
 		}
 	}
-	a.Undecodable()
+	a.Undecodable([]byte(`{"key":"d"}`), errors.New("fired_at: is before the deadline"))
 	select {
 	case <-a.Done():
 		t.Fatal("done before c arrived")
@@ -40,7 +41,7 @@ func TestArrivals(t *testing.T) {
 	if ok, err := a.Wait(t.Context(), t0); !ok || err != nil {
 		t.Errorf("Wait = %v, %v, want true, nil", ok, err)
 	}
-	want := []any{"received", 3, "early", 1, "duplicates", 2, "undecodable", 1}
+	want := []any{"received", 3, "early", 1, "duplicates", 2, "undecodable", 1, "undecodable_first", `fired_at: is before the deadline: {"key":"d"}`}
 	if kv := a.KV(); !slices.Equal(kv, want) {
 		t.Errorf("KV = %v, want %v", kv, want)
 	}

@@ -14,6 +14,7 @@ package natschedbench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -138,8 +139,13 @@ func (b *Bench) consume(ctx context.Context, arrivals *harness.Arrivals, fired f
 		now := time.Now()
 		var d deadline
 		md, err := msg.Metadata()
-		if err != nil || json.Unmarshal(msg.Data(), &d) != nil || d.Key == "" {
-			arrivals.Undecodable()
+		if err == nil {
+			if err = json.Unmarshal(msg.Data(), &d); err == nil && d.Key == "" {
+				err = errors.New("no key")
+			}
+		}
+		if err != nil {
+			arrivals.Undecodable(msg.Data(), err)
 			return
 		}
 		fired(d, now, md.Timestamp)

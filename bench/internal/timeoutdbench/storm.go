@@ -122,7 +122,7 @@ func (b *Bench) consumeExpiries(ctx context.Context, w *stormWatch) (jetstream.C
 		now := time.Now()
 		e, err := events.DecodeExpiry(msg.Data())
 		if err != nil {
-			w.arrivals.Undecodable()
+			w.arrivals.Undecodable(msg.Data(), err)
 			return
 		}
 		if !w.arrivals.Add(e.Key, e.Deadline, now) {
