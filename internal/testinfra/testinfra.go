@@ -246,7 +246,15 @@ func (s *NATSServer) url(t testing.TB) string {
 // connection, which is closed when t ends.
 func (s *NATSServer) JetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(s.URL)
+	return JetStream(t, s.URL)
+}
+
+// JetStream connects to the NATS servers of url (comma-separated) and
+// returns a JetStream client on the connection, which is closed when t
+// ends.
+func JetStream(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatalf("connect to nats: %v", err)
 	}

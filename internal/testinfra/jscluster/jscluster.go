@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 )
 
 // Cluster is a JetStream cluster of three nats-servers run in the test
@@ -92,14 +93,5 @@ func Start(t testing.TB) *Cluster {
 // connection, which is closed when t ends.
 func (c *Cluster) JetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(c.URLs)
-	if err != nil {
-		t.Fatalf("connect to the nats cluster: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	return js
+	return testinfra.JetStream(t, c.URLs)
 }
