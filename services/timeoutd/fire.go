@@ -188,8 +188,9 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 	for i, t := range found {
 		p.rows[i] = Due{Key: t.Key, Version: t.Version, Deadline: t.Deadline}
 		p.parts = appendPartitions(p.parts, events.PartitionOf(t.Key))
+		at := firedAt(now, t.Deadline)
 		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: t.Key, Version: t.Version,
-			Deadline: t.Deadline, FiredAt: now.UTC(), LatenessNs: int64(now.Sub(t.Deadline)), Payload: t.Payload}
+			Deadline: t.Deadline, FiredAt: at.UTC(), LatenessNs: int64(at.Sub(t.Deadline)), Payload: t.Payload}
 		subject := t.FireSubject
 		refused := f.cfg.refusedFire(t.Key, subject)
 		if refused != "" || t.MaxLateness > 0 && now.Sub(t.Deadline) > t.MaxLateness {
@@ -285,6 +286,24 @@ func (f *firer) refence(parts []int) {
 		}
 	}
 	f.cfg.Logger.Info("partitions fenced again in the expiry stream", "partitions", lease.PartitionsOf(again.Leases))
+}
+
+// firedAt returns the fire time an event of deadline carries: now, the
+// schedule's clock read after the hand-out, or the deadline when now is
+// before it. The schedule handed the timeout out by a reading at or after
+// its deadline, and a reading taken later can be earlier: its clock is a
+// lower bound of Postgres's, and a heartbeat may have loosened the bound
+// meanwhile (Membership.measureClock: the least lead of the last few
+// samples, which grows when the best one leaves them). Both readings are
+// lower bounds of when the fire was decided, so the later of the two is
+// too; a fired_at before the deadline is refused by every consumer's
+// decoder (events.DecodeExpiry), which would dead-letter the event and
+// lose the deadline.
+func firedAt(now, deadline time.Time) time.Time {
+	if now.Before(deadline) {
+		return deadline
+	}
+	return now
 }
 
 // gated reports whether a batch may go on past a gate whose reason is

@@ -541,6 +541,36 @@ func TestPlainTimeoutsFireWithoutARead(t *testing.T) {
 	}
 }
 
+// TestAnEventsFireTimeIsNeverBeforeItsDeadline: the fire path's reading
+// of the clock, taken after the schedule handed a timeout out at its
+// deadline, may be earlier than that hand-out's (the bound loosened by a
+// heartbeat meanwhile); the event then carries its deadline as its fire
+// time, never an earlier one, which every consumer's decoder refuses.
+func TestAnEventsFireTimeIsNeverBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	deadline := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		want time.Time
+	}{
+		{"read after the deadline", deadline.Add(3 * time.Millisecond), deadline.Add(3 * time.Millisecond)},
+		{"read at the deadline", deadline, deadline},
+		{"read before it, the bound loosened since the hand-out", deadline.Add(-2 * time.Millisecond), deadline},
+	} {
+		got := firedAt(tc.now, deadline)
+		if !got.Equal(tc.want) {
+			t.Errorf("%s: firedAt = %v, want %v", tc.name, got, tc.want)
+		}
+		e := events.Expiry{Schema: events.SchemaVersion, Outcome: events.OutcomeFired, Key: "k", Version: 1, Deadline: deadline,
+			FiredAt: got, LatenessNs: int64(got.Sub(deadline))}
+		data, _ := json.Marshal(e)
+		if _, err := events.DecodeExpiry(data); err != nil {
+			t.Errorf("%s: the event is refused by the consumers' decoder: %v", tc.name, err)
+		}
+	}
+}
+
 func TestMisfireOutcome(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -294,6 +294,8 @@ func (p publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 	for i, ev := range evs {
 		e, err := events.DecodeExpiry(ev.Data)
 		if err != nil {
+			// A consumer would dead-letter it: its deadline lost.
+			p.w.hist.violate(now, "decodable", ev.MsgID, fmt.Sprintf("published by %s, refused by the consumers' decoder: %v", p.id, err))
 			p.w.mu.Unlock()
 			return time.Time{}, fmt.Errorf("sim: the fire path published what DecodeExpiry refuses: %w", err)
 		}
