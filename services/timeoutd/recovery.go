@@ -150,7 +150,11 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 // meanwhile keeps no fence. A failed fence is retried until ctx ends.
 func (r *recovery) fence(ctx context.Context, leases []lease.Lease) error {
 	for {
-		seqs, err := r.pub.Fence(r.hard, lease.Fence{Owner: r.cfg.InstanceID, Leases: leases}, nil)
+		// Under ctx, not the hard context of the reads: a graceful stop
+		// ends the takeover and waits for it with the renewals stopped, so
+		// a publish held up (a stalled NATS) would let the leases expire
+		// before they are handed over (the simulation's seed 303695).
+		seqs, err := r.pub.Fence(ctx, lease.Fence{Owner: r.cfg.InstanceID, Leases: leases}, nil)
 		if err == nil {
 			for i, l := range leases {
 				r.own.Fenced(l.Partition, l.Epoch, seqs[i])
