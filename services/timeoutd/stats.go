@@ -36,6 +36,10 @@ type Stats struct {
 	// instance) and released (handed over, or given up on shutdown).
 	LeaseLapses                                          uint64
 	PartitionsGained, PartitionsLost, PartitionsReleased uint64
+	// ClockResets counts the times the database's clock changed under the
+	// heartbeats (another server after a failover, or a step back) and the
+	// hold on the fires started over from the new one's samples.
+	ClockResets uint64
 	// ClockOffset is how far this instance's wall clock is ahead of the
 	// database's (negative: behind), at the last heartbeat's midpoint;
 	// fires are held by the least bound on it of the last few heartbeats.
@@ -100,7 +104,7 @@ func (s *Service) Stats() Stats {
 	out := Stats{Now: s.cfg.Now().UTC(), Ready: s.IsReady(), Pending: int64(s.Pending()),
 		Scheduled: t.scheduled, Cleared: t.cleared, Fired: t.fired, Missed: t.missed, DeadLettered: t.deadLettered,
 		LeaseLapses: st.members.Lapses.Load(), PartitionsGained: st.members.Gained.Load(), PartitionsLost: st.members.Lost.Load(),
-		PartitionsReleased: st.members.Released.Load(), ClockOffset: time.Duration(st.members.ClockAhead.Load())}
+		PartitionsReleased: st.members.Released.Load(), ClockResets: st.members.ClockResets.Load(), ClockOffset: time.Duration(st.members.ClockAhead.Load())}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.nSamples >= 2 {

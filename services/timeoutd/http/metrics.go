@@ -135,6 +135,8 @@ func (m *Metrics) Watch(svc watched) {
 			func(s timeoutd.Stats) uint64 { return s.PartitionsLost }),
 		counter("timeoutd_partitions_released_total", "Partitions given up: handed over to balance, given up on shutdown or after a failed takeover.",
 			func(s timeoutd.Stats) uint64 { return s.PartitionsReleased }),
+		counter("timeoutd_clock_resets_total", "Times the database's clock changed under the heartbeats (another server after a failover, or a step back): the hold on the fires started over.",
+			func(s timeoutd.Stats) uint64 { return s.ClockResets }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_clock_offset_seconds", Help: "How far this instance's wall clock is ahead of Postgres's (negative: behind), at the last heartbeat; fires are held by the lead."},
 			func() float64 { return svc.Stats().ClockOffset.Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_ready", Help: "1 when recovery is done and the service is not shutting down."},

@@ -110,6 +110,11 @@ const (
 	quietAtSQL   = `(SELECT quiet_at FROM timeoutd_instances ORDER BY resumed_at DESC LIMIT 1)`
 )
 
+// serverSQL names the server that answers, for as long as it runs: its
+// address and port (those of the node a multi-host URL reached: another
+// one after a failover) and its start.
+const serverSQL = `coalesce(host(inet_server_addr()), 'local') || ':' || coalesce(inet_server_port(), 0) || '@' || pg_postmaster_start_time()`
+
 // clusterCTEs and clusterSelect return, for instance $1 and TTL $2, the
 // live instances besides $1, the milliseconds until the first lease of
 // another instance expires, and the partitions takeable at once: free, or
@@ -139,7 +144,7 @@ beat AS (
 	RETURNING id),
 ` + watchSQL + `,
 ` + clusterCTEs + `
-SELECT ` + clusterSelect + `, now()`
+SELECT ` + clusterSelect + `, now(), ` + serverSQL
 	probeSQL = `WITH ` + resumedCTE + `,
 me AS (UPDATE timeoutd_instances SET seen_at = now(), resumed_at = (SELECT at FROM resumed), quiet_at = (SELECT quiet FROM resumed) WHERE id = $1),
 ` + watchSQL + `,
@@ -151,7 +156,7 @@ SELECT ` + clusterSelect
 func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte, serving bool) (lease.Beat, error) {
 	var b lease.Beat
 	var nextMs int64
-	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info, serving).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime); err != nil {
+	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info, serving).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime, &b.Server); err != nil {
 		return lease.Beat{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	b.NextExpiry = time.Duration(nextMs) * time.Millisecond

@@ -155,6 +155,9 @@ func TestMembership(t *testing.T) {
 	if d := time.Since(beat.DBTime); d < -time.Minute || d > time.Minute {
 		t.Fatalf("the database's time %v is not now", beat.DBTime)
 	}
+	if again, err := l.Heartbeat(ctx, "c", time.Second, []byte(`{}`), true); err != nil || beat.Server == "" || again.Server != beat.Server {
+		t.Fatalf("the server is named %q, then %q (%v): want one name, while it runs", beat.Server, again.Server, err)
+	}
 	// b cannot reach NATS: it is not serving, and the others' share counts
 	// it out, so that the partitions it hands over find room.
 	if _, err := l.Heartbeat(ctx, "b", time.Hour, []byte(`{"pending":1}`), false); err != nil {

@@ -143,6 +143,10 @@ type Beat struct {
 	Takeable int
 	// DBTime is the database's clock when it ran the heartbeat.
 	DBTime time.Time
+	// Server names the database server that ran it, for as long as it
+	// runs: another name after a failover to a standby (whose clock is
+	// another) or a restart.
+	Server string
 }
 
 // Instance is one live instance as the lease table knows it.

@@ -58,10 +58,11 @@ type Takeover interface {
 }
 
 // Counters are the membership's totals since the process started, and the
-// clock offset from the database's of the last heartbeat (ns).
+// clock offset from the database's of the last heartbeat (ns). ClockResets
+// counts the times the clock samples started over (measureClock).
 type Counters struct {
-	Lapses, Gained, Lost, Released atomic.Uint64
-	ClockAhead                     atomic.Int64
+	Lapses, Gained, Lost, Released, ClockResets atomic.Uint64
+	ClockAhead                                  atomic.Int64
 }
 
 // Deps are what a Membership acts on and reports to.
@@ -119,6 +120,7 @@ type Membership struct {
 	leaving    atomic.Bool // shutting down: renewals only (see Leave)
 	acquireAt  time.Time   // no acquisition before (after a failed takeover)
 	aheads     []time.Duration
+	server     string         // the database server of aheads (Beat.Server)
 	releases   sync.WaitGroup // takeovers waiting to open their partitions
 	firstDone  bool
 	share      int // the share of the last round
@@ -248,7 +250,7 @@ func (m *Membership) round(ctx context.Context) time.Duration {
 		m.unproven(ctx, "heartbeat", err)
 		return m.cfg.ProbeInterval // the database is back: renew at once
 	}
-	m.measureClock(clockSent, m.d.Clock(), beat.DBTime)
+	m.measureClock(clockSent, m.d.Clock(), beat.DBTime, beat.Server)
 	var wake time.Time // when another instance's first lease has expired
 	if beat.NextExpiry > 0 {
 		wake = m.now().Add(beat.NextExpiry + expiryMargin)
@@ -404,18 +406,32 @@ func (m *Membership) trust(sent time.Time) {
 }
 
 // measureClock takes one heartbeat's reading of the database's clock,
-// dbTime, between the schedule's clock's readings sent and received:
-// received minus dbTime bounds how far that clock is ahead of the
-// database's (it may be negative: behind). The schedule holds every
-// deadline by the least such bound of the last aheadSamples heartbeats
-// (the one whose round trip was the shortest), so that it judges deadlines
-// by a clock that never runs ahead of the database's and none fires early.
-// The schedule's clock runs on the monotonic clock: a step of the host's
-// wall clock changes none of the samples, so none of them goes stale.
-func (m *Membership) measureClock(sent, received, dbTime time.Time) {
+// dbTime, by server, between the schedule's clock's readings sent and
+// received: received minus dbTime bounds how far that clock is ahead of
+// the database's (it may be negative: behind), and sent minus dbTime is
+// as far ahead as it is at least. The schedule holds every deadline by the
+// least such bound of the last aheadSamples heartbeats (the one whose
+// round trip was the shortest), so that it judges deadlines by a clock
+// that never runs ahead of the database's and none fires early. The
+// schedule's clock runs on the monotonic clock: a step of the host's wall
+// clock changes none of the samples, so none of them goes stale. The
+// database's clock is another matter: after a failover another server's
+// clock answers, and the samples of the one before say nothing of it
+// (a standby's clock behind the old primary's by δ would make every fire
+// for five heartbeats early by δ by the new one). The samples start over
+// when the server changes, and when the database's clock is proven to
+// have stepped back (this reading's least lead is above the hold).
+func (m *Membership) measureClock(sent, received, dbTime time.Time, server string) {
 	if dbTime.IsZero() {
 		return
 	}
+	if len(m.aheads) > 0 && (server != m.server || sent.Sub(dbTime) > slices.Min(m.aheads)) {
+		m.cfg.Logger.Warn("the database's clock changed: its samples start over", "server", server,
+			"server_before", m.server, "hold_before", slices.Min(m.aheads), "least_lead", sent.Sub(dbTime))
+		m.aheads = m.aheads[:0]
+		m.d.Counters.ClockResets.Add(1)
+	}
+	m.server = server
 	m.aheads = append(m.aheads, received.Sub(dbTime))
 	if len(m.aheads) > aheadSamples {
 		m.aheads = m.aheads[1:]

@@ -588,3 +588,44 @@ func TestALeavingInstanceKeepsRenewing(t *testing.T) {
 		t.Fatal("ReleaseAll left partitions owned")
 	}
 }
+
+// TestTheClockHoldFollowsTheDatabaseServer: the fires are held by the
+// least lead over the database's clock of the last heartbeats; when
+// another server answers (a failover to a standby whose clock is behind)
+// or the clock is proven to have stepped back, the older samples no
+// longer bound the lead, and a hold kept from them would fire early by the
+// difference.
+func TestTheClockHoldFollowsTheDatabaseServer(t *testing.T) {
+	// A heartbeat sent at the schedule's clock's sent, answered rtt later
+	// (2 ms unless set), the database's clock read by server at sent+db.
+	type beat struct {
+		server  string
+		db, rtt time.Duration
+	}
+	for _, tt := range []struct {
+		name  string
+		beats []beat
+		want  time.Duration // the hold after the last beat
+	}{
+		{"one server: the least lead", []beat{{"a", 0, 0}, {"a", -time.Millisecond, 0}, {"a", 0, 0}}, 2 * time.Millisecond},
+		{"one server: a slower round trip keeps the hold", []beat{{"a", 0, 0}, {"a", 50 * time.Millisecond, 100 * time.Millisecond}}, 2 * time.Millisecond},
+		{"another server behind by 300 ms", []beat{{"a", 0, 0}, {"a", 0, 0}, {"b", -300 * time.Millisecond, 0}}, 302 * time.Millisecond},
+		{"another server ahead by 300 ms", []beat{{"a", 0, 0}, {"b", 300 * time.Millisecond, 0}}, -298 * time.Millisecond},
+		{"the same server's clock stepped back by 300 ms", []beat{{"a", 0, 0}, {"a", 0, 0}, {"a", -300 * time.Millisecond, 0}}, 302 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var hold time.Duration
+			counters := &Counters{}
+			m := NewMembership(Config{InstanceID: "me", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+				Deps{Hold: func(d time.Duration) { hold = d }, Counters: counters})
+			sent := time.Now()
+			for _, b := range tt.beats {
+				sent = sent.Add(time.Second)
+				m.measureClock(sent, sent.Add(cmpOr(b.rtt, 2*time.Millisecond)), sent.Add(b.db), b.server)
+			}
+			if hold != tt.want {
+				t.Errorf("hold %v, want %v", hold, tt.want)
+			}
+		})
+	}
+}
