@@ -34,7 +34,7 @@ up: images ## start the platform (deploy/compose), wait until healthy, print the
 	@TRACING=$(TRACING) scripts/stack.sh up
 
 .PHONY: up-ha
-up-ha: images ## start the cluster (deploy/compose/compose.ha.yaml: 3 NATS nodes, 3 timeoutd, 2 orders), wait until healthy
+up-ha: images ## start the cluster (deploy/compose/compose.ha.yaml: 3 NATS nodes, 3 timeoutd, 2 orders, Postgres under Patroni on 3 nodes with 3 etcd), wait until healthy
 	@STACK=ha scripts/stack.sh up
 
 .PHONY: down
@@ -254,7 +254,10 @@ soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faul
 # seed from the clock, printed); CHAOS_RUNS runs that many seeds in a row
 # (CHAOS_SEED, +1, …), one report row each; CHAOS_KINDS replaces the mix of
 # faults (comma-separated kinds, e.g. clock-skew); CHAOS_SINGLE=1 runs the
-# single-instance stack under the same schedule, for the comparison. A
+# single-instance stack under the same schedule, for the comparison;
+# CHAOS_PG=patroni runs Postgres as the cluster under Patroni and adds its
+# faults (primary killed, frozen, cut off; switchover; synchronous standby
+# killed) to the mix. A
 # short run (40 s, 4 faults, without the hangs: frozen Postgres or NATS
 # node, black-holed connections) is part of `make test`.
 CHAOS_SEED ?=
@@ -263,12 +266,13 @@ CHAOS_KINDS ?=
 CHAOS_REPORT ?= build/chaos-report.txt
 CHAOS_DURATION ?=
 CHAOS_SINGLE ?=
+CHAOS_PG ?=
 CHAOS_TIMEOUT ?= $$((6 * $(CHAOS_RUNS) + 10))m
 
 .PHONY: chaos
 chaos: images ## the cluster under a seeded nemesis: 80 s of load, 8 faults; CHAOS_SEED=N replays, CHAOS_RUNS=10 runs 10 seeds; rows in CHAOS_REPORT
 	mkdir -p $(dir $(abspath $(CHAOS_REPORT))) && CHAOS=long CHAOS_SEED=$(CHAOS_SEED) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_KINDS=$(CHAOS_KINDS) \
-		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SINGLE=$(CHAOS_SINGLE) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
+		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SINGLE=$(CHAOS_SINGLE) CHAOS_PG=$(CHAOS_PG) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
 		$(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaos$$' ./e2e
 
 # make chaos-soak: one seeded run of SOAK_MINUTES of load (default 60)

@@ -61,7 +61,7 @@ type seenEvents struct {
 // pgURL returns the URL of database db of the stack's Postgres, from the
 // host.
 func (s *stack) pgURL(db string) string {
-	return "postgres://postgres:postgres@" + s.hostPort(svcPostgres) + "/" + db + "?sslmode=disable"
+	return "postgres://postgres:postgres@" + s.pgHosts(false) + "/" + db + "?" + s.pgQuery("sslmode=disable")
 }
 
 // queryOrders reads every order of the orders database.

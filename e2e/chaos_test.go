@@ -100,7 +100,7 @@ var chaosHangs = []chaosKind{
 }
 
 // chaosKinds is every kind CHAOS_KINDS can name.
-var chaosKinds = slices.Concat(chaosMix, chaosHangs)
+var chaosKinds = slices.Concat(chaosMix, chaosHangs, chaosFailovers)
 
 // chaosWindowMargin extends each fault's window past its end: the system's
 // catch-up after a fault is part of the fault.
@@ -126,6 +126,8 @@ type chaos struct {
 	mu      sync.Mutex
 	windows []faultWindow
 	kills   []chaosKill
+	// failovers are the faults of the Postgres cluster, as measured.
+	failovers []pgFailover
 	// problems are violations found while the faults ran.
 	problems []string
 }
@@ -199,7 +201,9 @@ var chaosFaultEvery = chaosLong.Load.Duration / time.Duration(chaosLong.Faults)
 // `make chaos-soak`); CHAOS_SINGLE=1 runs the single-instance stack (one
 // timeoutd, behind the fault proxy, one NATS server, one orders) under the
 // seed's same schedule, for the comparison; CHAOS_KINDS (comma-separated
-// names of chaosKinds) replaces the mix.
+// names of chaosKinds) replaces the mix; CHAOS_PG=patroni runs Postgres as
+// the cluster under Patroni, with its faults (chaosFailovers) added to the
+// mix.
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	t.Helper()
 	cfg := chaosShort
@@ -215,6 +219,14 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	}
 	if os.Getenv("CHAOS_SINGLE") == "1" {
 		cfg.Load.HA = false
+	}
+	switch v := os.Getenv("CHAOS_PG"); v {
+	case "":
+	case "patroni":
+		cfg.Load = cfg.Load.onPatroni()
+		cfg.Kinds = slices.Concat(cfg.Kinds, chaosFailovers)
+	default:
+		t.Fatalf("CHAOS_PG %q: want patroni or nothing", v)
 	}
 	if v := os.Getenv("CHAOS_KINDS"); v != "" {
 		cfg.Kinds = nil
@@ -444,12 +456,18 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 			w.Kind, w.From.Format("15:04:05.000"), w.Till.Format("15:04:05.000"), w.Till.Sub(w.From).Round(time.Millisecond),
 			chaosWindowMargin, w.Moves, w.Since, in.N, in.Max.Round(time.Millisecond))
 	}
+	for _, l := range c.reportFailovers(t, a.Samples) {
+		fmt.Printf("CHAOS seed %d failover %s\n", seed, l)
+	}
 	t.Logf("partition leases acquired anew during each kind of fault (and until the next fault): %s", movesByKind(c.windows))
 	fmt.Printf("CHAOS seed %d moves: %s\n", seed, movesByKind(c.windows))
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	stack := ""
 	if !cfg.Load.HA {
 		stack = " (single)"
+	}
+	if cfg.Load.Patroni {
+		stack = " (patroni)"
 	}
 	return fmt.Sprintf("%d%s | %s | %d/%d/%d/%d/%d/%d | %s/%s/%s | %s | %s/%s/%s | %s, %s (n=%d of %d) | %s | %d orders, %d cancel events | %s",
 		seed, stack, plan.kinds(), a.Lost+a.Reconciled, a.Early, a.PaidCancelled, a.FiredTwice, len(wa.Unfenced), a.Reconciled,
@@ -653,9 +671,20 @@ func (c *chaos) planKillNATS(r *rand.Rand) func(*testing.T) string {
 	}
 }
 
-// planRestartPostgres: the soak's restart of Postgres.
+// planRestartPostgres: the soak's restart of Postgres; on the cluster, of
+// its primary (Patroni hands the lead to the synchronous standby first).
 func (c *chaos) planRestartPostgres(*rand.Rand) func(*testing.T) string {
-	return func(t *testing.T) string { return c.s.restartDependency(t, svcPostgres) }
+	return func(t *testing.T) string { return c.s.restartDependency(t, c.pgPrimary(t)) }
+}
+
+// pgPrimary returns the Postgres container that is the primary now.
+func (c *chaos) pgPrimary(t *testing.T) string {
+	t.Helper()
+	if len(c.s.PGNodes) == 1 {
+		return c.s.PGNodes[0]
+	}
+	name, _ := c.pgRoleNow(t, "leader")
+	return name
 }
 
 // planKillOrders: the soak's SIGKILL of an orders instance, started again
@@ -723,10 +752,11 @@ func (c *chaos) planCommitCut(*rand.Rand) func(*testing.T) string {
 func (c *chaos) planFreezePostgres(r *rand.Rand) func(*testing.T) string {
 	hold := 4*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
 	return func(t *testing.T) string {
-		c.s.Pause(t, svcPostgres)
+		name := c.pgPrimary(t)
+		c.s.Pause(t, name)
 		time.Sleep(hold) // the fault's length
-		c.s.Unpause(t, svcPostgres)
-		return fmt.Sprintf("%s frozen %s", svcPostgres, hold.Round(time.Millisecond))
+		c.s.Unpause(t, name)
+		return fmt.Sprintf("%s frozen %s", name, hold.Round(time.Millisecond))
 	}
 }
 

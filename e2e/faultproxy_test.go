@@ -12,20 +12,21 @@ import (
 )
 
 // faultProxy is the stack's toxiproxy (stackOptions.Proxied): one proxy to
-// Postgres and one to each NATS node, which the proxied timeoutd instance
+// each Postgres member and one to each NATS node, which the proxied timeoutd instance
 // connects through. Toxics added to them act on that instance's
 // connections alone; the other instances connect directly.
 type faultProxy struct {
 	api *toxiproxy.Client
-	// pg is the Postgres proxy; nats are the NATS nodes' proxies, in the
-	// order of stack.NATSNodes.
-	pg   *toxiproxy.Proxy
-	nats []*toxiproxy.Proxy
+	// pg are the Postgres members' proxies and nats the NATS nodes', in
+	// the order of stack.PGNodes and stack.NATSNodes; pgHosts is the host
+	// list of the members' URL, and proxyHosts that of their proxies.
+	pg, nats            []*toxiproxy.Proxy
+	pgHosts, proxyHosts string
 }
 
 // Ports the proxies listen on inside the toxiproxy container.
 const (
-	proxyPGPort       = 15432
+	proxyPGBasePort   = 15432
 	proxyNATSBasePort = 14221
 )
 
@@ -39,11 +40,17 @@ func (s *stack) startFaultProxy(ctx context.Context) (*faultProxy, error) {
 	); err != nil {
 		return nil, err
 	}
-	p := &faultProxy{api: toxiproxy.NewClient("http://" + s.hostPort(svcProxy))}
-	var err error
-	if p.pg, err = p.api.CreateProxy(svcPostgres, fmt.Sprintf("0.0.0.0:%d", proxyPGPort), svcPostgres+":5432"); err != nil {
-		return nil, fmt.Errorf("toxiproxy: create the Postgres proxy: %w", err)
+	p := &faultProxy{api: toxiproxy.NewClient("http://" + s.hostPort(svcProxy)), pgHosts: s.pgHosts(true)}
+	var proxyHosts []string
+	for i, node := range s.PGNodes {
+		pp, err := p.api.CreateProxy(node, fmt.Sprintf("0.0.0.0:%d", proxyPGBasePort+i), node+":5432")
+		if err != nil {
+			return nil, fmt.Errorf("toxiproxy: create the proxy of %s: %w", node, err)
+		}
+		p.pg = append(p.pg, pp)
+		proxyHosts = append(proxyHosts, fmt.Sprintf("%s:%d", svcProxy, proxyPGBasePort+i))
 	}
+	p.proxyHosts = strings.Join(proxyHosts, ",")
 	for i, node := range s.NATSNodes {
 		np, err := p.api.CreateProxy(node, fmt.Sprintf("0.0.0.0:%d", proxyNATSBasePort+i), node+":4222")
 		if err != nil {
@@ -55,7 +62,7 @@ func (s *stack) startFaultProxy(ctx context.Context) (*faultProxy, error) {
 }
 
 // env returns the proxied instance's TIMEOUTD_DATABASE_URL (pgURL, a URL of
-// the stack's Postgres by its service name, rewritten to the proxy) and
+// the stack's Postgres by its members' names, rewritten to their proxies) and
 // TIMEOUTD_NATS_URL (every NATS node through its proxy).
 func (p *faultProxy) env(pgURL string) map[string]string {
 	var nats []string
@@ -63,7 +70,7 @@ func (p *faultProxy) env(pgURL string) map[string]string {
 		nats = append(nats, fmt.Sprintf("nats://%s:%d", svcProxy, proxyNATSBasePort+i))
 	}
 	return map[string]string{
-		"TIMEOUTD_DATABASE_URL": strings.Replace(pgURL, "@"+svcPostgres+":5432/", fmt.Sprintf("@%s:%d/", svcProxy, proxyPGPort), 1),
+		"TIMEOUTD_DATABASE_URL": strings.Replace(pgURL, "@"+p.pgHosts+"/", "@"+p.proxyHosts+"/", 1),
 		"TIMEOUTD_NATS_URL":     strings.Join(nats, ","),
 	}
 }
@@ -79,7 +86,7 @@ const (
 // proxies returns the proxies of target.
 func (p *faultProxy) proxies(target proxyTarget) []*toxiproxy.Proxy {
 	if target == toPostgres {
-		return []*toxiproxy.Proxy{p.pg}
+		return p.pg
 	}
 	return p.nats
 }

@@ -37,6 +37,8 @@ type soakConfig struct {
 	// timeoutd kill then hits one instance at random, the NATS restart one
 	// node at random, the orders kill the first instance.
 	HA bool
+	// Patroni runs Postgres as the cluster under Patroni (stackOptions).
+	Patroni bool
 	// Settle is the most the audit waits, after the last deadline, for the
 	// system to catch up (see settle); Stall the most it waits for the
 	// backlog to shrink.
@@ -101,6 +103,7 @@ func (cfg soakConfig) stackOptions() stackOptions {
 	if cfg.HA {
 		opts.NATSNodes, opts.Timeoutds, opts.Orders = 3, 3, 2
 	}
+	opts.Patroni = cfg.Patroni
 	return opts
 }
 

@@ -106,6 +106,12 @@ type stackOptions struct {
 	// NATSURL stays anonymous, so a test connects with natsUserURL (or
 	// passes a user and natsPassword to its client). TLS implies it.
 	ShippedNATSConf bool
+	// Patroni runs Postgres as a cluster of three members under Patroni
+	// (pg-1, pg-2, pg-3; patroniImage) with a three-member etcd, as in
+	// deploy/compose/compose.ha.yaml, and gives the services one
+	// multi-host URL that follows the primary (through the fault proxy
+	// for the Proxied instance). Not with TLS.
+	Patroni bool
 }
 
 // names returns the container names of n instances of svc: svc alone for
@@ -139,6 +145,9 @@ type stack struct {
 	// NATSNodes, Timeoutds and Orders are the container names of the NATS
 	// nodes and of the services' instances (see stackOptions).
 	NATSNodes, Timeoutds, Orders []string
+	// PGNodes are the Postgres containers: svcPostgres, or the members of
+	// stackOptions.Patroni.
+	PGNodes []string
 
 	// roots maps a service container's name to its HTTP root.
 	roots map[string]string
@@ -213,6 +222,13 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		instanceEnv: map[string]map[string]string{},
 		NATSNodes:   names(svcNATS, opts.NATSNodes), Timeoutds: names(svcTimeoutd, opts.Timeoutds), Orders: names(svcOrders, opts.Orders)}
 	imgs := []string{testinfra.PostgresImage, testinfra.NATSImage, ordersImage, timeoutdImage}
+	s.PGNodes = []string{svcPostgres}
+	if opts.Patroni {
+		if opts.TLS != nil {
+			return s, errors.New("stackOptions.Patroni: not with TLS")
+		}
+		imgs[0], s.PGNodes = patroniImage, names("pg", 3)
+	}
 	if opts.Proxied != "" {
 		imgs = append(imgs, toxiproxyImage)
 	}
@@ -238,7 +254,11 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		}
 	}
 	tlsOpts := opts.tls(s.tenants)
-	if err := s.run(ctx, svcPostgres, testinfra.PostgresImage, "5432/tcp",
+	if opts.Patroni {
+		if err := s.startPatroni(ctx); err != nil {
+			return s, err
+		}
+	} else if err := s.run(ctx, svcPostgres, testinfra.PostgresImage, "5432/tcp",
 		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"}),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
 			Reader: strings.NewReader(string(initSQL)), ContainerFilePath: "/docker-entrypoint-initdb.d/10-databases.sql", FileMode: 0o644,
@@ -300,16 +320,16 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		return s, err
 	}
 
-	pg := "postgres://postgres:postgres@" + svcPostgres + ":5432/"
+	pg := "postgres://postgres:postgres@" + s.pgHosts(true) + "/"
 	orders := map[string]string{
-		"ORDERS_DATABASE_URL": pg + "orders?" + tlsOpts.pgQuery(),
+		"ORDERS_DATABASE_URL": pg + "orders?" + s.pgQuery(tlsOpts.pgQuery()),
 		"ORDERS_NATS_URL":     tlsOpts.natsURL(inside, userOrders),
 		"ORDERS_HTTP_ADDR":    ":8081",
 		"ORDERS_API_TOKENS":   apiToken,
 		"ORDERS_LOG_LEVEL":    "info",
 	}
 	timeoutd := map[string]string{
-		"TIMEOUTD_DATABASE_URL":  pg + "timeouts?" + tlsOpts.pgQuery(),
+		"TIMEOUTD_DATABASE_URL":  pg + "timeouts?" + s.pgQuery(tlsOpts.pgQuery()),
 		"TIMEOUTD_NATS_URL":      tlsOpts.natsURL(inside, userTimeoutd),
 		"TIMEOUTD_HTTP_ADDR":     ":8080",
 		"TIMEOUTD_DASHBOARD_DIR": "/assets/dashboard",
@@ -349,7 +369,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 			return s, err
 		}
 		s.proxy = p
-		s.instanceEnv[opts.Proxied] = p.env(pg + "timeouts?sslmode=disable")
+		s.instanceEnv[opts.Proxied] = p.env(pg + "timeouts?" + s.pgQuery("sslmode=disable"))
 	}
 	errs = make([]error, len(s.Orders)+len(s.Timeoutds))
 	for i, name := range s.Orders {

@@ -8,6 +8,10 @@
 #   ordertimeout/orders:dev, ordertimeout/timeoutd:dev   the services, FROM scratch
 #   ordertimeout/toxiproxy:latest   the TCP fault proxy of the chaos run, built
 #                              from the toxiproxy module pinned in go.mod, in scratch
+#   ordertimeout/patroni:15    Debian's postgresql-15, Patroni 3.0 and etcd 3.4
+#                              (debootstrap + docker import), the Postgres
+#                              cluster of deploy/compose/compose.ha.yaml and of
+#                              the e2e failover test
 #   ordertimeout/jaeger:latest the OTLP receiver of the tracing profile (make up
 #                              TRACING=1), Jaeger v2 built from the module pinned in
 #                              deploy/images/jaeger/go.mod, in scratch; not in the
@@ -18,7 +22,7 @@
 # instead (for a second checkout whose tests must not use the first one's
 # images; point the tests at them with
 # ORDERTIMEOUT_{NATS,ORDERS,TIMEOUTD,TOXIPROXY}_IMAGE).
-# Usage: scripts/images.sh [postgres|nats|services|orders|timeoutd|toxiproxy|jaeger]...
+# Usage: scripts/images.sh [postgres|patroni|nats|services|orders|timeoutd|toxiproxy|jaeger]...
 # (default: all but jaeger)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,30 +48,54 @@ gobuild() { # gobuild OUT PKG
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -tags timetzdata -ldflags='-s -w' -o "$1" "$2"
 }
 
+# debootstrap_rootfs DIR PACKAGES [LOG]: a minbase bookworm rootfs in DIR
+# with the comma-separated PACKAGES, from the mirror apt uses; its log goes
+# to $CACHE/LOG.log (default debootstrap).
+debootstrap_rootfs() {
+  local rootfs=$1 pkgs=$2 mirror logf=$CACHE/${3:-debootstrap}.log
+  command -v debootstrap >/dev/null || {
+    log "installing debootstrap"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  }
+  mirror=$(apt_mirror) || die "no Debian mirror found in apt's sources"
+  log "debootstrap bookworm + $pkgs from $mirror (a few minutes, once)"
+  rm -rf "$rootfs"
+  debootstrap --variant=minbase --include="$pkgs" bookworm "$rootfs" "$mirror" >"$logf" 2>&1 ||
+    die "debootstrap failed; see $logf"
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+}
+
 build_postgres() {
-  local img=ordertimeout/postgres:15 hash rootfs=$CACHE/pg-rootfs mirror
+  local img=ordertimeout/postgres:15 hash rootfs=$CACHE/pg-rootfs
   hash=$(input_hash deploy/images/postgres/Dockerfile deploy/images/postgres/entrypoint.sh)
   current "$img" "$hash" && return 0
   if ! docker image inspect ordertimeout/postgres-rootfs:15 >/dev/null 2>&1; then
-    if [ ! -x "$rootfs/usr/lib/postgresql/15/bin/postgres" ]; then
-      command -v debootstrap >/dev/null || {
-        log "installing debootstrap"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get install -y -qq debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
-      }
-      mirror=$(apt_mirror) || die "no Debian mirror found in apt's sources"
-      log "debootstrap bookworm + postgresql-15 from $mirror (a few minutes, once)"
-      rm -rf "$rootfs"
-      debootstrap --variant=minbase --include=postgresql-15 bookworm "$rootfs" "$mirror" >"$CACHE/debootstrap.log" 2>&1 ||
-        die "debootstrap failed; see $CACHE/debootstrap.log"
-      rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    fi
+    [ -x "$rootfs/usr/lib/postgresql/15/bin/postgres" ] || debootstrap_rootfs "$rootfs" postgresql-15
     log "importing the Postgres rootfs"
     tar -C "$rootfs" -c . | docker import - ordertimeout/postgres-rootfs:15 >/dev/null
   fi
   log "building $img"
   dbuild --build-arg ROOTFS=ordertimeout/postgres-rootfs:15 --label ordertimeout.inputs="$hash" \
     -t "$img" deploy/images/postgres
+}
+
+# build_patroni: one rootfs for both roles of the Postgres cluster, Patroni
+# (with postgresql-15) and etcd; python3-etcd is the etcd client library
+# Patroni's etcd3 module builds on.
+build_patroni() {
+  local img=ordertimeout/patroni:15 hash rootfs=$CACHE/patroni-rootfs
+  hash=$(input_hash deploy/images/patroni/Dockerfile deploy/images/patroni/entrypoint.sh)
+  current "$img" "$hash" && return 0
+  if ! docker image inspect ordertimeout/patroni-rootfs:15 >/dev/null 2>&1; then
+    [ -x "$rootfs/usr/bin/patroni" ] && [ -x "$rootfs/usr/bin/etcd" ] ||
+      debootstrap_rootfs "$rootfs" postgresql-15,patroni,python3-etcd,etcd-server,etcd-client,curl debootstrap-patroni
+    log "importing the Patroni rootfs"
+    tar -C "$rootfs" -c . | docker import - ordertimeout/patroni-rootfs:15 >/dev/null
+  fi
+  log "building $img"
+  dbuild --build-arg ROOTFS=ordertimeout/patroni-rootfs:15 --label ordertimeout.inputs="$hash" \
+    -t "$img" deploy/images/patroni
 }
 
 build_nats() {
@@ -138,10 +166,11 @@ build_service() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(postgres nats services toxiproxy)
+[ ${#targets[@]} -gt 0 ] || targets=(postgres patroni nats services toxiproxy)
 for t in "${targets[@]}"; do
   case "$t" in
     postgres) build_postgres ;;
+    patroni) build_patroni ;;
     nats) build_nats ;;
     services) build_service orders; build_service timeoutd ;;
     orders|timeoutd) build_service "$t" ;;

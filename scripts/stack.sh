@@ -6,6 +6,9 @@
 #   scripts/stack.sh logs    follow the logs of every service
 #   scripts/stack.sh dump    print the last lines of every service's log
 #   scripts/stack.sh wait    wait until every service is healthy
+#   scripts/stack.sh patroni ARGS...   (STACK=ha) patronictl ARGS on the first
+#                            Postgres member that answers: list, switchover
+#                            --force, failover, history (docs/OPERATIONS.md)
 # STACK=ha runs the cluster of deploy/compose/compose.ha.yaml instead, as
 # the project <COMPOSE_PROJECT>-ha (make up-ha).
 # The images must exist (make up builds them first).
@@ -17,7 +20,7 @@ SERVICES=(postgres nats orders timeoutd)
 if [ "${STACK:-}" = ha ]; then
   COMPOSE_FILE=deploy/compose/compose.ha.yaml
   COMPOSE_PROJECT=$COMPOSE_PROJECT-ha
-  SERVICES=(postgres nats-1 nats-2 nats-3 orders-1 orders-2 timeoutd-1 timeoutd-2 timeoutd-3)
+  SERVICES=(etcd-1 etcd-2 etcd-3 pg-1 pg-2 pg-3 nats-1 nats-2 nats-3 orders-1 orders-2 timeoutd-1 timeoutd-2 timeoutd-3)
 fi
 WAIT_SECONDS=${WAIT_SECONDS:-120}
 # TRACING=1 (make up TRACING=1) starts the OTLP receiver too, the compose
@@ -64,7 +67,8 @@ The cluster is up:
   dashboard + timeoutd API  http://localhost:${TIMEOUTD_PORT:-8080}/, :${TIMEOUTD_2_PORT:-8082}/, :${TIMEOUTD_3_PORT:-8083}/   (timeoutd-1, -2, -3; any shows the whole cluster)
   order API                 http://localhost:${ORDERS_PORT:-8081}/v1/orders, :${ORDERS_2_PORT:-8084}/v1/orders   (Authorization: Bearer ${ORDERS_API_TOKENS:-dev-token})
   NATS                      nats://localhost:${NATS_PORT:-4222},nats://localhost:${NATS_2_PORT:-4223},nats://localhost:${NATS_3_PORT:-4224}   (monitoring http://localhost:${NATS_MONITOR_PORT:-8222})
-  Postgres                  postgres://postgres:${POSTGRES_PASSWORD:-postgres}@localhost:${POSTGRES_PORT:-5432}/orders
+  Postgres (Patroni)        postgres://postgres:${POSTGRES_PASSWORD:-postgres}@localhost:${POSTGRES_PORT:-5432},localhost:${POSTGRES_2_PORT:-5433},localhost:${POSTGRES_3_PORT:-5434}/orders?target_session_attrs=read-write
+                            (its members: STACK=ha scripts/stack.sh patroni list)
 Next: make demo (load), STACK=ha scripts/stack.sh logs, make down.
 URLS
       exit 0
@@ -90,5 +94,12 @@ URLS
   logs) compose logs -f --tail=200 ;;
   dump) compose logs --no-color --tail=300 ;;
   wait) wait_healthy ;;
-  *) die "usage: scripts/stack.sh up|down|logs|dump|wait" ;;
+  patroni)
+    [ "${STACK:-}" = ha ] || die "patroni: the Postgres cluster runs in the HA stack (STACK=ha)"
+    shift
+    for s in pg-1 pg-2 pg-3; do
+      compose exec -T "$s" patronictl -c /etc/patroni/patroni.yml "$@" && exit 0
+    done
+    die "patroni: no Postgres member answered" ;;
+  *) die "usage: scripts/stack.sh up|down|logs|dump|wait|patroni ARGS" ;;
 esac

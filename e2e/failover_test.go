@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Postgres fails over (issue 44): the faults of the Postgres cluster
+// (stackOptions.Patroni), in the chaos run's mix when it runs on the
+// cluster, and TestPostgresFailover, which fails the primary over under
+// load inside `make test`.
+
+// chaosFailovers are the faults of the Postgres cluster.
+var chaosFailovers = []chaosKind{
+	{"kill-primary", 2, (*chaos).planKillPrimary},
+	{"freeze-primary", 1, (*chaos).planFreezePrimary},
+	{"netcut-primary", 1, (*chaos).planNetcutPrimary},
+	{"switchover", 1, (*chaos).planSwitchover},
+	{"kill-sync-standby", 1, (*chaos).planKillSyncStandby},
+}
+
+// failoverShort is the run of TestPostgresFailover: the chaos run's load
+// for 50 s against the cluster on Patroni, with two of its faults, one of
+// them the primary killed.
+var failoverShort = chaosConfig{Load: chaosLoad(40, 50*time.Second).onPatroni(), Faults: 2, Kinds: chaosFailovers,
+	Must: []string{"kill-primary"}}
+
+// pgFailoverBound is the most a failover (the primary lost, then a write
+// committed by the next one) may take: Patroni's ttl (8 s) and the
+// promotion (the target, 10 s) with a margin for a loaded 2-core machine.
+const pgFailoverBound = 30 * time.Second
+
+// pgFailover is a fault of the Postgres cluster as measured: when the
+// primary (or the synchronous standby) was lost, and when a write through
+// the services' multi-host URL committed again.
+type pgFailover struct {
+	Kind           string
+	Lost, Writable time.Time
+}
+
+// TestPostgresFailover runs the chaos run's load and audit on the cluster
+// with Postgres under Patroni while the primary fails over: the test fails
+// on a lost deadline (a reconciled order counts as lost), an early
+// cancellation, a cancel event stored twice, an unfenced write, an order
+// acknowledged by the API and missing afterwards (RPO 0), or a failover
+// longer than pgFailoverBound. CHAOS_SEED replays a schedule.
+func TestPostgresFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
+	}
+	for _, seed := range chaosSeeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			row, _ := runChaos(t, failoverShort, seed)
+			fmt.Println("FAILOVER " + row)
+		})
+	}
+}
+
+// onPatroni returns cfg run against the cluster with Postgres under
+// Patroni.
+func (cfg soakConfig) onPatroni() soakConfig {
+	cfg.HA, cfg.Patroni = true, true
+	return cfg
+}
+
+// pgRoleNow returns the member of role now, failing t when there is none.
+func (c *chaos) pgRoleNow(t *testing.T, role string) (name string, timeline int) {
+	t.Helper()
+	ms, err := c.s.pgMembers(t.Context())
+	if err != nil {
+		t.Fatalf("the Postgres members: %v", err)
+	}
+	for _, m := range ms {
+		if m.Role == role {
+			return m.Name, m.Timeline
+		}
+	}
+	t.Fatalf("no %s among the Postgres members: %s", role, pgSorted(ms))
+	return "", 0
+}
+
+// awaitWrites returns when a write through the multi-host URL first
+// committed after from, on a primary whose timeline is above after (0: any):
+// a probe starts every 250 ms, each on a new connection, so that a probe
+// stuck on a dead host does not hide the next one's success.
+func (c *chaos) awaitWrites(t *testing.T, kind string, from time.Time, after int) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*pgFailoverBound)
+	defer cancel()
+	var (
+		once sync.Once
+		done = make(chan time.Time, 1)
+		wg   sync.WaitGroup
+	)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	probe := func() {
+		if after > 0 {
+			ms, err := c.s.pgMembers(ctx)
+			if err != nil || pgRole(ms, "leader", after) == "" {
+				return
+			}
+		}
+		if c.s.pgWritable(ctx) == nil {
+			at := time.Now()
+			once.Do(func() { done <- at })
+		}
+	}
+	for {
+		wg.Go(probe)
+		select {
+		case at := <-done:
+			cancel()
+			wg.Wait()
+			c.mu.Lock()
+			c.failovers = append(c.failovers, pgFailover{Kind: kind, Lost: from, Writable: at})
+			c.mu.Unlock()
+			if d := at.Sub(from); d > pgFailoverBound {
+				c.problem("%s: writes accepted again %s after the fault, more than %s", kind, d.Round(time.Millisecond), pgFailoverBound)
+			}
+			return at
+		case <-ctx.Done():
+			wg.Wait()
+			ms, _ := c.s.pgMembers(t.Context())
+			t.Fatalf("%s: no write committed within %s of the fault (members: %s)", kind, 2*pgFailoverBound, pgSorted(ms))
+		case <-tick.C:
+		}
+	}
+}
+
+// rejoin starts the member name again (after the failover: started while
+// its leader key lived, a former primary would take the lead back) and
+// returns how long until it ran as a replica again.
+func (c *chaos) rejoin(t *testing.T, name string) string {
+	t.Helper()
+	started := c.s.Start(t, name)
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		ms, err := c.s.pgMembers(t.Context())
+		if err == nil && slices.ContainsFunc(ms, func(m pgMember) bool {
+			return m.Name == name && m.Role != "leader" && (m.State == "running" || m.State == "streaming")
+		}) {
+			return fmt.Sprintf("%s a replica again %s after its start", name, time.Since(started).Round(time.Millisecond))
+		}
+		time.Sleep(250 * time.Millisecond) // polling Patroni's view; no event to wait on
+	}
+	ms, _ := c.s.pgMembers(t.Context())
+	c.problem("%s not a replica again 2 min after its start (members: %s)", name, pgSorted(ms))
+	return name + " not a replica again after 2 min"
+}
+
+// planKillPrimary: SIGKILL the primary's container (Postgres and Patroni
+// with it); the synchronous standby is promoted once the leader key's ttl
+// expires. The killed member is started again after the failover.
+func (c *chaos) planKillPrimary(*rand.Rand) func(*testing.T) string {
+	return func(t *testing.T) string {
+		name, tl := c.pgRoleNow(t, "leader")
+		c.s.Kill(t, name)
+		lost := time.Now()
+		at := c.awaitWrites(t, "kill-primary", lost, tl)
+		return fmt.Sprintf("primary %s (timeline %d) SIGKILLed; writes accepted again after %s; %s", name, tl,
+			at.Sub(lost).Round(time.Millisecond), c.rejoin(t, name))
+	}
+}
+
+// planFreezePrimary: docker pause the primary for 12–16 s, longer than the
+// leader key's ttl: the standby is promoted while the former primary's
+// connections stay open and nothing on it answers; thawed, it finds
+// another leader and rejoins as a replica.
+func (c *chaos) planFreezePrimary(r *rand.Rand) func(*testing.T) string {
+	hold := 12*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+	return func(t *testing.T) string {
+		name, tl := c.pgRoleNow(t, "leader")
+		c.s.Pause(t, name)
+		lost := time.Now()
+		at := c.awaitWrites(t, "freeze-primary", lost, tl)
+		time.Sleep(max(0, hold-time.Since(lost))) // the fault's length
+		c.s.Unpause(t, name)
+		return fmt.Sprintf("primary %s (timeline %d) frozen %s; writes accepted again after %s", name, tl, hold.Round(time.Millisecond),
+			at.Sub(lost).Round(time.Millisecond))
+	}
+}
+
+// planNetcutPrimary: cut the primary off the network for 12–16 s: it loses
+// etcd and demotes itself, the standby is promoted, and every connection
+// to it hangs until its clients' deadlines.
+func (c *chaos) planNetcutPrimary(r *rand.Rand) func(*testing.T) string {
+	hold := 12*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+	return func(t *testing.T) string {
+		name, tl := c.pgRoleNow(t, "leader")
+		c.s.Disconnect(t, name)
+		lost := time.Now()
+		at := c.awaitWrites(t, "netcut-primary", lost, tl)
+		time.Sleep(max(0, hold-time.Since(lost))) // the fault's length
+		c.s.Reconnect(t, name)
+		return fmt.Sprintf("primary %s (timeline %d) cut off %s; writes accepted again after %s", name, tl, hold.Round(time.Millisecond),
+			at.Sub(lost).Round(time.Millisecond))
+	}
+}
+
+// planSwitchover: a planned switchover to the synchronous standby
+// (patronictl switchover --force), as an operator runs it.
+func (c *chaos) planSwitchover(*rand.Rand) func(*testing.T) string {
+	return func(t *testing.T) string {
+		leader, tl := c.pgRoleNow(t, "leader")
+		sync, _ := c.pgRoleNow(t, "sync_standby")
+		began := time.Now()
+		if out, err := c.s.execOutput(t.Context(), leader, "patronictl", "-c", "/etc/patroni/patroni.yml", "switchover",
+			"--leader", leader, "--candidate", sync, "--force"); err != nil {
+			t.Fatalf("switchover: %v: %s", err, out)
+		}
+		at := c.awaitWrites(t, "switchover", began, tl)
+		return fmt.Sprintf("switchover %s → %s (timeline %d); writes accepted again after %s", leader, sync, tl,
+			at.Sub(began).Round(time.Millisecond))
+	}
+}
+
+// planKillSyncStandby: SIGKILL the synchronous standby: commits wait
+// (strict mode) until Patroni names the other replica synchronous; the
+// killed member is started again 5 s later.
+func (c *chaos) planKillSyncStandby(*rand.Rand) func(*testing.T) string {
+	return func(t *testing.T) string {
+		name, _ := c.pgRoleNow(t, "sync_standby")
+		c.s.Kill(t, name)
+		lost := time.Now()
+		at := c.awaitWrites(t, "kill-sync-standby", lost, 0)
+		time.Sleep(max(0, 5*time.Second-time.Since(lost))) // down for 5 s
+		return fmt.Sprintf("synchronous standby %s SIGKILLed; writes committed again after %s; %s", name,
+			at.Sub(lost).Round(time.Millisecond), c.rejoin(t, name))
+	}
+}
+
+// reportFailovers logs each failover of the run with the lateness, at the
+// order, of the deadlines due during it, against the promise: within the
+// failover's length and 1 s.
+func (c *chaos) reportFailovers(t *testing.T, samples []lateSample) []string {
+	t.Helper()
+	var out []string
+	for _, f := range c.failovers {
+		down := f.Writable.Sub(f.Lost)
+		in, _ := atTheOrder(samples, func(ls lateSample) bool { return !ls.PayBy.Before(f.Lost) && !ls.PayBy.After(f.Writable) })
+		line := fmt.Sprintf("%s: writes refused %s; the %d orders due meanwhile cancelled in their database late by p50 %s, max %s (promise: %s)",
+			f.Kind, down.Round(time.Millisecond), in.N, in.P50.Round(time.Millisecond), in.Max.Round(time.Millisecond),
+			(down + time.Second).Round(time.Millisecond))
+		t.Log("failover " + line)
+		out = append(out, line)
+	}
+	return out
+}
