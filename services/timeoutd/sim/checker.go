@@ -75,7 +75,11 @@ type history struct {
 }
 
 type publish struct {
-	at    time.Time
+	at time.Time
+	// dbAt is the same moment by the database's clock in force then
+	// (the promoted standby's after a failover): deadlines are judged by
+	// it.
+	dbAt  time.Time
 	by    string
 	event events.Expiry
 	held  bool // the publisher held the partition's lease at that moment
@@ -104,11 +108,12 @@ func (h *history) acked(cmd events.Command, at time.Time) {
 	}
 }
 
-// published records a publish of e by by at at, and returns its index
-// for stored.
-func (h *history) published(by string, e events.Expiry, at time.Time, held bool) int {
-	h.pubs = append(h.pubs, publish{at: at, by: by, event: e, held: held})
-	h.add(at, "publish", by, e.Key, e.Version, fmt.Sprintf("%s deadline %s held %v", e.Outcome, e.Deadline.Format("15:04:05.000000"), held))
+// published records a publish of e by by at at, dbAt by the database's
+// clock, and returns its index for stored.
+func (h *history) published(by string, e events.Expiry, at, dbAt time.Time, held bool) int {
+	h.pubs = append(h.pubs, publish{at: at, dbAt: dbAt, by: by, event: e, held: held})
+	h.add(at, "publish", by, e.Key, e.Version, fmt.Sprintf("%s deadline %s held %v, the database's clock %s", e.Outcome, e.Deadline.Format("15:04:05.000000"),
+		held, dbAt.Format("15:04:05.000000")))
 	return len(h.pubs) - 1
 }
 
@@ -142,8 +147,8 @@ func check(w *World, keys map[string]*keyState, end time.Time) {
 	h := &w.hist
 	for _, p := range h.pubs {
 		e := p.event
-		if p.at.Before(e.Deadline) {
-			h.violate(p.at, "never early", e.Key, fmt.Sprintf("v%d published by %s %v before its deadline", e.Version, p.by, e.Deadline.Sub(p.at)))
+		if p.dbAt.Before(e.Deadline) {
+			h.violate(p.at, "never early", e.Key, fmt.Sprintf("v%d published by %s %v before its deadline by the database's clock", e.Version, p.by, e.Deadline.Sub(p.dbAt)))
 		}
 		if !p.held {
 			h.violate(p.at, "fencing", e.Key, fmt.Sprintf("v%d published by %s, which did not hold partition %d's lease", e.Version, p.by, events.PartitionOf(e.Key)))
@@ -218,7 +223,7 @@ func report(t *testing.T, seed uint64, settings []string, h *history, logs strin
 	b.WriteString("history (faults, leases and the first violation's key):\n")
 	for _, l := range lines {
 		f := strings.Fields(l)
-		if verbose || len(f) < 4 || f[1] == "FAULT" || f[1] == "acquire" || f[1] == "release" || f[3] == key || strings.HasPrefix(l, "VIOLATION") {
+		if verbose || len(f) < 4 || slices.Contains([]string{"FAULT", "acquire", "release", "failed", "promoted"}, f[1]) || f[3] == key || strings.HasPrefix(l, "VIOLATION") {
 			b.WriteString(l + "\n")
 		}
 	}
@@ -246,24 +251,26 @@ const takenBound = 2 * time.Second
 // TTLs (its share waits for it; none may count an instance silent for
 // longer). An unexcused wait is a deadline late for nothing: a dead
 // instance counted live shrinks the survivors' shares, and they release
-// what nobody takes.
+// what nobody takes. now is the reference; the lease rules are judged by
+// the database's clock.
 func (w *World) checkTaken(now time.Time) {
 	h := &w.hist
-	excused := w.pg.down || w.pg.thawed != nil || now.Sub(w.pg.calm) < w.cfg.TTL+takenBound
+	db := w.dbNow()
+	excused := w.pg.down > 0 || w.pg.thawed != nil || now.Sub(w.pg.calm) < w.cfg.TTL+takenBound
 	calm := 0
 	for id, in := range w.pg.insts {
 		n, l := w.nodes[id], w.linkOf(id)
 		healthy := n != nil && n.svc.Load() != nil && !l.dbCut && !l.natsCut && l.dbLatency == 0 && l.natsLatency == 0 && l.ambiguousP == 0
-		switch live := in.serving && w.graceExpiry(in.expires, in).After(now) && !w.gone(id, now); {
+		switch live := in.serving && w.graceExpiry(in.expires, in).After(db) && !w.gone(id, db); {
 		case healthy && now.Sub(w.net.calm[id]) >= takenBound:
 			calm++
-		case !healthy && live && now.Sub(in.beatAt) <= 3*w.cfg.TTL:
+		case !healthy && live && db.Sub(in.beatAt) <= 3*w.cfg.TTL:
 			excused = true
 		}
 	}
 	for p, ls := range w.pg.leases {
 		switch {
-		case excused || ls.owner != "" && w.graceExpiry(ls.expires, w.pg.insts[ls.owner]).After(now) && !w.gone(ls.owner, now):
+		case excused || ls.owner != "" && w.graceExpiry(ls.expires, w.pg.insts[ls.owner]).After(db) && !w.gone(ls.owner, db):
 			h.idle[p], h.idleReported[p] = time.Time{}, false
 		case h.idle[p].IsZero():
 			h.idle[p] = now

@@ -12,7 +12,8 @@
 //     table with owners, epochs and expiries by its clock, the instance
 //     registry with crash detection (an instance whose sessions are all
 //     gone for the crash grace is dead, its partitions takeable at once),
-//     restarts, freezes, the grace after either. store.go and leases.go
+//     restarts, freezes, the grace after either, and failovers to a
+//     synchronous standby whose clock and name are another's. store.go and leases.go
 //     are the timeoutd.Store and lease.Table on it. Each statement runs
 //     atomically at one instant, its fence checked in the same step, as
 //     the row locks make it in Postgres. The lease rules are checked
@@ -30,8 +31,10 @@
 //   - checker.go: the history and the invariants judged over it.
 //   - seed.go: one seed's cluster, load and run.
 //
-// The reference clock is the bubble's, time.Now: it is Postgres's clock,
-// by which every invariant is judged. The models share one lock, the
+// The reference clock is the bubble's, time.Now. Postgres's clock is the
+// reference plus an offset that each failover changes (a standby's clock
+// is another): every expiry of the model is by it, and so is "never
+// early". The models share one lock, the
 // world's: a statement, a publish and the checks that judge it happen at
 // one instant, as they would be ordered in the real systems.
 package sim

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -207,4 +208,41 @@ func TestAStalledOwnersLatePublishIsRefused(t *testing.T) {
 		}
 		c.finish(t)
 	})
+}
+
+// TestNeverEarlyByAPromotedStandbysClock: after a failover to a standby
+// whose clock is behind the old primary's, or ahead of it, no deadline
+// fires before it by the new primary's clock, nor late by more than a few
+// ticks: the hold on the fires follows the server that answers, and
+// forgets the old one's clock at its first heartbeat.
+func TestNeverEarlyByAPromotedStandbysClock(t *testing.T) {
+	for _, step := range []time.Duration{-500 * time.Millisecond, 500 * time.Millisecond} {
+		t.Run(fmt.Sprintf("the clock %+v", step), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, 2, nil)
+				c.w.Promote(context.Background(), time.Second, step)
+				time.Sleep(500 * time.Millisecond) // the heartbeats that meet the new primary
+				var deadlines []time.Time
+				for i := range 20 { // due over the next five heartbeats, by the new clock
+					c.w.mu.Lock()
+					deadline := c.w.dbNow().Add(time.Duration(300+200*i) * time.Millisecond)
+					c.w.mu.Unlock()
+					c.set(fmt.Sprintf("k%02d", i), 1, deadline)
+					deadlines = append(deadlines, deadline)
+				}
+				time.Sleep(6 * time.Second)
+				c.w.mu.Lock()
+				for _, p := range c.w.hist.pubs {
+					if late := p.dbAt.Sub(p.event.Deadline); late > 50*time.Millisecond {
+						t.Errorf("%s published %v late by the new primary's clock", p.event.Key, late)
+					}
+				}
+				if n := len(c.w.hist.pubs); n != len(deadlines) {
+					t.Errorf("%d publishes, want %d", n, len(deadlines))
+				}
+				c.w.mu.Unlock()
+				c.finish(t)
+			})
+		})
+	}
 }

@@ -299,7 +299,7 @@ func (p publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 			p.w.mu.Unlock()
 			return time.Time{}, fmt.Errorf("sim: the fire path published what DecodeExpiry refuses: %w", err)
 		}
-		idx[i] = p.w.hist.published(p.id, e, now, p.w.holds(p.id, events.PartitionOf(e.Key), now))
+		idx[i] = p.w.hist.published(p.id, e, now, p.w.dbNow(), p.w.holds(p.id, events.PartitionOf(e.Key)))
 	}
 	p.w.mu.Unlock()
 	if cut {
@@ -324,7 +324,7 @@ func (p publisher) Publish(ctx context.Context, evs []timeoutd.Event) (time.Time
 		}
 		// Stored under the lease, or under the partition's last fence: no
 		// newer owner fenced it, so none acknowledged a command of it yet.
-		p.w.hist.stored(idx[i], at, ev.Fence != 0 || p.w.holds(p.id, events.PartitionOf(e.Key), at))
+		p.w.hist.stored(idx[i], at, ev.Fence != 0 || p.w.holds(p.id, events.PartitionOf(e.Key)))
 		if _, ok := p.w.js.stored[ev.MsgID]; ok {
 			p.w.hist.violate(at, "effectively once", e.Key, fmt.Sprintf("%s stored again by %s after the dedupe window", ev.MsgID, p.id))
 		}

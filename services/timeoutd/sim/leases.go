@@ -20,7 +20,7 @@ var _ lease.Table = leases{}
 
 // cluster returns what a heartbeat or probe learns, under w.mu.
 func (l leases) cluster(now time.Time) lease.Beat {
-	b := lease.Beat{Live: 1, DBTime: now}
+	b := lease.Beat{Live: 1, DBTime: now, Server: l.w.server()}
 	for id, in := range l.w.pg.insts {
 		if id != l.id && in.serving && l.w.graceExpiry(in.expires, in).After(now) && !l.w.gone(id, now) {
 			b.Live++
@@ -77,7 +77,7 @@ func (l leases) Acquire(ctx context.Context, id string, n int, held []int, ttl t
 			}
 		}
 		if len(got) > 0 {
-			l.w.hist.add(now, "acquire", id, "-", 0, fmt.Sprint(got))
+			l.w.hist.add(time.Now(), "acquire", id, "-", 0, fmt.Sprint(got))
 		}
 		return nil
 	})
@@ -105,7 +105,7 @@ func (l leases) Release(ctx context.Context, id string, leases []lease.Lease) er
 				ls.owner, ls.expires = "", time.Time{}
 			}
 		}
-		l.w.hist.add(now, "release", id, "-", 0, fmt.Sprint(leases))
+		l.w.hist.add(time.Now(), "release", id, "-", 0, fmt.Sprint(leases))
 		return nil
 	})
 }

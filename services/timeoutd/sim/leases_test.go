@@ -30,8 +30,12 @@ type modelBackend struct{ w *World }
 func (b modelBackend) Instance(_ *testing.T, id string) lease.Table { return b.w.Leases(id) }
 func (b modelBackend) Crash(_ *testing.T, id string)                { b.w.LoseSessions(id) }
 func (b modelBackend) Restart(*testing.T)                           { b.w.RestartDB(context.Background(), 100*time.Millisecond) }
-func (b modelBackend) Now(*testing.T) time.Time                     { return time.Now() }
-func (b modelBackend) CrashGrace() time.Duration                    { return b.w.cfg.CrashGrace }
+func (b modelBackend) Now(*testing.T) time.Time {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	return b.w.dbNow()
+}
+func (b modelBackend) CrashGrace() time.Duration { return b.w.cfg.CrashGrace }
 
 func (b modelBackend) Write(t *testing.T, kind string, fence lease.Fence, parts []int) []int {
 	t.Helper()

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -33,10 +34,18 @@ const (
 	// a stalled network): a publish may reach the stream after its lease
 	// lapsed and another instance took the partition.
 	faultStall = "stall"
+	// faultPromote fails Postgres over to its synchronous standby
+	// (Patroni, synchronous_mode_strict): nothing answers for 1–10 s,
+	// every session is gone, each write in flight is committed or not
+	// (its reply lost either way), every commit is kept, and the new
+	// primary's clock is 50–500 ms ahead of the old one's or behind it,
+	// its name another, its pg_postmaster_start_time() its own start,
+	// before the promotion.
+	faultPromote = "promote"
 )
 
 var faultKinds = []string{faultCrash, faultDBCut, faultDBCutDrop, faultNATSCut, faultClockStep, faultSlowNATS, faultSlowDB,
-	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor, faultStall}
+	faultAmbiguous, faultPause, faultRestart, faultDBRestart, faultDBFreeze, faultLoneSurvivor, faultStall, faultPromote}
 
 // nemesis draws and applies faults until 3 s before r.loadEnd, and waits
 // for every one to heal.
@@ -53,15 +62,23 @@ func (r *run) nemesis(ctx context.Context) {
 		kind := faultKinds[nemRng.IntN(len(faultKinds))]
 		d := time.Duration(300+nemRng.IntN(4000)) * time.Millisecond
 		res.faults[kind]++
-		who := n.id
-		switch kind { // of Postgres, not of an instance
+		who, detail := n.id, ""
+		var step time.Duration // a promotion's step of the database's clock
+		switch kind {          // of Postgres, not of an instance
 		case faultDBRestart: // down for a restart's time
 			who, d = "pg", d/2
 		case faultDBFreeze:
 			who = "pg"
+		case faultPromote: // down for the leader key's TTL and the promotion
+			who, d = "pg", time.Second+time.Duration(nemRng.Int64N(int64(9*time.Second)))
+			step = time.Duration(50+nemRng.IntN(451)) * time.Millisecond
+			if nemRng.IntN(2) == 0 {
+				step = -step
+			}
+			detail = fmt.Sprintf(", the clock %+v", step)
 		}
 		w.mu.Lock()
-		w.hist.add(time.Now(), "FAULT", who, kind, 0, d.String())
+		w.hist.add(time.Now(), "FAULT", who, kind, 0, d.String()+detail)
 		w.mu.Unlock()
 		heal := func(f func(*link)) {
 			faults.Go(func() {
@@ -83,6 +100,8 @@ func (r *run) nemesis(ctx context.Context) {
 			faults.Go(func() { w.RestartDB(ctx, d) })
 		case faultDBFreeze:
 			faults.Go(func() { w.FreezeDB(ctx, d) })
+		case faultPromote:
+			faults.Go(func() { w.Promote(ctx, d, step) })
 		case faultDBCut, faultDBCutDrop:
 			w.setLink(n.id, func(l *link) { l.dbCut = true })
 			if kind == faultDBCutDrop {

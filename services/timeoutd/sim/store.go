@@ -49,10 +49,10 @@ func (s store) Apply(ctx context.Context, fence lease.Fence, cmds []events.Comma
 				r.plain = len(c.Payload) == 0 && c.FireSubject == events.OrderCancelSubject(c.Key) && c.MaxLatenessMs == 0 && c.TraceParent == ""
 			}
 			s.w.pg.rows[c.Key] = r
-			s.w.hist.add(at, "commit", s.id, c.Key, c.Version, string(c.Kind))
+			s.w.hist.add(time.Now(), "commit", s.id, c.Key, c.Version, string(c.Kind))
 			changes = append(changes, timeoutd.Change{Key: c.Key, Version: r.version, State: r.state, Deadline: r.deadline, Plain: r.plain})
 			if want == timeoutd.StatePending {
-				s.w.checkFits(c.Key, at)
+				s.w.checkFits(c.Key, time.Now())
 			}
 		}
 		return nil
