@@ -232,6 +232,18 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 		endSpans(spans, errLeasesUntrusted)
 		return nil
 	}
+	// And the schedule's clock again: a heartbeat since the hand-out may
+	// have held it back (its samples start over when another server
+	// answers after a failover, lease.Membership.measureClock), and a
+	// timeout due by the old samples may not be due by the new ones. The
+	// batch goes back to the schedule, which arms each of its timeouts by
+	// the hold of that moment.
+	if later := f.sched.Now(); slices.ContainsFunc(p.rows, func(d Due) bool { return d.Deadline.After(later) }) {
+		endSpans(spans, errNotDueYet)
+		f.untrack(p.fl)
+		f.sched.Rearm(p.refs, later)
+		return nil
+	}
 	p.ackedAt, err = f.pub.Publish(f.hard, evs)
 	endSpans(spans, err)
 	if err != nil {
@@ -576,6 +588,10 @@ func (f *firer) wake(refs []schedule.Ref, firedAt, trustedAt time.Time) {
 // errLeasesUntrusted is a fire's error while the leases are not known to
 // be renewed.
 var errLeasesUntrusted = errors.New("the partition leases were not renewed within the renew deadline")
+
+// errNotDueYet ends the spans of a batch whose timeouts went back to the
+// schedule: not yet due by its clock held back since the hand-out.
+var errNotDueYet = errors.New("not yet due by the schedule's clock, held back since the hand-out")
 
 // errOutOfContact is a fire's error while no statement reached the
 // database within the contact window.
