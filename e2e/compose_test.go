@@ -20,12 +20,13 @@ import (
 // `make up` and `make up-ha` under a project name and host ports of their
 // own, pass one create → cancel round trip: deploy/compose/compose.yaml, and
 // the cluster of compose.ha.yaml (through its second orders instance, and
-// every timeoutd instance shows the whole cluster).
+// every timeoutd instance shows the whole cluster; its Postgres is the
+// Patroni cluster, which scripts/stack.sh patroni lists).
 func TestComposeStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
 	}
-	if err := requireImages(t.Context(), "ordertimeout/postgres:15", testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
+	if err := requireImages(t.Context(), "ordertimeout/postgres:15", patroniImage, testinfra.NATSImage, ordersImage, timeoutdImage); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -40,7 +41,7 @@ func TestComposeStack(t *testing.T) {
 		{"single", "", []string{"ORDERS_PORT", "TIMEOUTD_PORT", "NATS_PORT", "NATS_MONITOR_PORT", "POSTGRES_PORT"},
 			"ORDERS_PORT", []string{"TIMEOUTD_PORT"}},
 		{"ha", "ha", []string{"ORDERS_PORT", "ORDERS_2_PORT", "TIMEOUTD_PORT", "TIMEOUTD_2_PORT", "TIMEOUTD_3_PORT",
-			"NATS_PORT", "NATS_2_PORT", "NATS_3_PORT", "NATS_MONITOR_PORT", "POSTGRES_PORT"},
+			"NATS_PORT", "NATS_2_PORT", "NATS_3_PORT", "NATS_MONITOR_PORT", "POSTGRES_PORT", "POSTGRES_2_PORT", "POSTGRES_3_PORT"},
 			"ORDERS_2_PORT", []string{"TIMEOUTD_PORT", "TIMEOUTD_2_PORT", "TIMEOUTD_3_PORT"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +52,7 @@ func TestComposeStack(t *testing.T) {
 				"ORDERS_API_TOKENS=" + apiToken,
 				"ORDERS_IMAGE=" + ordersImage,
 				"TIMEOUTD_IMAGE=" + timeoutdImage,
+				"PATRONI_IMAGE=" + patroniImage,
 				"DOWN_VOLUMES=1", // only read by down
 				"WAIT_SECONDS=240",
 			}
@@ -85,6 +87,16 @@ func TestComposeStack(t *testing.T) {
 				})
 			}
 			composeRoundTrip(t, "http://127.0.0.1:"+ports[tt.orders])
+			if tt.stack == "ha" {
+				// Patroni's view through the script operators use: a
+				// leader and a synchronous standby.
+				cmd := exec.Command("../scripts/stack.sh", "patroni", "list")
+				cmd.Env = append(os.Environ(), env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "Leader") || !strings.Contains(string(out), "Sync Standby") {
+					t.Fatalf("scripts/stack.sh patroni list: %v\n%s", err, out)
+				}
+			}
 		})
 	}
 }

@@ -4,7 +4,9 @@
 // locks) for ever, and idle_in_transaction_session_timeout, so a
 // transaction abandoned by a crashed or hung client releases its locks.
 // Both are startup parameters (pgx's ConnConfig.RuntimeParams), so they
-// cost no round trip.
+// cost no round trip. Every connection is dialed with keepalives and a TCP
+// user timeout (dial.go), so that a server gone from the network (a
+// primary lost in a failover) fails its connections within seconds.
 //
 // One rule holds for every setting: the connection string wins. A service's
 // pool size, timeouts and application name apply where the URL sets none;

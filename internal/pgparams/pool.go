@@ -50,6 +50,11 @@ func (p Pool) Config() (*pgxpool.Config, error) {
 		pc.MaxConns = p.MaxConns
 	}
 	params := pc.ConnConfig.RuntimeParams
+	userTimeout, err := tcpUserTimeout(params)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", p.Variable, err)
+	}
+	pc.ConnConfig.DialFunc = dialer(userTimeout).DialContext
 	p.Timeouts.Apply(params)
 	if _, set := params["application_name"]; !set && p.ApplicationName != "" {
 		params["application_name"] = p.ApplicationName

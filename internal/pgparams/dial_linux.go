@@ -1,0 +1,12 @@
+package pgparams
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// setUserTimeout sets TCP_USER_TIMEOUT on the socket fd.
+func setUserTimeout(fd uintptr, d time.Duration) error {
+	return unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
+}
