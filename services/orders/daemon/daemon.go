@@ -94,13 +94,16 @@ func New(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if m.relay, err = outbox.NewRelay(m.relayPool, js, outbox.Config{Table: postgres.OutboxTable, Pack: pack, Logger: m.log}); err != nil {
 		return nil, err
 	}
-	store := postgres.NewStore(m.pool, m.relay.Kick)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, err := postgres.NewStore(m.pool, postgres.StoreConfig{OnCommit: m.relay.Kick, Gate: postgres.GateConfig{Registerer: reg}})
+	if err != nil {
+		return nil, err
+	}
 	svc, err := orders.NewService(store, orders.ServiceConfig{Limits: cfg.Limits, PaymentGrace: cfg.PaymentGrace, Logger: m.log})
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := m.newLoops(ctx, js, store, svc, reg); err != nil {
 		return nil, err
 	}
@@ -217,8 +220,10 @@ func (m *Main) newHandler(store *postgres.Store, svc *orders.Service, reg *prome
 			return st.OldestAge, err
 		},
 		MaxOutboxLag: m.cfg.MaxOutboxLag,
+		// The Store's Ping answers at once while the database is known to
+		// be down, and probes it when a probe is due.
 		Ready: func(ctx context.Context) error {
-			if err := m.pool.Ping(ctx); err != nil {
+			if err := store.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)
 			}
 			if s := m.nc.Status(); s != nats.CONNECTED {

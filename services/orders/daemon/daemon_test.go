@@ -51,7 +51,9 @@ type app struct {
 	js   jetstream.JetStream
 }
 
-func start(t *testing.T) *app {
+// start runs the daemon on a new database; each of opts may change its
+// environment first.
+func start(t *testing.T, opts ...func(env map[string]string)) *app {
 	t.Helper()
 	ns := testinfra.NATS(t)
 	env := map[string]string{
@@ -60,6 +62,9 @@ func start(t *testing.T) *app {
 		"ORDERS_HTTP_ADDR":    freeAddr(t),
 		"ORDERS_API_TOKENS":   "other," + token,
 		"ORDERS_LOG_LEVEL":    "error",
+	}
+	for _, opt := range opts {
+		opt(env)
 	}
 	nc, err := nats.Connect(ns.URL)
 	if err != nil {

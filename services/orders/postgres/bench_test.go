@@ -36,7 +36,11 @@ func BenchmarkCreate(b *testing.B) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE bench_insert (id bigserial PRIMARY KEY, v int NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	svc, err := orders.NewService(postgres.NewStore(pool, nil), orders.ServiceConfig{})
+	store, err := postgres.NewStore(pool, postgres.StoreConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := orders.NewService(store, orders.ServiceConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,10 @@
 // keys, cursor pagination), the Janitor that forgets idempotency keys after
 // their TTL, and the embedded goose migrations.
 //
+// Every Store operation passes a gate (gate.go) that refuses it at once,
+// with orders.ErrUnavailable, while the database is known to be down, and
+// lets one probe through per GateConfig.ProbeInterval.
+//
 // Creating an order without an Idempotency-Key goes through a create
 // batcher: concurrent creates are inserted together, the orders and their
 // outbox rows in one pgx batch that Postgres runs as one implicit

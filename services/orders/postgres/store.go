@@ -25,24 +25,89 @@ import (
 // outbox.Config.Table.
 const OutboxTable = outbox.TableDefault
 
-// Store is the orders.Store over a pgx pool.
+// Store is the orders.Store over a pgx pool. Every operation goes through a
+// gate that fails it fast while the database is known to be down (see
+// GateConfig and Available).
 type Store struct {
 	pool     *pgxpool.Pool
 	onCommit func()
 	creates  *createBatcher
+	gate     *gate
 }
 
 var _ orders.Store = (*Store)(nil)
 
-// NewStore returns a Store over pool (migrated with Migrate). onCommit, if
-// not nil, is called after every commit that wrote outbox rows (main passes
-// the relay's Kick); it must not block.
-func NewStore(pool *pgxpool.Pool, onCommit func()) *Store {
-	if onCommit == nil {
-		onCommit = func() {}
-	}
-	return &Store{pool: pool, onCommit: onCommit, creates: &createBatcher{pool: pool}}
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// OnCommit, if set, is called after every commit that wrote outbox rows
+	// (main passes the relay's Kick); it must not block.
+	OnCommit func()
+	// Gate configures the failing fast while the database is down.
+	Gate GateConfig
 }
+
+// NewStore returns a Store over pool (migrated with Migrate).
+func NewStore(pool *pgxpool.Pool, cfg StoreConfig) (*Store, error) {
+	s := &Store{pool: pool, onCommit: cfg.OnCommit, creates: &createBatcher{pool: pool}}
+	if s.onCommit == nil {
+		s.onCommit = func() {}
+	}
+	var err error
+	if s.gate, err = newGate(func(ctx context.Context) error { return s.checked(s.probe(ctx)) }, cfg.Gate); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// do runs op, which returns its error unmapped, through the gate: refused at
+// once while the database is known to be down, else run, its error checked
+// and its outcome recorded.
+func (s *Store) do(ctx context.Context, op func() error) error {
+	if err := s.gate.admit(ctx); err != nil {
+		return err
+	}
+	err := s.checked(op())
+	s.gate.observe(err)
+	return err
+}
+
+// checked returns storeError(err), after resetting the pool when err says
+// that the server takes no writes (readOnly): pgx keeps a connection that
+// answered an error, so without the reset the pool's connections to a
+// former primary, now a standby, would fail every operation in turn; new
+// ones go to the server that takes writes (target_session_attrs=read-write).
+func (s *Store) checked(err error) error {
+	err = storeError(err)
+	if readOnly(err) {
+		s.pool.Reset()
+	}
+	return err
+}
+
+// probe checks that the database answers and takes writes: a standby (a
+// former primary back after a failover) is errStandby.
+func (s *Store) probe(ctx context.Context) error {
+	var standby bool
+	if err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+		return fmt.Errorf("ask pg_is_in_recovery: %w", err)
+	}
+	if standby {
+		return errStandby
+	}
+	return nil
+}
+
+// Ping reports, through the gate, whether the database answers and takes
+// writes: at once while it is known to be down (unless a probe is due),
+// else by asking it. Readiness calls it, so that an instance no traffic
+// reaches still finds out when the database is back.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.do(ctx, func() error { return s.probe(ctx) })
+}
+
+// Available reports whether the Store lets operations through and, when
+// not, since when the database is known to be down.
+func (s *Store) Available() (ok bool, since time.Time) { return s.gate.state() }
 
 const orderColumns = `id, customer_id, currency, items, amount_minor, status, cancel_reason, version, pay_by, created_at, updated_at`
 
@@ -69,11 +134,17 @@ func (s *Store) Create(ctx context.Context, ch orders.Change, key *orders.Idempo
 		return orders.Order{}, false, err
 	}
 	if key != nil {
-		return s.createIdempotent(ctx, ch, msgs, key)
+		var o orders.Order
+		var replayed bool
+		err := s.do(ctx, func() (err error) {
+			o, replayed, err = s.createIdempotent(ctx, ch, msgs, key)
+			return err
+		})
+		return o, replayed, err
 	}
 	// Concurrent creates share a round trip and a commit (createBatcher).
-	if err := s.creates.submit(ch.Order, msgs); err != nil {
-		return orders.Order{}, false, storeError(err)
+	if err := s.do(ctx, func() error { return s.creates.submit(ch.Order, msgs) }); err != nil {
+		return orders.Order{}, false, err
 	}
 	s.onCommit()
 	return ch.Order, false, nil
@@ -114,7 +185,7 @@ func (s *Store) createIdempotent(ctx context.Context, ch orders.Change, msgs []o
 		return outbox.Insert(ctx, tx, OutboxTable, msgs)
 	})
 	if err != nil {
-		return orders.Order{}, false, storeError(err)
+		return orders.Order{}, false, err
 	}
 	if replayed {
 		return stored, true, nil
@@ -124,13 +195,19 @@ func (s *Store) createIdempotent(ctx context.Context, ch orders.Change, msgs []o
 }
 
 // Get implements orders.Store.
-func (s *Store) Get(ctx context.Context, id string) (orders.Order, error) {
-	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return orders.Order{}, orders.ErrNotFound
-	}
+func (s *Store) Get(ctx context.Context, id string) (o orders.Order, err error) {
+	err = s.do(ctx, func() (err error) {
+		o, err = scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return orders.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("get order: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return orders.Order{}, storeError(fmt.Errorf("get order: %w", err))
+		return orders.Order{}, err
 	}
 	return o, nil
 }
@@ -155,13 +232,19 @@ func (s *Store) List(ctx context.Context, f orders.ListFilter) (orders.Page, err
 	}
 	args = append(args, f.Limit+1)
 	sql += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
-	rows, err := s.pool.Query(ctx, sql, args...)
+	var items []orders.Order
+	err := s.do(ctx, func() error {
+		rows, err := s.pool.Query(ctx, sql, args...)
+		if err == nil {
+			items, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
+		}
+		if err != nil {
+			return fmt.Errorf("list orders: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return orders.Page{}, storeError(fmt.Errorf("list orders: %w", err))
-	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
-	if err != nil {
-		return orders.Page{}, storeError(fmt.Errorf("list orders: %w", err))
+		return orders.Page{}, err
 	}
 	p := orders.Page{Items: items}
 	if len(items) > f.Limit {
@@ -198,22 +281,24 @@ func (s *Store) ExpireAll(ctx context.Context, exps []orders.Expiry, now time.Ti
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	var results []orders.ExpireResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
-		if err != nil {
-			return fmt.Errorf("lock orders: %w", err)
-		}
-		locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
-		if err != nil {
-			return fmt.Errorf("lock orders: %w", err)
-		}
-		results, err = cancelLocked(ctx, tx, locked, exps, nil, func(o orders.Order, e orders.Expiry) (orders.Change, bool, error) {
-			return o.Expire(e.Version, e.Deadline, now)
+	err := s.do(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+			if err != nil {
+				return fmt.Errorf("lock orders: %w", err)
+			}
+			locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
+			if err != nil {
+				return fmt.Errorf("lock orders: %w", err)
+			}
+			results, err = cancelLocked(ctx, tx, locked, exps, nil, func(o orders.Order, e orders.Expiry) (orders.Change, bool, error) {
+				return o.Expire(e.Version, e.Deadline, now)
+			})
+			return err
 		})
-		return err
 	})
 	if err != nil {
-		return nil, storeError(err)
+		return nil, err
 	}
 	s.onCommit()
 	return results, nil
@@ -235,33 +320,35 @@ WHERE status = 'pending_payment' AND pay_by < $1 ORDER BY pay_by LIMIT $2 FOR UP
 // means no other overdue order was free.
 func (s *Store) ReconcileOverdue(ctx context.Context, now time.Time, margin time.Duration, limit int) ([]orders.Order, error) {
 	var done []orders.Order
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, reconcileSQL, now.Add(-margin), limit)
-		if err != nil {
-			return fmt.Errorf("lock overdue orders: %w", err)
-		}
-		locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
-		if err != nil {
-			return fmt.Errorf("lock overdue orders: %w", err)
-		}
-		exps := make([]orders.Expiry, len(locked))
-		for i, o := range locked {
-			exps[i] = orders.Expiry{ID: o.ID, Version: o.Version, Deadline: o.PayBy}
-		}
-		at := now.Truncate(time.Microsecond).UTC()
-		results, err := cancelLocked(ctx, tx, locked, exps, &at, func(o orders.Order, _ orders.Expiry) (orders.Change, bool, error) {
-			ch, applied := o.Reconcile(now, margin)
-			return ch, applied, nil
-		})
-		for _, r := range results {
-			if r.Applied {
-				done = append(done, r.Order)
+	err := s.do(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, reconcileSQL, now.Add(-margin), limit)
+			if err != nil {
+				return fmt.Errorf("lock overdue orders: %w", err)
 			}
-		}
-		return err
+			locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orders.Order, error) { return scanOrder(r) })
+			if err != nil {
+				return fmt.Errorf("lock overdue orders: %w", err)
+			}
+			exps := make([]orders.Expiry, len(locked))
+			for i, o := range locked {
+				exps[i] = orders.Expiry{ID: o.ID, Version: o.Version, Deadline: o.PayBy}
+			}
+			at := now.Truncate(time.Microsecond).UTC()
+			results, err := cancelLocked(ctx, tx, locked, exps, &at, func(o orders.Order, _ orders.Expiry) (orders.Change, bool, error) {
+				ch, applied := o.Reconcile(now, margin)
+				return ch, applied, nil
+			})
+			for _, r := range results {
+				if r.Applied {
+					done = append(done, r.Order)
+				}
+			}
+			return err
+		})
 	})
 	if err != nil {
-		return nil, storeError(err)
+		return nil, err
 	}
 	if len(done) > 0 {
 		s.onCommit()
@@ -328,39 +415,41 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, locked []orders.Order, exps []
 // update locks the row, applies fn and writes its change with the outbox
 // rows; it returns the order after.
 func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (orders.Change, error)) (after orders.Order, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		before, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 FOR UPDATE`, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return orders.ErrNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("lock order: %w", err)
-		}
-		ch, err := fn(before)
-		if err != nil {
-			return err
-		}
-		msgs, err := messages(ch, traced(ctx, ch))
-		if err != nil {
-			return err
-		}
-		o := ch.Order
-		// Every transition leaves pending_payment; the condition repeats
-		// the domain check against the locked row.
-		tag, err := tx.Exec(ctx, `UPDATE orders SET status = $2, cancel_reason = $3, version = $4, pay_by = $5, updated_at = $6
+	err = s.do(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			before, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 FOR UPDATE`, id))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return orders.ErrNotFound
+			}
+			if err != nil {
+				return fmt.Errorf("lock order: %w", err)
+			}
+			ch, err := fn(before)
+			if err != nil {
+				return err
+			}
+			msgs, err := messages(ch, traced(ctx, ch))
+			if err != nil {
+				return err
+			}
+			o := ch.Order
+			// Every transition leaves pending_payment; the condition repeats
+			// the domain check against the locked row.
+			tag, err := tx.Exec(ctx, `UPDATE orders SET status = $2, cancel_reason = $3, version = $4, pay_by = $5, updated_at = $6
 			WHERE id = $1 AND status = 'pending_payment' AND version = $7`,
-			o.ID, string(o.Status), nullable(string(o.CancelReason)), o.Version, o.PayBy, o.UpdatedAt, before.Version)
-		if err != nil {
-			return fmt.Errorf("update order: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("update order %s: the locked row changed", id)
-		}
-		after = o
-		return outbox.Insert(ctx, tx, OutboxTable, msgs)
+				o.ID, string(o.Status), nullable(string(o.CancelReason)), o.Version, o.PayBy, o.UpdatedAt, before.Version)
+			if err != nil {
+				return fmt.Errorf("update order: %w", err)
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("update order %s: the locked row changed", id)
+			}
+			after = o
+			return outbox.Insert(ctx, tx, OutboxTable, msgs)
+		})
 	})
 	if err != nil {
-		return orders.Order{}, storeError(err)
+		return orders.Order{}, err
 	}
 	s.onCommit()
 	return after, nil
@@ -368,19 +457,24 @@ func (s *Store) update(ctx context.Context, id string, fn func(orders.Order) (or
 
 // CountByStatus implements orders.Store. It scans the status index.
 func (s *Store) CountByStatus(ctx context.Context) (map[orders.Status]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM orders GROUP BY status`)
-	if err != nil {
-		return nil, storeError(fmt.Errorf("count orders: %w", err))
-	}
 	counts := map[orders.Status]int64{}
-	var status string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
-		counts[orders.Status(status)] = n
+	err := s.do(ctx, func() error {
+		rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM orders GROUP BY status`)
+		if err == nil {
+			var status string
+			var n int64
+			_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+				counts[orders.Status(status)] = n
+				return nil
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("count orders: %w", err)
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, storeError(fmt.Errorf("count orders: %w", err))
+		return nil, err
 	}
 	return counts, nil
 }

@@ -48,7 +48,10 @@ func newEnv(t *testing.T) env {
 		t.Fatal(err)
 	}
 	commits := &atomic.Int64{}
-	store := postgres.NewStore(pool, func() { commits.Add(1) })
+	store, err := postgres.NewStore(pool, postgres.StoreConfig{OnCommit: func() { commits.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc, err := orders.NewService(store, orders.ServiceConfig{})
 	if err != nil {
 		t.Fatal(err)

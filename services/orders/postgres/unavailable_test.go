@@ -35,6 +35,10 @@ func TestStoreErrorMarksOutages(t *testing.T) {
 		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
 		{"statement timeout", &pgconn.PgError{Code: "57014"}, true},
 		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"read-only server (a former primary, now a standby)", fmt.Errorf("insert 1 orders: %w", &pgconn.PgError{Code: "25006"}), true},
+		{"the probe reached a standby", errStandby, true},
+		{"failed transaction (the request's own)", &pgconn.PgError{Code: "25P02"}, false},
+		{"database dropped (does not heal by waiting)", &pgconn.PgError{Code: "57P04"}, false},
 		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
 		{"invalid byte sequence", &pgconn.PgError{Code: "22021"}, false},
 		{"a bug", errors.New("update order o-1: the locked row changed"), false},
@@ -79,7 +83,7 @@ func TestStoreReportsAnUnreachableDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			return NewStore(pool, nil)
+			return newStore(t, pool)
 		}},
 		{"no free connection before the deadline", func(t *testing.T) *Store {
 			pool, err := pgxpool.New(context.Background(), testinfra.Postgres(t)+"&pool_max_conns=1")
@@ -92,7 +96,7 @@ func TestStoreReportsAnUnreachableDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(conn.Release)
-			return NewStore(pool, nil)
+			return newStore(t, pool)
 		}},
 	}
 	for _, tt := range tests {
@@ -106,5 +110,67 @@ func TestStoreReportsAnUnreachableDatabase(t *testing.T) {
 				t.Fatalf("Get = %v, want orders.ErrUnavailable", err)
 			}
 		})
+	}
+}
+
+// newStore returns a Store over pool with the default gate.
+func newStore(t *testing.T, pool *pgxpool.Pool) *Store {
+	t.Helper()
+	s, err := NewStore(pool, StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestReadOnlyConnectionsLeaveThePool: a pooled connection whose server
+// takes no writes (here a session made read-only, as a connection to a
+// former primary back as a standby is) fails a write with 25006, which is
+// unavailable; the pool is reset, so the next write (after the gate's probe)
+// gets a new connection and succeeds instead of failing on the same one.
+// pgx keeps a connection that answered an error, and the probe's
+// pg_is_in_recovery() is false on a read-only session of a primary: without
+// the reset the second write fails too.
+func TestReadOnlyConnectionsLeaveThePool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testinfra.Postgres(t)
+	migrated, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Migrate(ctx, migrated)
+	migrated.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	store, err := NewStore(pool, StoreConfig{Gate: GateConfig{Now: func() time.Time { return clock }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := orders.NewService(store, orders.ServiceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := orders.CreateRequest{CustomerID: "c-1", Currency: "EUR", Deadline: orders.Deadline{PayWithin: "15m"},
+		Items: []orders.Item{{SKU: "A-1", Quantity: 1, UnitPriceMinor: 100}}}
+	_, _, err = svc.Create(ctx, req, "")
+	var pgErr *pgconn.PgError
+	if !errors.Is(err, orders.ErrUnavailable) || !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("create on a read-only connection = %v, want ErrUnavailable from 25006", err)
+	}
+	// The gate holds the next create until its probe is due.
+	clock = clock.Add(GateProbeIntervalDefault)
+	if _, _, err := svc.Create(ctx, req, ""); err != nil {
+		t.Fatalf("create after the reset = %v, want a new, writable connection", err)
 	}
 }
