@@ -49,13 +49,18 @@ func LeasePoolConfig(cfg *pgxpool.Config) {
 // Either grace is for the rows still live when the quiet began (the last
 // time any instance was seen before it): one expired by then was dead
 // already, and stays so.
-// An instance whose last heartbeat came after the start and whose
-// sessions are all gone (sessionlessSQL) crashed, unless a session comes
-// back within CrashGrace (a connection reset: the instance reconnects at
-// once): past it, it is dead (goneSQL) and its partitions orphaned.
+// An instance whose last heartbeat came after the start, and after the
+// cluster last resumed from a silence, and whose sessions are all gone
+// (sessionlessSQL) crashed, unless a session comes back within CrashGrace
+// (a connection reset: the instance reconnects at once): past it, it is
+// dead (goneSQL) and its partitions orphaned. Before its first heartbeat
+// since the resume it is not judged by its sessions: after a failover the
+// promoted standby has none of them (and its own, earlier, start), and an
+// instance whose connections to the old primary hang may take seconds to
+// reconnect; its leases have the grace.
 // gone_at records when an instance was first seen without a session;
 // every heartbeat and probe keeps it (watchSQL).
-const sessionlessSQL = `beat_at > pg_postmaster_start_time() AND app <> ''
+const sessionlessSQL = `beat_at > ` + resumedAtSQL + ` AND app <> ''
 	AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() AND a.application_name = app)`
 
 // CrashGrace is how long an instance's sessions must stay gone before it

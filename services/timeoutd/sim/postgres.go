@@ -343,10 +343,12 @@ func (w *World) holds(id string, p int) bool {
 
 // gone reports whether instance id is dead by crash detection, under w.mu:
 // its sessions gone for the crash grace, after a heartbeat since Postgres
-// last started (before it, the restart took them).
+// last started or the cluster last resumed from a silence (before it, the
+// restart or the failover took them, and it may still be reconnecting:
+// the store's sessionlessSQL).
 func (w *World) gone(id string, now time.Time) bool {
 	in := w.pg.insts[id]
-	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.CrashGrace && in.beatAt.After(w.pg.started)
+	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.CrashGrace && in.beatAt.After(later(w.pg.started, w.pg.resumed))
 }
 
 // pending returns the number of pending rows.

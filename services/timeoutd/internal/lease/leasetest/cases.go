@@ -28,6 +28,7 @@ var Cases = []Case{
 	{Name: "ARestartKeepsEveryLiveLeaseForATTL", Restarts: true, Run: restartKeepsLive},
 	{Name: "ARestartBringsBackNoInstanceDeadBeforeIt", Restarts: true, Run: restartResurrectsNoOne},
 	{Name: "ASilenceOfTheWholeClusterMovesNothing", Run: clusterSilence},
+	{Name: "AfterASilenceAnInstanceNotBackYetIsNotACrash", Run: silenceIsNotACrash},
 	{Name: "ALoneSurvivorsSilenceBringsBackNoOne", Run: loneSurvivorSilence},
 	{Name: "ALoneSurvivorsRestartBringsBackNoOne", Run: loneSurvivorRestart},
 	{Name: "TheFenceRefusesEveryWriteOfAFormerOwner", Run: fenceRefusesFormerOwner},
@@ -338,6 +339,27 @@ func clusterSilence(t *testing.T, b Backend) {
 	want(t, "b's acquisition of silent a's", len(taken), events.Partitions/2)
 }
 
+// silenceIsNotACrash: after a silence of the whole cluster (a failover,
+// whose promoted standby has none of the instances' sessions and its own
+// pg_postmaster_start_time(), from before), an instance that has not
+// beaten since the cluster resumed is not judged by its sessions: it may
+// still be reconnecting, its connections to the old primary hanging until
+// their deadlines. Its leases count for a TTL after the resume, as after a
+// restart, and it renews them at their epochs.
+func silenceIsNotACrash(t *testing.T, b Backend) {
+	_, c, held := halves(t, b)
+	time.Sleep(TTL * 3 / 2)
+	b.Crash(t, "a") // on the promoted standby, none of a's sessions
+	beat(t, c, "b", true)
+	time.Sleep(2 * b.CrashGrace())
+	if live, takeable := probe(t, c, "b"); live != 2 || takeable != 0 {
+		t.Fatalf("a, not back yet after the silence: %d live, %d takeable; want 2 and none", live, takeable)
+	}
+	want(t, "b's acquisition after the silence", acquire(t, c, "b", events.Partitions, held["b"]), []lease.Lease(nil))
+	a := b.Instance(t, "a")
+	want(t, "a's renewal, back", renew(t, a, "a", held["a"]), held["a"])
+}
+
 // loneSurvivor has a and b hold half the partitions each, then a fall
 // silent for good with its sessions kept (a pause, a cut), while b beats,
 // renews and takes a's partitions once they expire, until it holds all
@@ -510,14 +532,17 @@ func ownershipByTheRules(t *testing.T, b Backend) {
 	// c comes back and renews its lease (nobody took it); then nobody
 	// reaches the database for longer than the TTL, and a is the first
 	// back: c's lease is in the grace until c renews it (a's own are
-	// a's to renew at once: no grace for the instance that resumed).
+	// a's to renew at once: no grace for the instance that resumed). d is
+	// judged by its lease again, not by its sessions, until it beats
+	// (AfterASilenceAnInstanceNotBackYetIsNotACrash): expired before the
+	// silence, it is takeable as expired.
 	beat(t, c, "c", true)
 	if got := renew(t, c, "c", []lease.Lease{{Partition: 2, Epoch: 1}}); len(got) != 1 {
 		t.Fatalf("c renews %v, want partition 2", got)
 	}
 	time.Sleep(TTL * 3 / 2)
 	beat(t, a, "a", true)
-	states("after a silence", map[int]lease.LeaseState{1: lease.LeaseFree, 2: lease.LeaseGrace, 3: lease.LeaseOrphaned})
+	states("after a silence", map[int]lease.LeaseState{1: lease.LeaseFree, 2: lease.LeaseGrace, 3: lease.LeaseExpired})
 }
 
 // KeyIn returns a key of partition p, for the writes of Backend.Write.
