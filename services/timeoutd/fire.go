@@ -262,9 +262,10 @@ func (f *firer) publish(due []schedule.Due, now time.Time) *published {
 // last fence in the stream is not the one this instance names: one aged
 // out of the stream (none left), or a former owner's that arrived late
 // (an epoch below this one's), each on the condition that it is still
-// the last. One at this epoch is this instance's own, published again: it
-// is adopted. One at a newer epoch is left as it is: the partition moved,
-// and the membership finds the lease lost.
+// the last. One at this epoch naming this instance is its own, published
+// again: it is adopted. One at a newer epoch, or at this one naming
+// another owner, is left as it is: the partition moved (the membership
+// finds the lease lost), or the epoch was handed out twice.
 func (f *firer) refence(parts []int) {
 	gate := f.own.Gate(parts)
 	if gate.Why() != "" {
@@ -274,14 +275,20 @@ func (f *firer) refence(parts []int) {
 	again := lease.Fence{Owner: held.Owner}
 	var expect []uint64
 	for _, l := range held.Leases {
-		seq, epoch, err := f.pub.LastFence(f.hard, l.Partition)
+		last, err := f.pub.LastFence(f.hard, l.Partition)
 		switch {
 		case err != nil:
 			f.cfg.Logger.Warn("read a partition's fence", "partition", l.Partition, "err", err)
-		case epoch == l.Epoch:
-			f.own.Fenced(l.Partition, l.Epoch, seq)
-		case epoch < l.Epoch:
-			again.Leases, expect = append(again.Leases, l), append(expect, seq)
+		case last.Epoch == l.Epoch && last.Owner == held.Owner:
+			f.own.Fenced(l.Partition, l.Epoch, last.Seq)
+		case last.Epoch == l.Epoch:
+			// Postgres handed this epoch out twice (a failover to a
+			// standby that missed the acquisition): the other owner's
+			// fence stands, and nothing is published under it here.
+			f.cfg.Logger.Error("a partition's epoch is another owner's too: its fence stands, this instance publishes nothing for it",
+				"partition", l.Partition, "epoch", l.Epoch, "owner", last.Owner)
+		case last.Epoch < l.Epoch:
+			again.Leases, expect = append(again.Leases, l), append(expect, last.Seq)
 		}
 	}
 	if len(again.Leases) == 0 {

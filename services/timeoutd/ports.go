@@ -166,9 +166,17 @@ type Publisher interface {
 	// none left, aged out of the stream); one whose last fence changed is
 	// left as it is, its sequence 0.
 	Fence(ctx context.Context, fence lease.Fence, expect []uint64) ([]uint64, error)
-	// LastFence returns partition p's last fence in the expiry stream:
-	// its sequence and the epoch it names (0, 0: none).
-	LastFence(ctx context.Context, p int) (seq uint64, epoch int64, err error)
+	// LastFence returns partition p's last fence in the expiry stream (the
+	// zero StreamFence: none).
+	LastFence(ctx context.Context, p int) (StreamFence, error)
+}
+
+// StreamFence is a partition's fence in the expiry stream: its sequence,
+// and the owner and the epoch it names.
+type StreamFence struct {
+	Seq   uint64
+	Owner string
+	Epoch int64
 }
 
 // Metrics receives the observations the counters of Stats do not cover;

@@ -28,9 +28,11 @@ type fakeStore struct {
 	fired   []Due   // marked fired
 	built   []Event // published
 	fences  uint64  // the fences given
-	// lastSeq and lastEpoch are the expiry stream's last fence (of every
-	// partition: the tests fire one key), which a fenced event must name.
+	// lastSeq, lastOwner and lastEpoch are the expiry stream's last fence
+	// (of every partition: the tests fire one key), which a fenced event
+	// must name.
 	lastSeq     uint64
+	lastOwner   string
 	lastEpoch   int64
 	failRead    error
 	failPublish error
@@ -138,15 +140,15 @@ func (f *fakeStore) Fence(_ context.Context, fence lease.Fence, expect []uint64)
 			continue
 		}
 		f.fences++
-		seqs[i], f.lastSeq, f.lastEpoch = f.fences+100, f.fences+100, l.Epoch
+		seqs[i], f.lastSeq, f.lastOwner, f.lastEpoch = f.fences+100, f.fences+100, fence.Owner, l.Epoch
 	}
 	return seqs, nil
 }
 
-func (f *fakeStore) LastFence(context.Context, int) (uint64, int64, error) {
+func (f *fakeStore) LastFence(context.Context, int) (StreamFence, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.lastSeq, f.lastEpoch, nil
+	return StreamFence{Seq: f.lastSeq, Owner: f.lastOwner, Epoch: f.lastEpoch}, nil
 }
 
 func (f *fakeStore) MarkFired(_ context.Context, _ lease.Fence, due []Due, _ time.Time) ([]int, error) {
@@ -694,18 +696,23 @@ func TestFailedFireIsRequeued(t *testing.T) {
 // partition's fence is fenced again on the condition that the last fence
 // is still the one read, then retried, when that fence is one of an older
 // epoch (a former owner's that landed late) or none is left (aged out of
-// the stream); never over a fence of a newer epoch (the partition moved).
+// the stream); never over a fence of a newer epoch (the partition moved),
+// and one of this epoch is adopted only when it names this instance: one
+// naming another owner means the epoch was handed out twice (a failover
+// lost an acquisition), and this instance publishes nothing under it.
 func TestAFenceRefusalFencesAgain(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name      string
 		lastSeq   uint64
+		lastOwner string
 		lastEpoch int64
 		fires     bool
 	}{
-		{"a former owner's fence landed late", 7, 0, true},
-		{"the fence aged out", 0, 0, true},
-		{"a newer owner fenced", 9, 2, false},
+		{"a former owner's fence landed late", 7, "old", 0, true},
+		{"the fence aged out", 0, "", 0, true},
+		{"a newer owner fenced", 9, "new", 2, false},
+		{"another owner fenced at this epoch", 9, "twin", 1, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -714,7 +721,7 @@ func TestAFenceRefusalFencesAgain(t *testing.T) {
 			p := events.PartitionOf("k")
 			s.own.Fenced(p, 1, 5) // this instance fenced k's partition at epoch 1, sequence 5
 			st.mu.Lock()
-			st.lastSeq, st.lastEpoch = tt.lastSeq, tt.lastEpoch
+			st.lastSeq, st.lastOwner, st.lastEpoch = tt.lastSeq, tt.lastOwner, tt.lastEpoch
 			st.mu.Unlock()
 			applyOwned(s, []Change{{Key: "k", Version: 1, Deadline: deadline}})
 			if !tt.fires {

@@ -395,25 +395,25 @@ func (p *Publisher) Fence(ctx context.Context, fence lease.Fence, expect []uint6
 
 // LastFence implements timeoutd.Publisher with a get of the fence
 // subject's last message ($JS.API.STREAM.MSG.GET with last_by_subj).
-func (p *Publisher) LastFence(ctx context.Context, part int) (uint64, int64, error) {
+func (p *Publisher) LastFence(ctx context.Context, part int) (timeoutd.StreamFence, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
 	defer cancel()
 	s, err := p.js.Stream(ctx, events.StreamExpiries)
 	if err != nil {
-		return 0, 0, fmt.Errorf("expiry stream: %w", err)
+		return timeoutd.StreamFence{}, fmt.Errorf("expiry stream: %w", err)
 	}
 	m, err := s.GetLastMsgForSubject(ctx, events.FenceSubject(part))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, 0, nil
+		return timeoutd.StreamFence{}, nil
 	case err != nil:
-		return 0, 0, fmt.Errorf("partition %d's fence: %w", part, err)
+		return timeoutd.StreamFence{}, fmt.Errorf("partition %d's fence: %w", part, err)
 	}
 	var d fenceData
 	if err := json.Unmarshal(m.Data, &d); err != nil {
-		return 0, 0, fmt.Errorf("partition %d's fence at %d: %w", part, m.Sequence, err)
+		return timeoutd.StreamFence{}, fmt.Errorf("partition %d's fence at %d: %w", part, m.Sequence, err)
 	}
-	return m.Sequence, d.Epoch, nil
+	return timeoutd.StreamFence{Seq: m.Sequence, Owner: d.Owner, Epoch: d.Epoch}, nil
 }
 
 // Stored implements timeoutd.Publisher with gets of the subject's

@@ -120,8 +120,8 @@ func theFenceRefusesAFormerOwnersLatePublish(t *testing.T, js jetstream.JetStrea
 	if got := fence("a", 1, []uint64{a}); got != 0 {
 		t.Fatalf("a fences again, expecting its own fence last, over b's: sequence %d, want 0 (refused)", got)
 	}
-	if seq, epoch, err := p.LastFence(t.Context(), part); err != nil || seq != b || epoch != 2 {
-		t.Fatalf("the last fence = %d at epoch %d, %v; want b's, %d at epoch 2", seq, epoch, err, b)
+	if last, err := p.LastFence(t.Context(), part); err != nil || last != (timeoutd.StreamFence{Seq: b, Owner: "b", Epoch: 2}) {
+		t.Fatalf("the last fence = %+v, %v; want b's, %d at epoch 2", last, err, b)
 	}
 	if err := publish(b); err != nil {
 		t.Fatalf("b's publish after a's refused fence: %v", err)
@@ -130,8 +130,8 @@ func theFenceRefusesAFormerOwnersLatePublish(t *testing.T, js jetstream.JetStrea
 	if err := publish(b); !errors.Is(err, timeoutd.ErrFenced) {
 		t.Fatalf("b's publish once its fence aged out: %v, want ErrFenced", err)
 	}
-	if seq, epoch, err := p.LastFence(t.Context(), part); err != nil || seq != 0 || epoch != 0 {
-		t.Fatalf("the last fence once aged out = %d at epoch %d, %v; want none", seq, epoch, err)
+	if last, err := p.LastFence(t.Context(), part); err != nil || last != (timeoutd.StreamFence{}) {
+		t.Fatalf("the last fence once aged out = %+v, %v; want none", last, err)
 	}
 	again := fence("b", 2, []uint64{0})
 	if again == 0 {

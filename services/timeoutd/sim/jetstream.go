@@ -34,6 +34,7 @@ type jetStream struct {
 // names.
 type fence struct {
 	seq   uint64
+	owner string
 	epoch int64
 }
 
@@ -361,7 +362,7 @@ func (p publisher) Fence(ctx context.Context, lf lease.Fence, expect []uint64) (
 			continue
 		}
 		p.w.js.seq++
-		p.w.js.fences[ls.Partition] = fence{seq: p.w.js.seq, epoch: ls.Epoch}
+		p.w.js.fences[ls.Partition] = fence{seq: p.w.js.seq, owner: lf.Owner, epoch: ls.Epoch}
 		seqs[i] = p.w.js.seq
 	}
 	p.w.hist.add(time.Now(), "fence", p.id, "-", 0, fmt.Sprint(lf.Leases, seqs))
@@ -370,16 +371,16 @@ func (p publisher) Fence(ctx context.Context, lf lease.Fence, expect []uint64) (
 
 // LastFence returns partition part's last fence; it hangs while NATS is
 // cut.
-func (p publisher) LastFence(ctx context.Context, part int) (uint64, int64, error) {
+func (p publisher) LastFence(ctx context.Context, part int) (timeoutd.StreamFence, error) {
 	p.w.mu.Lock()
 	l := p.w.linkOf(p.id)
 	cut, healed := l.natsCut, l.healed
 	f := p.w.js.fences[part]
 	p.w.mu.Unlock()
 	if cut {
-		return 0, 0, hang(ctx, healed)
+		return timeoutd.StreamFence{}, hang(ctx, healed)
 	}
-	return f.seq, f.epoch, nil
+	return timeoutd.StreamFence{Seq: f.seq, Owner: f.owner, Epoch: f.epoch}, nil
 }
 
 func (p publisher) Stored(_ context.Context, _ string, msgID string) (bool, error) {
