@@ -79,9 +79,9 @@ etcd3:
   hosts: $(yaml_str "$etcd_hosts")
 bootstrap:
   dcs:
-    ttl: ${PATRONI_TTL:-8}
+    ttl: ${PATRONI_TTL:-6}
     loop_wait: ${PATRONI_LOOP_WAIT:-1}
-    retry_timeout: ${PATRONI_RETRY_TIMEOUT:-3}
+    retry_timeout: ${PATRONI_RETRY_TIMEOUT:-2}
     maximum_lag_on_failover: 1048576
     synchronous_mode: true
     synchronous_mode_strict: true
