@@ -173,32 +173,28 @@ func (c *chaos) planKillPrimary(*rand.Rand) func(*testing.T) string {
 // connections stay open and nothing on it answers; thawed, it finds
 // another leader and rejoins as a replica.
 func (c *chaos) planFreezePrimary(r *rand.Rand) func(*testing.T) string {
-	hold := 12*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
-	return func(t *testing.T) string {
-		name, tl := c.pgRoleNow(t, "leader")
-		c.s.Pause(t, name)
-		lost := time.Now()
-		at := c.awaitWrites(t, "freeze-primary", lost, tl)
-		time.Sleep(max(0, hold-time.Since(lost))) // the fault's length
-		c.s.Unpause(t, name)
-		return fmt.Sprintf("primary %s (timeline %d) frozen %s; writes accepted again after %s", name, tl, hold.Round(time.Millisecond),
-			at.Sub(lost).Round(time.Millisecond))
-	}
+	return c.primaryOut(r, "freeze-primary", "frozen", (*stack).Pause, (*stack).Unpause)
 }
 
 // planNetcutPrimary: cut the primary off the network for 12–16 s: it loses
 // etcd and demotes itself, the standby is promoted, and every connection
 // to it hangs until its clients' deadlines.
 func (c *chaos) planNetcutPrimary(r *rand.Rand) func(*testing.T) string {
+	return c.primaryOut(r, "netcut-primary", "cut off", (*stack).Disconnect, (*stack).Reconnect)
+}
+
+// primaryOut returns the fault kind: the primary taken out by out for
+// 12–16 s, longer than the leader key's ttl, then back by in.
+func (c *chaos) primaryOut(r *rand.Rand, kind, what string, out, in func(*stack, *testing.T, string)) func(*testing.T) string {
 	hold := 12*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
 	return func(t *testing.T) string {
 		name, tl := c.pgRoleNow(t, "leader")
-		c.s.Disconnect(t, name)
+		out(c.s, t, name)
 		lost := time.Now()
-		at := c.awaitWrites(t, "netcut-primary", lost, tl)
+		at := c.awaitWrites(t, kind, lost, tl)
 		time.Sleep(max(0, hold-time.Since(lost))) // the fault's length
-		c.s.Reconnect(t, name)
-		return fmt.Sprintf("primary %s (timeline %d) cut off %s; writes accepted again after %s", name, tl, hold.Round(time.Millisecond),
+		in(c.s, t, name)
+		return fmt.Sprintf("primary %s (timeline %d) %s %s; writes accepted again after %s", name, tl, what, hold.Round(time.Millisecond),
 			at.Sub(lost).Round(time.Millisecond))
 	}
 }
