@@ -677,13 +677,14 @@ func (c *chaos) planRestartPostgres(*rand.Rand) func(*testing.T) string {
 	return func(t *testing.T) string { return c.s.restartDependency(t, c.pgPrimary(t)) }
 }
 
-// pgPrimary returns the Postgres container that is the primary now.
+// pgPrimary returns the Postgres container that is the primary, once the
+// cluster is healthy (pgHealthy).
 func (c *chaos) pgPrimary(t *testing.T) string {
 	t.Helper()
 	if len(c.s.PGNodes) == 1 {
 		return c.s.PGNodes[0]
 	}
-	name, _ := c.pgRoleNow(t, "leader")
+	name, _, _, _ := c.pgHealthy(t)
 	return name
 }
 

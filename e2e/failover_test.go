@@ -68,20 +68,50 @@ func (cfg soakConfig) onPatroni() soakConfig {
 	return cfg
 }
 
-// pgRoleNow returns the member of role now, failing t when there is none.
-func (c *chaos) pgRoleNow(t *testing.T, role string) (name string, timeline int) {
+// pgHealthy waits until every member of the Postgres cluster runs, a
+// leader with a synchronous standby on its timeline, and returns them
+// with the timeline and how long it waited: every fault of the cluster
+// starts from a healthy one (two members out at once stop every commit,
+// as strict synchronous replication must: that is not the fault drawn).
+func (c *chaos) pgHealthy(t *testing.T) (leader, sync string, timeline int, waited time.Duration) {
 	t.Helper()
-	ms, err := c.s.pgMembers(t.Context())
-	if err != nil {
-		t.Fatalf("the Postgres members: %v", err)
-	}
-	for _, m := range ms {
-		if m.Role == role {
-			return m.Name, m.Timeline
+	began := time.Now()
+	var ms []pgMember
+	var err error
+	for deadline := began.Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) { // polling Patroni's view
+		if ms, err = c.s.pgMembers(t.Context()); err != nil {
+			continue
+		}
+		running := 0
+		for _, m := range ms {
+			if m.State == "running" || m.State == "streaming" {
+				running++
+			}
+		}
+		leader = pgRole(ms, "leader", 0)
+		sync = pgRole(ms, "sync_standby", 0)
+		if running == len(c.s.PGNodes) && leader != "" && sync != "" {
+			for _, m := range ms {
+				if m.Name == leader {
+					timeline = m.Timeline
+				}
+			}
+			if slices.ContainsFunc(ms, func(m pgMember) bool { return m.Name == sync && m.Timeline == timeline }) {
+				return leader, sync, timeline, time.Since(began)
+			}
 		}
 	}
-	t.Fatalf("no %s among the Postgres members: %s", role, pgSorted(ms))
-	return "", 0
+	t.Fatalf("the Postgres cluster not healthy within 3 min (members: %s, %v)", pgSorted(ms), err)
+	return "", "", 0, 0
+}
+
+// healthyNote says how long a fault waited for a healthy cluster, when it
+// did.
+func healthyNote(waited time.Duration) string {
+	if waited < time.Second {
+		return ""
+	}
+	return fmt.Sprintf(" (after %s waiting for a healthy cluster)", waited.Round(100*time.Millisecond))
 }
 
 // awaitWrites returns when a write through the multi-host URL first
@@ -138,19 +168,25 @@ func (c *chaos) awaitWrites(t *testing.T, kind string, from time.Time, after int
 // returns how long until it ran as a replica again.
 func (c *chaos) rejoin(t *testing.T, name string) string {
 	t.Helper()
-	started := c.s.Start(t, name)
+	return c.rejoined(t, name, c.s.Start(t, name), "its start")
+}
+
+// rejoined returns how long after since, described by what, the member
+// name ran as a replica again.
+func (c *chaos) rejoined(t *testing.T, name string, since time.Time, what string) string {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		ms, err := c.s.pgMembers(t.Context())
 		if err == nil && slices.ContainsFunc(ms, func(m pgMember) bool {
 			return m.Name == name && m.Role != "leader" && (m.State == "running" || m.State == "streaming")
 		}) {
-			return fmt.Sprintf("%s a replica again %s after its start", name, time.Since(started).Round(time.Millisecond))
+			return fmt.Sprintf("%s a replica again %s after %s", name, time.Since(since).Round(time.Millisecond), what)
 		}
 		time.Sleep(250 * time.Millisecond) // polling Patroni's view; no event to wait on
 	}
 	ms, _ := c.s.pgMembers(t.Context())
-	c.problem("%s not a replica again 2 min after its start (members: %s)", name, pgSorted(ms))
+	c.problem("%s not a replica again 2 min after %s (members: %s)", name, what, pgSorted(ms))
 	return name + " not a replica again after 2 min"
 }
 
@@ -159,11 +195,11 @@ func (c *chaos) rejoin(t *testing.T, name string) string {
 // expires. The killed member is started again after the failover.
 func (c *chaos) planKillPrimary(*rand.Rand) func(*testing.T) string {
 	return func(t *testing.T) string {
-		name, tl := c.pgRoleNow(t, "leader")
+		name, _, tl, waited := c.pgHealthy(t)
 		c.s.Kill(t, name)
 		lost := time.Now()
 		at := c.awaitWrites(t, "kill-primary", lost, tl)
-		return fmt.Sprintf("primary %s (timeline %d) SIGKILLed; writes accepted again after %s; %s", name, tl,
+		return fmt.Sprintf("primary %s (timeline %d) SIGKILLed%s; writes accepted again after %s; %s", name, tl, healthyNote(waited),
 			at.Sub(lost).Round(time.Millisecond), c.rejoin(t, name))
 	}
 }
@@ -188,14 +224,14 @@ func (c *chaos) planNetcutPrimary(r *rand.Rand) func(*testing.T) string {
 func (c *chaos) primaryOut(r *rand.Rand, kind, what string, out, in func(*stack, *testing.T, string)) func(*testing.T) string {
 	hold := 12*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
 	return func(t *testing.T) string {
-		name, tl := c.pgRoleNow(t, "leader")
+		name, _, tl, waited := c.pgHealthy(t)
 		out(c.s, t, name)
 		lost := time.Now()
 		at := c.awaitWrites(t, kind, lost, tl)
 		time.Sleep(max(0, hold-time.Since(lost))) // the fault's length
 		in(c.s, t, name)
-		return fmt.Sprintf("primary %s (timeline %d) %s %s; writes accepted again after %s", name, tl, what, hold.Round(time.Millisecond),
-			at.Sub(lost).Round(time.Millisecond))
+		return fmt.Sprintf("primary %s (timeline %d) %s %s%s; writes accepted again after %s; %s", name, tl, what, hold.Round(time.Millisecond),
+			healthyNote(waited), at.Sub(lost).Round(time.Millisecond), c.rejoined(t, name, time.Now(), "it was back"))
 	}
 }
 
@@ -203,15 +239,14 @@ func (c *chaos) primaryOut(r *rand.Rand, kind, what string, out, in func(*stack,
 // (patronictl switchover --force), as an operator runs it.
 func (c *chaos) planSwitchover(*rand.Rand) func(*testing.T) string {
 	return func(t *testing.T) string {
-		leader, tl := c.pgRoleNow(t, "leader")
-		sync, _ := c.pgRoleNow(t, "sync_standby")
+		leader, sync, tl, waited := c.pgHealthy(t)
 		began := time.Now()
 		if out, err := c.s.execOutput(t.Context(), leader, "patronictl", "-c", "/etc/patroni/patroni.yml", "switchover",
 			"--leader", leader, "--candidate", sync, "--force"); err != nil {
 			t.Fatalf("switchover: %v: %s", err, out)
 		}
 		at := c.awaitWrites(t, "switchover", began, tl)
-		return fmt.Sprintf("switchover %s → %s (timeline %d); writes accepted again after %s", leader, sync, tl,
+		return fmt.Sprintf("switchover %s → %s (timeline %d)%s; writes accepted again after %s", leader, sync, tl, healthyNote(waited),
 			at.Sub(began).Round(time.Millisecond))
 	}
 }
@@ -221,12 +256,12 @@ func (c *chaos) planSwitchover(*rand.Rand) func(*testing.T) string {
 // killed member is started again 5 s later.
 func (c *chaos) planKillSyncStandby(*rand.Rand) func(*testing.T) string {
 	return func(t *testing.T) string {
-		name, _ := c.pgRoleNow(t, "sync_standby")
+		_, name, _, waited := c.pgHealthy(t)
 		c.s.Kill(t, name)
 		lost := time.Now()
 		at := c.awaitWrites(t, "kill-sync-standby", lost, 0)
 		time.Sleep(max(0, 5*time.Second-time.Since(lost))) // down for 5 s
-		return fmt.Sprintf("synchronous standby %s SIGKILLed; writes committed again after %s; %s", name,
+		return fmt.Sprintf("synchronous standby %s SIGKILLed%s; writes committed again after %s; %s", name, healthyNote(waited),
 			at.Sub(lost).Round(time.Millisecond), c.rejoin(t, name))
 	}
 }
