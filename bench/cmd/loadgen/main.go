@@ -97,13 +97,28 @@ func run(ctx context.Context, args []string) error {
 	return err
 }
 
+// Postgres topologies of -pg.
+const (
+	// pgSingle is one Postgres server (harness.StartPostgres).
+	pgSingle = "single"
+	// pgPatroni is a three-member cluster under Patroni with synchronous
+	// replication in strict mode (harness.StartPatroni).
+	pgPatroni = "patroni"
+)
+
 // infra starts Postgres and NATS for one run, named after the run.
 type infra struct {
-	pg   *harness.Postgres
-	nats *harness.NATS
+	// pg is the server of -pg single, patroni the cluster of -pg patroni;
+	// one of them is nil.
+	pg      *harness.Postgres
+	patroni *harness.PatroniCluster
+	nats    *harness.NATS
 }
 
-func startInfra(ctx context.Context, o options, rep *harness.Report, withNATS bool) (*infra, func(), error) {
+// startInfra starts the Postgres of topology pg (pgSingle, pgPatroni) and,
+// withNATS, NATS, and prints their infra lines. cleanup removes them
+// (unless -keep), also after an error.
+func startInfra(ctx context.Context, o options, rep *harness.Report, pg string, withNATS bool) (*infra, func(), error) {
 	id := fmt.Sprintf("loadgen-%d", os.Getpid())
 	var in infra
 	cleanup := func() {
@@ -113,16 +128,47 @@ func startInfra(ctx context.Context, o options, rep *harness.Report, withNATS bo
 		if in.pg != nil {
 			in.pg.Remove()
 		}
+		if in.patroni != nil {
+			in.patroni.Remove()
+		}
 		if in.nats != nil {
 			in.nats.Remove()
 		}
 	}
-	pg, err := harness.StartPostgres(ctx, id+"-pg")
-	in.pg = pg
-	if err != nil {
-		return nil, cleanup, err
+	settings := strings.Join(harness.PostgresArgs, " ")
+	switch pg {
+	case pgSingle:
+		p, err := harness.StartPostgres(ctx, id+"-pg")
+		in.pg = p
+		if err != nil {
+			return nil, cleanup, err
+		}
+		shown, err := harness.ShowSettings(ctx, p.URL)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		rep.Line("infra", "postgres", harness.PostgresImage, "pg", pg, "settings", settings, "in_force", strings.Join(shown, " "))
+	case pgPatroni:
+		start := time.Now()
+		c, err := harness.StartPatroni(ctx, id)
+		in.patroni = c
+		if err != nil {
+			return nil, cleanup, err
+		}
+		shown, err := harness.ShowSettings(ctx, c.URL)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		ms, err := c.State(ctx)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		rep.Line("infra", "postgres", harness.PatroniImage, "pg", pg, "members", len(c.Members), "etcd", len(c.Etcd),
+			"synchronous_mode_strict", true, "ready_seconds", time.Since(start).Seconds(), "state", ms.String(),
+			"settings", settings, "in_force", strings.Join(shown, " "))
+	default:
+		return nil, cleanup, fmt.Errorf("-pg %q: want %s or %s", pg, pgSingle, pgPatroni)
 	}
-	rep.Line("infra", "postgres", harness.PostgresImage, "settings", strings.Join(harness.PostgresArgs, " "))
 	if withNATS {
 		n, err := harness.StartNATS(ctx, id+"-nats")
 		in.nats = n
@@ -132,4 +178,37 @@ func startInfra(ctx context.Context, o options, rep *harness.Report, withNATS bo
 		rep.Line("infra", "nats", harness.NATSImage, "storage", "file")
 	}
 	return &in, cleanup, nil
+}
+
+// createDatabase creates database name on the run's Postgres and returns
+// its connection string (multi-host for a cluster).
+func (in *infra) createDatabase(ctx context.Context, name string) (string, error) {
+	if in.patroni != nil {
+		return in.patroni.CreateDatabase(ctx, name)
+	}
+	return in.pg.CreateDatabase(ctx, name)
+}
+
+// postgresCPU returns the CPU sources of the run's Postgres: "postgres",
+// the server or the cluster's members summed; for a cluster also "etcd",
+// its three members summed, and "postgres_leader", the member that led at
+// the start, part of "postgres" (so not counted in the total again).
+func (in *infra) postgresCPU(ctx context.Context) (harness.CPUs, error) {
+	if in.patroni == nil {
+		cpu, err := in.pg.CPU(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return harness.CPUs{{Name: "postgres", Platform: true, Time: cpu}}, nil
+	}
+	pg, etcd, err := in.patroni.CPU(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leader, err := in.patroni.Leader.CPU(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return harness.CPUs{{Name: "postgres", Platform: true, Time: pg}, {Name: "postgres_leader", Time: leader},
+		{Name: "etcd", Platform: true, Time: etcd}}, nil
 }

@@ -27,7 +27,7 @@ func ordersFlags(fs *flag.FlagSet) *ordersWorkload {
 }
 
 func (w *ordersWorkload) run(ctx context.Context, o options, rep *harness.Report) error {
-	in, cleanup, err := startInfra(ctx, o, rep, true)
+	in, cleanup, err := startInfra(ctx, o, rep, pgSingle, true)
 	defer cleanup()
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,9 @@ type timeoutdWorkload struct {
 	capacityP99   time.Duration
 
 	sustainedStormN int
+
+	// pg is -pg: the Postgres topology (pgSingle, pgPatroni).
+	pg string
 
 	sustained timeoutdbench.SustainedConfig
 
@@ -114,6 +118,7 @@ func timeoutdFlags(fs *flag.FlagSet) *timeoutdWorkload {
 	fs.IntVar(&w.sustainedStormN, "sustained-storm-n", 100_000, "sustained: deadlines of each storm")
 	fs.DurationVar(&w.sustained.Interval, "sustained-interval", timeoutdbench.SustainedIntervalDefault, "sustained: CPU, table and stream sampling interval")
 	fs.StringVar(&w.sustained.ProfileDir, "sustained-profiles", "", "sustained: directory (created) for two nats-server CPU profiles per storm, the churn's just before it and its expiries'; the storms start 10 s later")
+	fs.StringVar(&w.pg, "pg", pgSingle, "Postgres: single (one server) or patroni (three members under Patroni, synchronous replication in strict mode, and a three-member etcd, on a docker network of their own; timeoutd and River get the multi-host URL with target_session_attrs=read-write); the CPU lines' postgres is then the three members summed, etcd the three etcd members summed, both in the total")
 	fs.Var(&w.timeoutdEnv, "timeoutd-env", "a setting of the timeoutd measured, TIMEOUTD_<NAME>=<value> (repeatable; e.g. TIMEOUTD_TICK=5ms), printed in the workload line")
 	fs.StringVar(&w.stormProfiles, "storm-profiles", "", "storm, capacity: directory (created) for each timeoutd storm's CPU profiles of timeoutd and nats-server over its deadlines (storm-<i>-<process>.pprof), and its Postgres statements' cost per expiry in the report (pg_stat_statements, then preloaded); not with sustained")
 	return w
@@ -160,13 +165,13 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 		}
 		harness.PostgresArgs = append(harness.PostgresArgs, harness.StatementsArgs...)
 	}
-	in, cleanup, err := startInfra(ctx, o, rep, true)
+	in, cleanup, err := startInfra(ctx, o, rep, w.pg, true)
 	defer cleanup()
 	if err != nil {
 		return err
 	}
-	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers, "command_batch", w.commandBatch, "timeoutd_env", w.timeoutdEnv.String())
-	pgCPU, err := in.pg.CPU(ctx)
+	rep.Line("workload", "name", "timeoutd", "n", w.n, "storm_n", w.stormN, "storm_span_ms", w.stormSpan, "storm_lead_ms", w.stormLead, "peers", w.peers, "command_batch", w.commandBatch, "pg", w.pg, "timeoutd_env", w.timeoutdEnv.String())
+	pgCPU, err := in.postgresCPU(ctx)
 	if err != nil {
 		return err
 	}
@@ -174,7 +179,6 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	if err != nil {
 		return err
 	}
-	postgres := harness.CPUSource{Name: "postgres", Platform: true, Time: pgCPU}
 	nats := harness.CPUSource{Name: "nats", Platform: true, Time: natsCPU}
 	run := time.Now().Unix()
 	// Far-future deadlines: nothing fires while ingest, bytes and recovery
@@ -185,9 +189,9 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 	for _, peer := range strings.Split(w.peers, ",") {
 		switch peer {
 		case "timeoutd":
-			err = w.timeoutd(ctx, o, rep, in, harness.CPUs{postgres, nats}, keys, deadlines)
+			err = w.timeoutd(ctx, o, rep, in, append(slices.Clone(pgCPU), nats), keys, deadlines)
 		case "river":
-			err = w.river(ctx, rep, in, harness.CPUs{postgres}, keys, deadlines)
+			err = w.river(ctx, rep, in, pgCPU, keys, deadlines)
 		case "natsched":
 			err = w.natsched(ctx, rep, in, harness.CPUs{nats}, keys, deadlines)
 		default:
@@ -197,6 +201,14 @@ func (w *timeoutdWorkload) run(ctx context.Context, o options, rep *harness.Repo
 			rep.Line("error", "peer", peer, "error", err.Error())
 			errs = append(errs, fmt.Errorf("%s: %w", peer, err))
 		}
+	}
+	if in.patroni != nil {
+		// A failover during the run shows as another leader or timeline.
+		ms, err := in.patroni.State(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		rep.Line("infra", "pg", w.pg, "state_at_end", ms.String(), "leader_container_at_start", in.patroni.Leader.Name)
 	}
 	return errors.Join(errs...)
 }
@@ -236,7 +248,7 @@ func (w *timeoutdWorkload) startTimeoutd(ctx context.Context, o options, rep *ha
 	if err != nil {
 		return nil, err
 	}
-	db, err := in.pg.CreateDatabase(ctx, "timeoutd")
+	db, err := in.createDatabase(ctx, "timeoutd")
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +337,7 @@ func (w *timeoutdWorkload) timeoutdSustained(ctx context.Context, b *timeoutdben
 // river measures the River peer; cpus are the containers whose CPU time
 // its storms report beside this process's.
 func (w *timeoutdWorkload) river(ctx context.Context, rep *harness.Report, in *infra, cpus harness.CPUs, keys []string, deadlines []time.Time) error {
-	db, err := in.pg.CreateDatabase(ctx, "river")
+	db, err := in.createDatabase(ctx, "river")
 	if err != nil {
 		return err
 	}

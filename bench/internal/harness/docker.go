@@ -163,15 +163,7 @@ func StartPostgres(ctx context.Context, name string) (*Postgres, error) {
 
 // CreateDatabase creates database name and returns its connection string.
 func (p *Postgres) CreateDatabase(ctx context.Context, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, p.URL)
-	if err != nil {
-		return "", fmt.Errorf("connect postgres: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
-	return strings.Replace(p.URL, "/postgres?", "/"+name+"?", 1), nil
+	return createDatabase(ctx, p.URL, name)
 }
 
 // natsProfilePort is nats-server's profiling port (its --profile): it
