@@ -237,16 +237,17 @@ func driveTimeoutd(ctx context.Context, t *testing.T, connect func(user, inbox s
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
-	if seq, _, err := pub.LastFence(ctx, p); err != nil || seq != fenced[0] {
-		t.Fatalf("last fence = %d, %v; want %d", seq, err, fenced[0])
+	if last, err := pub.LastFence(ctx, p); err != nil || last.Seq != fenced[0] || last.Owner != "t1" {
+		t.Fatalf("last fence = %+v, %v; want t1's at %d", last, err, fenced[0])
 	}
 	if _, err := pub.Fence(ctx, timeoutd.Fence{Owner: "t1", Leases: []timeoutd.Lease{{Partition: p, Epoch: 2}}}, fenced); err != nil {
 		t.Fatalf("fence again: %v", err)
 	}
-	seq, _, err := pub.LastFence(ctx, p)
+	last, err := pub.LastFence(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
+	seq := last.Seq
 	ev := timeoutd.Event{Subject: events.OrderCancelSubject(key), MsgID: key + "-fired", Data: []byte(`{}`), Partition: p, Fence: seq}
 	others := []timeoutd.Event{ // a missed event, a fire on another allowed prefix
 		{Subject: events.MissedSubject(key), MsgID: key + "-missed", Data: []byte(`{}`), Partition: p, Fence: seq},
