@@ -85,7 +85,7 @@ build_postgres() {
 # Patroni's etcd3 module builds on.
 build_patroni() {
   local img=ordertimeout/patroni:15 hash rootfs=$CACHE/patroni-rootfs
-  hash=$(input_hash deploy/images/patroni/Dockerfile deploy/images/patroni/entrypoint.sh)
+  hash=$(input_hash deploy/images/patroni/Dockerfile deploy/images/patroni/entrypoint.sh deploy/images/patroni/patch-etcd3-leader.py)
   current "$img" "$hash" && return 0
   if ! docker image inspect ordertimeout/patroni-rootfs:15 >/dev/null 2>&1; then
     [ -x "$rootfs/usr/bin/patroni" ] && [ -x "$rootfs/usr/bin/etcd" ] ||
