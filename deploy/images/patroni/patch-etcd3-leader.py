@@ -44,7 +44,7 @@ NEW = """                # ordertimeout: keep the key while it names us, else cr
                      'failure': [{'request_txn': {'compare': [absent], 'success': [request_put]}}]},
                     retry=_retry)
                 return bool(ret.get('succeeded') or
-                            ret.get('responses', [{}])[0].get('response_txn', {}).get('succeeded'))
+                            (ret.get('responses') or [{}])[0].get('response_txn', {}).get('succeeded'))
         return bool(self._lease)
 """
 
