@@ -16,17 +16,21 @@ import (
 const alertRules = "../deploy/prometheus/alerts.yaml"
 
 // serviceMetric is a metric name of one of the services: every one they
-// export starts with the service's name.
-var serviceMetric = regexp.MustCompile(`\b(?:timeoutd|orders)_[a-z0-9_]+\b`)
+// export starts with the service's name. patroniMetric is one of the
+// Postgres cluster's members (Patroni's REST API, /metrics).
+var (
+	serviceMetric = regexp.MustCompile(`\b(?:timeoutd|orders)_[a-z0-9_]+\b`)
+	patroniMetric = regexp.MustCompile(`\bpatroni_[a-z0-9_]+\b`)
+)
 
-// ruleMetrics returns the service metrics the rules of file name, sorted,
-// each once.
-func ruleMetrics(file string) ([]string, error) {
+// ruleMetrics returns the metrics matching re that the rules of file
+// name, sorted, each once.
+func ruleMetrics(file string, re *regexp.Regexp) ([]string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	names := serviceMetric.FindAllString(string(data), -1)
+	names := re.FindAllString(string(data), -1)
 	slices.Sort(names)
 	return slices.Compact(names), nil
 }
@@ -66,7 +70,7 @@ func TestMissingMetrics(t *testing.T) {
 	if want := []string{"g_bucket", "b_total"}; !slices.Equal(got, want) {
 		t.Fatalf("missing %v, want %v", got, want)
 	}
-	names, err := ruleMetrics(alertRules)
+	names, err := ruleMetrics(alertRules, serviceMetric)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +86,7 @@ func TestMissingMetrics(t *testing.T) {
 // something: call it after a dead letter and a cancellation.
 func checkAlertMetrics(t *testing.T, s *stack) {
 	t.Helper()
-	names, err := ruleMetrics(alertRules)
+	names, err := ruleMetrics(alertRules, serviceMetric)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,5 +106,27 @@ func checkAlertMetrics(t *testing.T, s *stack) {
 	}
 	if missing := missingMetrics(pages.String(), names); len(missing) > 0 {
 		t.Fatalf("%s names metrics the services do not serve: %v", alertRules, missing)
+	}
+}
+
+// checkPatroniAlertMetrics fails t unless every Patroni metric the alert
+// rules name is served by each member of the Postgres cluster of s.
+func checkPatroniAlertMetrics(t *testing.T, s *stack) {
+	t.Helper()
+	names, err := ruleMetrics(alertRules, patroniMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s names no Patroni metric", alertRules)
+	}
+	for _, name := range s.PGNodes {
+		page, err := s.execOutput(t.Context(), name, "curl", "-fsS", "--max-time", "5", "http://127.0.0.1:8008/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if missing := missingMetrics(page, names); len(missing) > 0 {
+			t.Fatalf("%s names metrics that Patroni on %s does not serve: %v", alertRules, name, missing)
+		}
 	}
 }

@@ -84,6 +84,7 @@ func TestAThawedPrimaryGivesTheLeadUp(t *testing.T) {
 	}
 	t.Parallel()
 	s := newPatroniCluster(t)
+	checkPatroniAlertMetrics(t, s) // the cluster's alert rules read what its members serve
 	c := &chaos{s: s}
 	ctx := t.Context()
 	exec := func(sql string, args ...any) error {
@@ -189,7 +190,11 @@ func (c *chaos) pgHealthy(t *testing.T) (leader, sync string, timeline int, wait
 					timeline = m.Timeline
 				}
 			}
-			if slices.ContainsFunc(ms, func(m pgMember) bool { return m.Name == sync && m.Timeline == timeline }) {
+			// Every member on the leader's timeline: a former primary
+			// runs as a replica on its old one before Patroni rewinds it
+			// from the leader, and a fault of the leader then would leave
+			// the rewind hanging and the cluster without a standby.
+			if !slices.ContainsFunc(ms, func(m pgMember) bool { return m.Timeline != timeline }) {
 				return leader, sync, timeline, time.Since(began)
 			}
 		}
@@ -266,7 +271,7 @@ func (c *chaos) rejoin(t *testing.T, name string, tl int) string {
 
 // rejoined returns how long after since, described by what, the member
 // name, the primary of timeline tl before the failover, ran as a replica
-// again. Leading again on tl or before is a problem at once: the lock was
+// again on the leader's timeline (rewound first if it had to be). Leading again on tl or before is a problem at once: the lock was
 // taken back from the member promoted meanwhile, whose commits are then
 // rewound away.
 func (c *chaos) rejoined(t *testing.T, name string, tl int, since time.Time, what string) string {
@@ -278,8 +283,9 @@ func (c *chaos) rejoined(t *testing.T, name string, tl int, since time.Time, wha
 			c.problem("%s took the lead back on timeline %d after %s, from the member promoted meanwhile (members: %s)", name, tl, what, pgSorted(ms))
 			return name + " took the lead back"
 		}
-		if err == nil && slices.ContainsFunc(ms, func(m pgMember) bool {
-			return m.Name == name && m.Role != "leader" && (m.State == "running" || m.State == "streaming")
+		lead := slices.IndexFunc(ms, func(m pgMember) bool { return m.Role == "leader" })
+		if err == nil && lead >= 0 && slices.ContainsFunc(ms, func(m pgMember) bool {
+			return m.Name == name && m.Role != "leader" && (m.State == "running" || m.State == "streaming") && m.Timeline == ms[lead].Timeline
 		}) {
 			return fmt.Sprintf("%s a replica again %s after %s", name, time.Since(since).Round(time.Millisecond), what)
 		}
