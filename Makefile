@@ -257,7 +257,8 @@ soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faul
 # single-instance stack under the same schedule, for the comparison;
 # CHAOS_PG=patroni runs Postgres as the cluster under Patroni and adds its
 # faults (primary killed, frozen, cut off; switchover; synchronous standby
-# killed) to the mix. A
+# killed) to the mix; CHAOS_PG_CLOCKS sets its members' clocks off the
+# host's, one offset in seconds per member (e.g. ,+0.25,+0.5). A
 # short run (40 s, 4 faults, without the hangs: frozen Postgres or NATS
 # node, black-holed connections) is part of `make test`.
 CHAOS_SEED ?=
@@ -267,12 +268,13 @@ CHAOS_REPORT ?= build/chaos-report.txt
 CHAOS_DURATION ?=
 CHAOS_SINGLE ?=
 CHAOS_PG ?=
+CHAOS_PG_CLOCKS ?=
 CHAOS_TIMEOUT ?= $$((6 * $(CHAOS_RUNS) + 10))m
 
 .PHONY: chaos
 chaos: images ## the cluster under a seeded nemesis: 80 s of load, 8 faults; CHAOS_SEED=N replays, CHAOS_RUNS=10 runs 10 seeds; rows in CHAOS_REPORT
 	mkdir -p $(dir $(abspath $(CHAOS_REPORT))) && CHAOS=long CHAOS_SEED=$(CHAOS_SEED) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_KINDS=$(CHAOS_KINDS) \
-		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SINGLE=$(CHAOS_SINGLE) CHAOS_PG=$(CHAOS_PG) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
+		CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SINGLE=$(CHAOS_SINGLE) CHAOS_PG=$(CHAOS_PG) CHAOS_PG_CLOCKS=$(CHAOS_PG_CLOCKS) CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
 		$(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaos$$' ./e2e
 
 # make chaos-soak: one seeded run of SOAK_MINUTES of load (default 60)

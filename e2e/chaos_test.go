@@ -203,7 +203,8 @@ var chaosFaultEvery = chaosLong.Load.Duration / time.Duration(chaosLong.Faults)
 // seed's same schedule, for the comparison; CHAOS_KINDS (comma-separated
 // names of chaosKinds) replaces the mix; CHAOS_PG=patroni runs Postgres as
 // the cluster under Patroni, with its faults (chaosFailovers) added to the
-// mix.
+// mix; CHAOS_PG_CLOCKS (comma-separated offsets, one per member, e.g.
+// ",+0.25,+0.5") sets the members' clocks that far from the host's.
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	t.Helper()
 	cfg := chaosShort
@@ -227,6 +228,17 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 		cfg.Kinds = slices.Concat(cfg.Kinds, chaosFailovers)
 	default:
 		t.Fatalf("CHAOS_PG %q: want patroni or nothing", v)
+	}
+	if v := os.Getenv("CHAOS_PG_CLOCKS"); v != "" {
+		if !cfg.Load.Patroni {
+			t.Fatalf("CHAOS_PG_CLOCKS %q: needs CHAOS_PG=patroni", v)
+		}
+		cfg.Load.PGClockOffsets = strings.Split(v, ",")
+		for _, o := range cfg.Load.PGClockOffsets {
+			if _, err := strconv.ParseFloat(o, 64); o != "" && (err != nil || !strings.ContainsAny(o[:1], "+-")) {
+				t.Fatalf("CHAOS_PG_CLOCKS %q: offset %q, want seconds with a sign (+0.25, -0.4) or nothing", v, o)
+			}
+		}
 	}
 	if v := os.Getenv("CHAOS_KINDS"); v != "" {
 		cfg.Kinds = nil

@@ -149,7 +149,7 @@ func newPatroniCluster(t *testing.T) *stack {
 		t.Fatalf("create network: %v", err)
 	}
 	s.network = nw
-	if err := s.startPatroni(ctx); err != nil {
+	if err := s.startPatroni(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	return s

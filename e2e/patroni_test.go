@@ -41,9 +41,10 @@ type pgMember struct {
 }
 
 // startPatroni starts the etcd members and the Postgres members of the
-// stack and waits until a primary accepts writes with a synchronous
-// standby attached.
-func (s *stack) startPatroni(ctx context.Context) error {
+// stack, each with its clock offset (stackOptions.PGClockOffsets), and
+// waits until a primary accepts writes with a synchronous standby
+// attached.
+func (s *stack) startPatroni(ctx context.Context, offsets []string) error {
 	etcds := names("etcd", 3)
 	var initial []string
 	for _, e := range etcds {
@@ -70,14 +71,18 @@ func (s *stack) startPatroni(ctx context.Context) error {
 	}
 	errs = make([]error, len(s.PGNodes))
 	for i, name := range s.PGNodes {
+		env := map[string]string{
+			"PATRONI_NAME": name, "PATRONI_ETCD3_HOSTS": strings.Join(hosts, ","),
+			"PATRONI_SUPERUSER_PASSWORD": "postgres", "PATRONI_MAX_CONNECTIONS": "300",
+			"POSTGRES_DATABASES": "orders timeouts reservations",
+		}
+		if i < len(offsets) && offsets[i] != "" {
+			env["PATRONI_CLOCK_OFFSET"] = offsets[i]
+		}
 		wg.Go(func() {
 			errs[i] = s.run(ctx, name, patroniImage, "5432/tcp",
 				testcontainers.WithCmd("patroni"),
-				testcontainers.WithEnv(map[string]string{
-					"PATRONI_NAME": name, "PATRONI_ETCD3_HOSTS": strings.Join(hosts, ","),
-					"PATRONI_SUPERUSER_PASSWORD": "postgres", "PATRONI_MAX_CONNECTIONS": "300",
-					"POSTGRES_DATABASES": "orders timeouts reservations",
-				}),
+				testcontainers.WithEnv(env),
 				// /health answers once this member's Postgres runs, as
 				// primary or replica.
 				testcontainers.WithWaitStrategy(wait.ForExec([]string{"curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:8008/health"}).

@@ -37,8 +37,10 @@ type soakConfig struct {
 	// timeoutd kill then hits one instance at random, the NATS restart one
 	// node at random, the orders kill the first instance.
 	HA bool
-	// Patroni runs Postgres as the cluster under Patroni (stackOptions).
-	Patroni bool
+	// Patroni runs Postgres as the cluster under Patroni (stackOptions);
+	// PGClockOffsets sets its members' clocks off the host's.
+	Patroni        bool
+	PGClockOffsets []string
 	// Settle is the most the audit waits, after the last deadline, for the
 	// system to catch up (see settle); Stall the most it waits for the
 	// backlog to shrink.
@@ -103,7 +105,7 @@ func (cfg soakConfig) stackOptions() stackOptions {
 	if cfg.HA {
 		opts.NATSNodes, opts.Timeoutds, opts.Orders = 3, 3, 2
 	}
-	opts.Patroni = cfg.Patroni
+	opts.Patroni, opts.PGClockOffsets = cfg.Patroni, cfg.PGClockOffsets
 	return opts
 }
 

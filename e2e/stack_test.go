@@ -112,6 +112,10 @@ type stackOptions struct {
 	// multi-host URL that follows the primary (through the fault proxy
 	// for the Proxied instance). Not with TLS.
 	Patroni bool
+	// PGClockOffsets, with Patroni, sets the members' wall clocks that far
+	// from the host's, in order (pg-1, pg-2, …; PATRONI_CLOCK_OFFSET, e.g.
+	// "+0.25"; "" leaves one alone): members whose clocks differ.
+	PGClockOffsets []string
 }
 
 // names returns the container names of n instances of svc: svc alone for
@@ -255,7 +259,7 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	}
 	tlsOpts := opts.tls(s.tenants)
 	if opts.Patroni {
-		if err := s.startPatroni(ctx); err != nil {
+		if err := s.startPatroni(ctx, opts.PGClockOffsets); err != nil {
 			return s, err
 		}
 	} else if err := s.run(ctx, svcPostgres, testinfra.PostgresImage, "5432/tcp",

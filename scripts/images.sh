@@ -82,19 +82,25 @@ build_postgres() {
 
 # build_patroni: one rootfs for both roles of the Postgres cluster, Patroni
 # (with postgresql-15) and etcd; python3-etcd is the etcd client library
-# Patroni's etcd3 module builds on.
+# Patroni's etcd3 module builds on, libfaketime sets a member's clock off
+# (PATRONI_CLOCK_OFFSET). The rootfs image's tag names its package list,
+# so that a change of the list builds it again.
 build_patroni() {
-  local img=ordertimeout/patroni:15 hash rootfs=$CACHE/patroni-rootfs
+  local img=ordertimeout/patroni:15 hash rootfs=$CACHE/patroni-rootfs base
+  local pkgs=postgresql-15,patroni,python3-etcd,etcd-server,etcd-client,curl,libfaketime
+  base=ordertimeout/patroni-rootfs:15-$(printf '%s' "$pkgs" | sha256sum | cut -c1-8)
   hash=$(input_hash deploy/images/patroni/Dockerfile deploy/images/patroni/entrypoint.sh deploy/images/patroni/patch-etcd3-leader.py)
-  current "$img" "$hash" && return 0
-  if ! docker image inspect ordertimeout/patroni-rootfs:15 >/dev/null 2>&1; then
-    [ -x "$rootfs/usr/bin/patroni" ] && [ -x "$rootfs/usr/bin/etcd" ] ||
-      debootstrap_rootfs "$rootfs" postgresql-15,patroni,python3-etcd,etcd-server,etcd-client,curl debootstrap-patroni
+  current "$img" "$hash-$base" && return 0
+  if ! docker image inspect "$base" >/dev/null 2>&1; then
+    [ "$(cat "$rootfs/.packages" 2>/dev/null)" = "$pkgs" ] || {
+      debootstrap_rootfs "$rootfs" "$pkgs" debootstrap-patroni
+      printf '%s' "$pkgs" >"$rootfs/.packages"
+    }
     log "importing the Patroni rootfs"
-    tar -C "$rootfs" -c . | docker import - ordertimeout/patroni-rootfs:15 >/dev/null
+    tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
   fi
   log "building $img"
-  dbuild --build-arg ROOTFS=ordertimeout/patroni-rootfs:15 --label ordertimeout.inputs="$hash" \
+  dbuild --build-arg ROOTFS="$base" --label ordertimeout.inputs="$hash-$base" \
     -t "$img" deploy/images/patroni
 }
 

@@ -44,6 +44,10 @@ type Stats struct {
 	// database's (negative: behind), at the last heartbeat's midpoint;
 	// fires are held by the least bound on it of the last few heartbeats.
 	ClockOffset time.Duration
+	// StandbyLag is how far the clock of the database's slowest standby
+	// is behind the primary's, at most (lease.Beat.StandbyLag): the fires
+	// wait that much longer, so that none is early by a standby's clock.
+	StandbyLag time.Duration
 }
 
 // counters are the totals behind Stats.
@@ -104,7 +108,8 @@ func (s *Service) Stats() Stats {
 	out := Stats{Now: s.cfg.Now().UTC(), Ready: s.IsReady(), Pending: int64(s.Pending()),
 		Scheduled: t.scheduled, Cleared: t.cleared, Fired: t.fired, Missed: t.missed, DeadLettered: t.deadLettered,
 		LeaseLapses: st.members.Lapses.Load(), PartitionsGained: st.members.Gained.Load(), PartitionsLost: st.members.Lost.Load(),
-		PartitionsReleased: st.members.Released.Load(), ClockResets: st.members.ClockResets.Load(), ClockOffset: time.Duration(st.members.ClockAhead.Load())}
+		PartitionsReleased: st.members.Released.Load(), ClockResets: st.members.ClockResets.Load(), ClockOffset: time.Duration(st.members.ClockAhead.Load()),
+		StandbyLag: time.Duration(st.members.StandbyLag.Load())}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.nSamples >= 2 {

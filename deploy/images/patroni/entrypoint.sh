@@ -141,6 +141,15 @@ tags:
   nosync: false
 YAML
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$conf"
+  # PATRONI_CLOCK_OFFSET (seconds, e.g. +0.25 or -0.4): this member's wall
+  # clock runs that far from the host's, for Patroni and Postgres alike
+  # (libfaketime; the monotonic clock stays the host's), as on a host whose
+  # clock is off: Postgres's now() and pg_postmaster_start_time() with it.
+  if [ -n "${PATRONI_CLOCK_OFFSET:-}" ]; then
+    lib=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+    [ -e "$lib" ] || { echo "patroni: PATRONI_CLOCK_OFFSET needs $lib, not in this image" >&2; exit 1; }
+    export LD_PRELOAD="$lib" FAKETIME="$PATRONI_CLOCK_OFFSET" FAKETIME_DONT_FAKE_MONOTONIC=1
+  fi
   run_as postgres patroni "$conf"
 }
 

@@ -139,6 +139,8 @@ func (m *Metrics) Watch(svc watched) {
 			func(s timeoutd.Stats) uint64 { return s.ClockResets }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_clock_offset_seconds", Help: "How far this instance's wall clock is ahead of Postgres's (negative: behind), at the last heartbeat; fires are held by the lead."},
 			func() float64 { return svc.Stats().ClockOffset.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_clock_standby_lag_seconds", Help: "How far the clock of Postgres's slowest standby is behind the primary's, at most, over the last heartbeats; fires wait that much longer, so that none is early by any member's clock."},
+			func() float64 { return svc.Stats().StandbyLag.Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "timeoutd_ready", Help: "1 when recovery is done and the service is not shutting down."},
 			func() float64 {
 				if svc.IsReady() {

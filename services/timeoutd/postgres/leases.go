@@ -120,6 +120,16 @@ const (
 // one after a failover) and its start.
 const serverSQL = `coalesce(host(inet_server_addr()), 'local') || ':' || coalesce(inet_server_port(), 0) || '@' || pg_postmaster_start_time()`
 
+// standbyLagSQL is lease.Beat.StandbyLag in seconds: the server's clock
+// minus each streaming standby's at its last reply (its clock's lag plus
+// the reply's age), the most of them. Replies older than 2 s are left
+// out: a standby that stopped replying says nothing of its clock, and its
+// age would hold every fire back by it. Without pg_read_all_stats (or
+// pg_monitor) the replies of the replication user's sessions read NULL,
+// and the lag 0.
+const standbyLagSQL = `coalesce((SELECT extract(epoch FROM max(now() - reply_time)) FROM pg_stat_replication
+	WHERE reply_time > now() - interval '2 seconds'), 0)::float8`
+
 // clusterCTEs and clusterSelect return, for instance $1 and TTL $2, the
 // live instances besides $1, the milliseconds until the first lease of
 // another instance expires, and the partitions takeable at once: free, or
@@ -149,7 +159,7 @@ beat AS (
 	RETURNING id),
 ` + watchSQL + `,
 ` + clusterCTEs + `
-SELECT ` + clusterSelect + `, now(), ` + serverSQL
+SELECT ` + clusterSelect + `, now(), ` + serverSQL + `, ` + standbyLagSQL
 	probeSQL = `WITH ` + resumedCTE + `,
 me AS (UPDATE timeoutd_instances SET seen_at = now(), resumed_at = (SELECT at FROM resumed), quiet_at = (SELECT quiet FROM resumed) WHERE id = $1),
 ` + watchSQL + `,
@@ -161,10 +171,12 @@ SELECT ` + clusterSelect
 func (l Leases) Heartbeat(ctx context.Context, id string, ttl time.Duration, info []byte, serving bool) (lease.Beat, error) {
 	var b lease.Beat
 	var nextMs int64
-	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info, serving).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime, &b.Server); err != nil {
+	var lag float64
+	if err := l.pool.QueryRow(ctx, heartbeatSQL, id, ttl.Milliseconds(), info, serving).Scan(&b.Live, &nextMs, &b.Takeable, &b.DBTime, &b.Server, &lag); err != nil {
 		return lease.Beat{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	b.NextExpiry = time.Duration(nextMs) * time.Millisecond
+	b.StandbyLag = time.Duration(lag * float64(time.Second))
 	return b, nil
 }
 

@@ -147,6 +147,12 @@ type Beat struct {
 	// runs: another name after a failover to a standby (whose clock is
 	// another) or a restart.
 	Server string
+	// StandbyLag bounds how far the clock of the server's slowest standby
+	// is behind its own (0 with none behind, none streaming, or without
+	// the right to read their replies): the server's clock minus the
+	// standby's at its last reply, which also counts the reply's age, so
+	// it is never below the true lag.
+	StandbyLag time.Duration
 }
 
 // Instance is one live instance as the lease table knows it.

@@ -63,6 +63,7 @@ type Takeover interface {
 type Counters struct {
 	Lapses, Gained, Lost, Released, ClockResets atomic.Uint64
 	ClockAhead                                  atomic.Int64
+	StandbyLag                                  atomic.Int64 // the lag of the slowest standby's clock the hold adds (time.Duration)
 }
 
 // Deps are what a Membership acts on and reports to.
@@ -120,8 +121,9 @@ type Membership struct {
 	leaving    atomic.Bool // shutting down: renewals only (see Leave)
 	acquireAt  time.Time   // no acquisition before (after a failed takeover)
 	aheads     []time.Duration
-	server     string         // the database server of aheads (Beat.Server)
-	releases   sync.WaitGroup // takeovers waiting to open their partitions
+	lags       []time.Duration // Beat.StandbyLag of the heartbeats of aheads
+	server     string          // the database server of aheads (Beat.Server)
+	releases   sync.WaitGroup  // takeovers waiting to open their partitions
 	firstDone  bool
 	share      int // the share of the last round
 
@@ -250,7 +252,7 @@ func (m *Membership) round(ctx context.Context) time.Duration {
 		m.unproven(ctx, "heartbeat", err)
 		return m.cfg.ProbeInterval // the database is back: renew at once
 	}
-	m.measureClock(clockSent, m.d.Clock(), beat.DBTime, beat.Server)
+	m.measureClock(clockSent, m.d.Clock(), beat)
 	var wake time.Time // when another instance's first lease has expired
 	if beat.NextExpiry > 0 {
 		wake = m.now().Add(beat.NextExpiry + expiryMargin)
@@ -421,22 +423,34 @@ func (m *Membership) trust(sent time.Time) {
 // for five heartbeats early by δ by the new one). The samples start over
 // when the server changes, and when the database's clock is proven to
 // have stepped back (this reading's least lead is above the hold).
-func (m *Membership) measureClock(sent, received, dbTime time.Time, server string) {
+//
+// Never early by the primary's clock is not never early by every
+// member's: a deadline due by the primary's clock is not yet due by a
+// standby's that runs behind it, the clock of the next primary, or of the
+// one that set the deadline. The hold adds the least of the same
+// heartbeats' Beat.StandbyLag, each an upper bound of the slowest
+// standby's lag (so the least of them is one too), and the fires wait
+// until the slowest member's clock has reached the deadline.
+func (m *Membership) measureClock(sent, received time.Time, beat Beat) {
+	dbTime, server := beat.DBTime, beat.Server
 	if dbTime.IsZero() {
 		return
 	}
 	if len(m.aheads) > 0 && (server != m.server || sent.Sub(dbTime) > slices.Min(m.aheads)) {
 		m.cfg.Logger.Warn("the database's clock changed: its samples start over", "server", server,
 			"server_before", m.server, "hold_before", slices.Min(m.aheads), "least_lead", sent.Sub(dbTime))
-		m.aheads = m.aheads[:0]
+		m.aheads, m.lags = m.aheads[:0], m.lags[:0]
 		m.d.Counters.ClockResets.Add(1)
 	}
 	m.server = server
 	m.aheads = append(m.aheads, received.Sub(dbTime))
+	m.lags = append(m.lags, max(0, beat.StandbyLag))
 	if len(m.aheads) > aheadSamples {
-		m.aheads = m.aheads[1:]
+		m.aheads, m.lags = m.aheads[1:], m.lags[1:]
 	}
-	m.d.Hold(slices.Min(m.aheads))
+	lag := slices.Min(m.lags)
+	m.d.Counters.StandbyLag.Store(int64(lag))
+	m.d.Hold(slices.Min(m.aheads) + lag)
 	m.d.Counters.ClockAhead.Store(int64(received.Sub(sent)/2 + sent.Sub(dbTime)))
 }
 

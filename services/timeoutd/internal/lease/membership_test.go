@@ -594,24 +594,30 @@ func TestALeavingInstanceKeepsRenewing(t *testing.T) {
 // another server answers (a failover to a standby whose clock is behind)
 // or the clock is proven to have stepped back, the older samples no
 // longer bound the lead, and a hold kept from them would fire early by the
-// difference.
+// difference. The slowest standby's lag behind the server's clock is
+// added, the least of the same heartbeats': fired by the primary's clock
+// alone, a deadline would be early by a standby's, the next primary's.
 func TestTheClockHoldFollowsTheDatabaseServer(t *testing.T) {
 	// A heartbeat sent at the schedule's clock's sent, answered rtt later
-	// (2 ms unless set), the database's clock read by server at sent+db.
+	// (2 ms unless set), the database's clock read by server at sent+db,
+	// its slowest standby's lag lag.
 	type beat struct {
-		server  string
-		db, rtt time.Duration
+		server       string
+		db, rtt, lag time.Duration
 	}
 	for _, tt := range []struct {
 		name  string
 		beats []beat
 		want  time.Duration // the hold after the last beat
 	}{
-		{"one server: the least lead", []beat{{"a", 0, 0}, {"a", -time.Millisecond, 0}, {"a", 0, 0}}, 2 * time.Millisecond},
-		{"one server: a slower round trip keeps the hold", []beat{{"a", 0, 0}, {"a", 50 * time.Millisecond, 100 * time.Millisecond}}, 2 * time.Millisecond},
-		{"another server behind by 300 ms", []beat{{"a", 0, 0}, {"a", 0, 0}, {"b", -300 * time.Millisecond, 0}}, 302 * time.Millisecond},
-		{"another server ahead by 300 ms", []beat{{"a", 0, 0}, {"b", 300 * time.Millisecond, 0}}, -298 * time.Millisecond},
-		{"the same server's clock stepped back by 300 ms", []beat{{"a", 0, 0}, {"a", 0, 0}, {"a", -300 * time.Millisecond, 0}}, 302 * time.Millisecond},
+		{"one server: the least lead", []beat{{"a", 0, 0, 0}, {"a", -time.Millisecond, 0, 0}, {"a", 0, 0, 0}}, 2 * time.Millisecond},
+		{"one server: a slower round trip keeps the hold", []beat{{"a", 0, 0, 0}, {"a", 50 * time.Millisecond, 100 * time.Millisecond, 0}}, 2 * time.Millisecond},
+		{"another server behind by 300 ms", []beat{{"a", 0, 0, 0}, {"a", 0, 0, 0}, {"b", -300 * time.Millisecond, 0, 0}}, 302 * time.Millisecond},
+		{"another server ahead by 300 ms", []beat{{"a", 0, 0, 0}, {"b", 300 * time.Millisecond, 0, 0}}, -298 * time.Millisecond},
+		{"the same server's clock stepped back by 300 ms", []beat{{"a", 0, 0, 0}, {"a", 0, 0, 0}, {"a", -300 * time.Millisecond, 0, 0}}, 302 * time.Millisecond},
+		{"a standby behind by 250 ms", []beat{{"a", 0, 0, 260 * time.Millisecond}, {"a", 0, 0, 251 * time.Millisecond}, {"a", 0, 0, 400 * time.Millisecond}}, 253 * time.Millisecond},
+		{"a standby ahead adds nothing", []beat{{"a", 0, 0, -250 * time.Millisecond}}, 2 * time.Millisecond},
+		{"the lag of another server's standby starts over", []beat{{"a", 0, 0, 250 * time.Millisecond}, {"b", 0, 0, 10 * time.Millisecond}}, 12 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var hold time.Duration
@@ -621,7 +627,7 @@ func TestTheClockHoldFollowsTheDatabaseServer(t *testing.T) {
 			sent := time.Now()
 			for _, b := range tt.beats {
 				sent = sent.Add(time.Second)
-				m.measureClock(sent, sent.Add(cmpOr(b.rtt, 2*time.Millisecond)), sent.Add(b.db), b.server)
+				m.measureClock(sent, sent.Add(cmpOr(b.rtt, 2*time.Millisecond)), Beat{DBTime: sent.Add(b.db), Server: b.server, StandbyLag: b.lag})
 			}
 			if hold != tt.want {
 				t.Errorf("hold %v, want %v", hold, tt.want)
