@@ -122,8 +122,10 @@ type Membership struct {
 	acquireAt  time.Time   // no acquisition before (after a failed takeover)
 	aheads     []time.Duration
 	lags       []time.Duration // Beat.StandbyLag of the heartbeats of aheads
-	server     string          // the database server of aheads (Beat.Server)
-	releases   sync.WaitGroup  // takeovers waiting to open their partitions
+	floor      time.Duration   // the hold before the last server change, kept until floorUntil
+	floorUntil time.Time
+	server     string         // the database server of aheads (Beat.Server)
+	releases   sync.WaitGroup // takeovers waiting to open their partitions
 	firstDone  bool
 	share      int // the share of the last round
 
@@ -229,6 +231,11 @@ const handoverWait = 100 * time.Millisecond
 
 // aheadSamples is how many heartbeats the clock's offset is taken over.
 const aheadSamples = 5
+
+// clockFloorFor is how long the hold before a server change stays a
+// floor of the hold (measureClock): longer than a former primary takes to
+// stream again as a standby after a failover (2–14 s measured).
+const clockFloorFor = 30 * time.Second
 
 // round is one heartbeat, renewal and rebalance (Start runs them in a
 // loop); it returns the pause until the next one: the renew interval, or
@@ -430,7 +437,11 @@ func (m *Membership) trust(sent time.Time) {
 // one that set the deadline. The hold adds the least of the same
 // heartbeats' Beat.StandbyLag, each an upper bound of the slowest
 // standby's lag (so the least of them is one too), and the fires wait
-// until the slowest member's clock has reached the deadline.
+// until the slowest member's clock has reached the deadline. Only
+// streaming standbys reply: after a failover the former primary (and any
+// member that was slower) is not measured until it streams again, so the
+// hold in force before the change stays a floor for clockFloorFor, which
+// covers a rejoin.
 func (m *Membership) measureClock(sent, received time.Time, beat Beat) {
 	dbTime, server := beat.DBTime, beat.Server
 	if dbTime.IsZero() {
@@ -439,6 +450,7 @@ func (m *Membership) measureClock(sent, received time.Time, beat Beat) {
 	if len(m.aheads) > 0 && (server != m.server || sent.Sub(dbTime) > slices.Min(m.aheads)) {
 		m.cfg.Logger.Warn("the database's clock changed: its samples start over", "server", server,
 			"server_before", m.server, "hold_before", slices.Min(m.aheads), "least_lead", sent.Sub(dbTime))
+		m.floor, m.floorUntil = slices.Min(m.aheads)+slices.Min(m.lags), sent.Add(clockFloorFor)
 		m.aheads, m.lags = m.aheads[:0], m.lags[:0]
 		m.d.Counters.ClockResets.Add(1)
 	}
@@ -450,7 +462,11 @@ func (m *Membership) measureClock(sent, received time.Time, beat Beat) {
 	}
 	lag := slices.Min(m.lags)
 	m.d.Counters.StandbyLag.Store(int64(lag))
-	m.d.Hold(slices.Min(m.aheads) + lag)
+	hold := slices.Min(m.aheads) + lag
+	if sent.Before(m.floorUntil) {
+		hold = max(hold, m.floor)
+	}
+	m.d.Hold(hold)
 	m.d.Counters.ClockAhead.Store(int64(received.Sub(sent)/2 + sent.Sub(dbTime)))
 }
 

@@ -602,22 +602,24 @@ func TestTheClockHoldFollowsTheDatabaseServer(t *testing.T) {
 	// (2 ms unless set), the database's clock read by server at sent+db,
 	// its slowest standby's lag lag.
 	type beat struct {
-		server       string
-		db, rtt, lag time.Duration
+		server            string
+		db, rtt, lag, gap time.Duration // gap: since the beat before (1 s unless set)
 	}
 	for _, tt := range []struct {
 		name  string
 		beats []beat
 		want  time.Duration // the hold after the last beat
 	}{
-		{"one server: the least lead", []beat{{"a", 0, 0, 0}, {"a", -time.Millisecond, 0, 0}, {"a", 0, 0, 0}}, 2 * time.Millisecond},
-		{"one server: a slower round trip keeps the hold", []beat{{"a", 0, 0, 0}, {"a", 50 * time.Millisecond, 100 * time.Millisecond, 0}}, 2 * time.Millisecond},
-		{"another server behind by 300 ms", []beat{{"a", 0, 0, 0}, {"a", 0, 0, 0}, {"b", -300 * time.Millisecond, 0, 0}}, 302 * time.Millisecond},
-		{"another server ahead by 300 ms", []beat{{"a", 0, 0, 0}, {"b", 300 * time.Millisecond, 0, 0}}, -298 * time.Millisecond},
-		{"the same server's clock stepped back by 300 ms", []beat{{"a", 0, 0, 0}, {"a", 0, 0, 0}, {"a", -300 * time.Millisecond, 0, 0}}, 302 * time.Millisecond},
-		{"a standby behind by 250 ms", []beat{{"a", 0, 0, 260 * time.Millisecond}, {"a", 0, 0, 251 * time.Millisecond}, {"a", 0, 0, 400 * time.Millisecond}}, 253 * time.Millisecond},
-		{"a standby ahead adds nothing", []beat{{"a", 0, 0, -250 * time.Millisecond}}, 2 * time.Millisecond},
-		{"the lag of another server's standby starts over", []beat{{"a", 0, 0, 250 * time.Millisecond}, {"b", 0, 0, 10 * time.Millisecond}}, 12 * time.Millisecond},
+		{"one server: the least lead", []beat{{"a", 0, 0, 0, 0}, {"a", -time.Millisecond, 0, 0, 0}, {"a", 0, 0, 0, 0}}, 2 * time.Millisecond},
+		{"one server: a slower round trip keeps the hold", []beat{{"a", 0, 0, 0, 0}, {"a", 50 * time.Millisecond, 100 * time.Millisecond, 0, 0}}, 2 * time.Millisecond},
+		{"another server behind by 300 ms", []beat{{"a", 0, 0, 0, 0}, {"a", 0, 0, 0, 0}, {"b", -300 * time.Millisecond, 0, 0, 0}}, 302 * time.Millisecond},
+		{"another server ahead by 300 ms: the hold before it stays a floor", []beat{{"a", 0, 0, 0, 0}, {"b", 300 * time.Millisecond, 0, 0, 0}}, 2 * time.Millisecond},
+		{"another server ahead by 300 ms, the floor expired", []beat{{"a", 0, 0, 0, 0}, {"b", 300 * time.Millisecond, 0, 0, 0}, {"b", 300 * time.Millisecond, 0, 0, clockFloorFor}}, -298 * time.Millisecond},
+		{"the same server's clock stepped back by 300 ms", []beat{{"a", 0, 0, 0, 0}, {"a", 0, 0, 0, 0}, {"a", -300 * time.Millisecond, 0, 0, 0}}, 302 * time.Millisecond},
+		{"a standby behind by 250 ms", []beat{{"a", 0, 0, 260 * time.Millisecond, 0}, {"a", 0, 0, 251 * time.Millisecond, 0}, {"a", 0, 0, 400 * time.Millisecond, 0}}, 253 * time.Millisecond},
+		{"a standby ahead adds nothing", []beat{{"a", 0, 0, -250 * time.Millisecond, 0}}, 2 * time.Millisecond},
+		{"the lag of another server's standby starts over, the floor kept", []beat{{"a", 0, 0, 250 * time.Millisecond, 0}, {"b", 0, 0, 10 * time.Millisecond, 0}}, 252 * time.Millisecond},
+		{"the lag of another server's standby starts over, the floor expired", []beat{{"a", 0, 0, 250 * time.Millisecond, 0}, {"b", 0, 0, 10 * time.Millisecond, 0}, {"b", 0, 0, 10 * time.Millisecond, clockFloorFor}}, 12 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var hold time.Duration
@@ -626,7 +628,7 @@ func TestTheClockHoldFollowsTheDatabaseServer(t *testing.T) {
 				Deps{Hold: func(d time.Duration) { hold = d }, Counters: counters})
 			sent := time.Now()
 			for _, b := range tt.beats {
-				sent = sent.Add(time.Second)
+				sent = sent.Add(cmpOr(b.gap, time.Second))
 				m.measureClock(sent, sent.Add(cmpOr(b.rtt, 2*time.Millisecond)), Beat{DBTime: sent.Add(b.db), Server: b.server, StandbyLag: b.lag})
 			}
 			if hold != tt.want {
