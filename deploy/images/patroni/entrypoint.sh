@@ -59,6 +59,26 @@ patroni_member() {
   allow=${PATRONI_ALLOW_NETWORK:-0.0.0.0/0}
   data=/var/lib/postgresql/data/pg15
   conf=/etc/patroni/patroni.yml
+  bin_dir=/usr/lib/postgresql/15/bin
+  # PATRONI_CLOCK_OFFSET (seconds, e.g. +0.25 or -0.4): this member's
+  # Postgres runs its wall clock that far from the host's (libfaketime:
+  # now(), pg_postmaster_start_time(); the monotonic clock stays the
+  # host's), as on a host whose clock is off. Only the postmaster and its
+  # backends: Patroni's Python under libfaketime fails its sleeps (EINVAL).
+  # Patroni runs bin_dir/postgres, so bin_dir becomes a copy of the real one
+  # of links, with postgres a wrapper that preloads the library.
+  if [ -n "${PATRONI_CLOCK_OFFSET:-}" ]; then
+    lib=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+    [ -e "$lib" ] || { echo "patroni: PATRONI_CLOCK_OFFSET needs $lib, not in this image" >&2; exit 1; }
+    faked=/tmp/pgbin
+    rm -rf "$faked" && mkdir -p "$faked"
+    for f in "$bin_dir"/*; do ln -s "$f" "$faked/"; done
+    rm "$faked/postgres"
+    printf '#!/bin/sh\nLD_PRELOAD=%s FAKETIME=%s FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_DISABLE_SHM=1 exec %s/postgres "$@"\n' \
+      "$lib" "$PATRONI_CLOCK_OFFSET" "$bin_dir" >"$faked/postgres"
+    chmod 755 "$faked/postgres"
+    bin_dir=$faked
+  fi
 
   if [ "$(id -u)" = 0 ]; then
     mkdir -p /var/lib/postgresql/data /var/run/postgresql /etc/patroni
@@ -109,7 +129,7 @@ postgresql:
   listen: 0.0.0.0:5432
   connect_address: $connect_host:5432
   data_dir: $data
-  bin_dir: /usr/lib/postgresql/15/bin
+  bin_dir: $bin_dir
   pgpass: /tmp/pgpass
   # A new replica's base backup starts with a checkpoint; spread (the
   # default) would make it wait up to checkpoint_timeout.
@@ -141,15 +161,6 @@ tags:
   nosync: false
 YAML
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$conf"
-  # PATRONI_CLOCK_OFFSET (seconds, e.g. +0.25 or -0.4): this member's wall
-  # clock runs that far from the host's, for Patroni and Postgres alike
-  # (libfaketime; the monotonic clock stays the host's), as on a host whose
-  # clock is off: Postgres's now() and pg_postmaster_start_time() with it.
-  if [ -n "${PATRONI_CLOCK_OFFSET:-}" ]; then
-    lib=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
-    [ -e "$lib" ] || { echo "patroni: PATRONI_CLOCK_OFFSET needs $lib, not in this image" >&2; exit 1; }
-    export LD_PRELOAD="$lib" FAKETIME="$PATRONI_CLOCK_OFFSET" FAKETIME_DONT_FAKE_MONOTONIC=1
-  fi
   run_as postgres patroni "$conf"
 }
 
