@@ -71,6 +71,12 @@ func (r *run) nemesis(ctx context.Context) {
 			who = "pg"
 		case faultPromote: // down for the leader key's TTL and the promotion
 			who, d = "pg", time.Second+time.Duration(nemRng.Int64N(int64(9*time.Second)))
+			// healed by the load's end like every fault, so that the
+			// settle that follows has its whole length: a promotion drawn
+			// 1 s before it would otherwise keep Postgres down 9 s into it
+			// and leave the backlog no time to drain (seeds 702170,
+			// 703866, 712657 "lost" keys that were merely late)
+			d = min(d, max(time.Until(loadEnd), 100*time.Millisecond))
 			step = time.Duration(50+nemRng.IntN(451)) * time.Millisecond
 			if nemRng.IntN(2) == 0 {
 				step = -step
