@@ -122,7 +122,8 @@ type Membership struct {
 	acquireAt  time.Time   // no acquisition before (after a failed takeover)
 	aheads     []time.Duration
 	lags       []time.Duration // Beat.StandbyLag of the heartbeats of aheads
-	floor      time.Duration   // the hold before the last server change, kept until floorUntil
+	hold       time.Duration   // the hold in force (Deps.Hold's last)
+	floor      time.Duration   // the hold in force before the last server change, kept until floorUntil
 	floorUntil time.Time
 	server     string         // the database server of aheads (Beat.Server)
 	releases   sync.WaitGroup // takeovers waiting to open their partitions
@@ -450,7 +451,7 @@ func (m *Membership) measureClock(sent, received time.Time, beat Beat) {
 	if len(m.aheads) > 0 && (server != m.server || sent.Sub(dbTime) > slices.Min(m.aheads)) {
 		m.cfg.Logger.Warn("the database's clock changed: its samples start over", "server", server,
 			"server_before", m.server, "hold_before", slices.Min(m.aheads), "least_lead", sent.Sub(dbTime))
-		m.floor, m.floorUntil = slices.Min(m.aheads)+slices.Min(m.lags), sent.Add(clockFloorFor)
+		m.floor, m.floorUntil = m.hold, sent.Add(clockFloorFor) // a floor still in force carries over
 		m.aheads, m.lags = m.aheads[:0], m.lags[:0]
 		m.d.Counters.ClockResets.Add(1)
 	}
@@ -466,6 +467,7 @@ func (m *Membership) measureClock(sent, received time.Time, beat Beat) {
 	if sent.Before(m.floorUntil) {
 		hold = max(hold, m.floor)
 	}
+	m.hold = hold
 	m.d.Hold(hold)
 	m.d.Counters.ClockAhead.Store(int64(received.Sub(sent)/2 + sent.Sub(dbTime)))
 }

@@ -619,6 +619,7 @@ func TestTheClockHoldFollowsTheDatabaseServer(t *testing.T) {
 		{"a standby behind by 250 ms", []beat{{"a", 0, 0, 260 * time.Millisecond, 0}, {"a", 0, 0, 251 * time.Millisecond, 0}, {"a", 0, 0, 400 * time.Millisecond, 0}}, 253 * time.Millisecond},
 		{"a standby ahead adds nothing", []beat{{"a", 0, 0, -250 * time.Millisecond, 0}}, 2 * time.Millisecond},
 		{"the lag of another server's standby starts over, the floor kept", []beat{{"a", 0, 0, 250 * time.Millisecond, 0}, {"b", 0, 0, 10 * time.Millisecond, 0}}, 252 * time.Millisecond},
+		{"two server changes within the floor keep the first one's", []beat{{"a", 0, 0, 250 * time.Millisecond, 0}, {"b", 0, 0, 0, 0}, {"c", 0, 0, 0, 0}}, 252 * time.Millisecond},
 		{"the lag of another server's standby starts over, the floor expired", []beat{{"a", 0, 0, 250 * time.Millisecond, 0}, {"b", 0, 0, 10 * time.Millisecond, 0}, {"b", 0, 0, 10 * time.Millisecond, clockFloorFor}}, 12 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
