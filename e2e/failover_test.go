@@ -228,13 +228,7 @@ func (c *chaos) awaitWrites(t *testing.T, kind string, from time.Time, after int
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	probe := func() {
-		if after > 0 {
-			ms, err := c.s.pgMembers(ctx)
-			if err != nil || pgRole(ms, "leader", after) == "" {
-				return
-			}
-		}
-		if c.s.pgWritable(ctx) == nil {
+		if tl, err := c.s.pgWritable(ctx); err == nil && tl > after {
 			at := time.Now()
 			once.Do(func() { done <- at })
 		}

@@ -139,8 +139,10 @@ func (s *stack) waitPrimary(ctx context.Context, after int, limit time.Duration)
 		ms, err := s.pgMembers(ctx)
 		if err == nil {
 			leader, sync := pgRole(ms, "leader", after), pgRole(ms, "sync_standby", after)
-			if leader != "" && sync != "" && s.pgWritable(ctx) == nil {
-				return nil
+			if leader != "" && sync != "" {
+				if _, err := s.pgWritable(ctx); err == nil {
+					return nil
+				}
 			}
 			last = fmt.Sprintf("members %+v", ms)
 		} else {
@@ -155,18 +157,23 @@ func (s *stack) waitPrimary(ctx context.Context, after int, limit time.Duration)
 	return fmt.Errorf("no primary with a synchronous standby on a timeline above %d after %s: %s", after, limit, last)
 }
 
-// pgWritable reports whether the multi-host URL reaches a primary that
-// commits a write.
-func (s *stack) pgWritable(ctx context.Context) error {
+// pgWritable commits a write through the multi-host URL, as the services
+// would, and returns the timeline of the primary that committed it (the
+// first field of its WAL file's name), so that a failover is over when
+// the services can write, not when Patroni's view says so a loop later.
+func (s *stack) pgWritable(ctx context.Context) (timeline int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.pgURL("postgres"))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, "CREATE TEMP TABLE e2e_writable (x int); DROP TABLE e2e_writable")
-	return err
+	if _, err := conn.Exec(ctx, "CREATE TEMP TABLE e2e_writable (x int); DROP TABLE e2e_writable"); err != nil {
+		return 0, err
+	}
+	err = conn.QueryRow(ctx, "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int").Scan(&timeline)
+	return timeline, err
 }
 
 // execOutput runs cmd in the container name and returns its output; a

@@ -107,7 +107,12 @@ bootstrap:
     synchronous_mode_strict: true
     postgresql:
       use_pg_rewind: true
-      use_slots: true
+      # No replication slots: Patroni 3.0 creates a member's slot on a new
+      # primary only after its checkpoint after the promotion, and the
+      # synchronous standby, refused for the missing slot, held every
+      # commit back 2-3 s longer. A slot would keep WAL only while its
+      # member's key lives (ttl); wal_keep_size keeps it for minutes.
+      use_slots: false
       parameters:
         wal_level: replica
         hot_standby: 'on'
@@ -115,11 +120,13 @@ bootstrap:
         max_connections: ${PATRONI_MAX_CONNECTIONS:-200}
         max_wal_senders: 10
         max_replication_slots: 10
-        wal_keep_size: 128MB
+        # What a standby or former primary away for a while (a restart, a
+        # rewind) needs to stream again rather than be reinitialised.
+        wal_keep_size: 1GB
         # After a failover a standby's first connection to the new primary
-        # can fail (its replication slot is not there yet); retry after 1 s
-        # rather than the default 5 s, which the sync standby waits for.
-        wal_retrieve_retry_interval: 1s
+        # can come before it accepts connections; retry after 250 ms rather
+        # than the default 5 s, which every commit waits for (strict mode).
+        wal_retrieve_retry_interval: 250ms
   initdb:
     - encoding: UTF8
     - locale: C.UTF-8
