@@ -6,7 +6,10 @@
 // Both are startup parameters (pgx's ConnConfig.RuntimeParams), so they
 // cost no round trip. Every connection is dialed with keepalives and a TCP
 // user timeout (dial.go), so that a server gone from the network (a
-// primary lost in a failover) fails its connections within seconds.
+// primary lost in a failover) fails its connections within seconds, and
+// the name lookups of a multi-host URL are bounded (lookup.go), so that a
+// member whose name no longer resolves does not hold the connections to
+// the others.
 //
 // One rule holds for every setting: the connection string wins. A service's
 // pool size, timeouts and application name apply where the URL sets none;
