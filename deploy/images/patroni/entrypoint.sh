@@ -50,14 +50,6 @@ patroni_member() {
   scope=${PATRONI_SCOPE:-ordertimeout}
   etcd_hosts=${PATRONI_ETCD3_HOSTS:-etcd-1:2379,etcd-2:2379,etcd-3:2379}
   connect_host=${PATRONI_ADVERTISE:-$PATRONI_NAME}
-  # The other members replicate from and rewind against this one at its
-  # address, not its name: a standby's WAL receiver reconnecting to a
-  # primary that just died blocked in the lookup of its name (the record
-  # gone with the container, the upstream resolver slow to deny it), and
-  # the promotion waited for the receiver to exit: 0.3-3 s of a failover.
-  # A dial to an address is interrupted at once.
-  pg_host=${PATRONI_ADVERTISE:-$(getent ahostsv4 "$(hostname)" | awk 'NR == 1 { print $1 }')}
-  pg_host=${pg_host:-$connect_host}
   su_user=${PATRONI_SUPERUSER_USERNAME:-postgres}
   su_pass=${PATRONI_SUPERUSER_PASSWORD:-postgres}
   repl_user=${PATRONI_REPLICATION_USERNAME:-replicator}
@@ -142,7 +134,7 @@ bootstrap:
   post_bootstrap: /usr/local/bin/entrypoint.sh post-bootstrap
 postgresql:
   listen: 0.0.0.0:5432
-  connect_address: $pg_host:5432
+  connect_address: $connect_host:5432
   data_dir: $data
   bin_dir: $bin_dir
   pgpass: /tmp/pgpass
