@@ -35,16 +35,27 @@ const (
 // params (pgx would send it to the server as a setting, which Postgres
 // refuses) and returns it, or TCPUserTimeoutDefault.
 func tcpUserTimeout(params map[string]string) (time.Duration, error) {
-	v, ok := params["tcp_user_timeout"]
-	if !ok {
+	d, set, err := takeMillis(params, "tcp_user_timeout", "the kernel's default")
+	if !set {
 		return TCPUserTimeoutDefault, nil
 	}
-	delete(params, "tcp_user_timeout")
+	return d, err
+}
+
+// takeMillis takes the client-side setting name (milliseconds, 0 meaning
+// zero) out of params, where pgx would send it to the server, and returns
+// it and whether the connection string set it.
+func takeMillis(params map[string]string, name, zero string) (d time.Duration, set bool, err error) {
+	v, set := params[name]
+	if !set {
+		return 0, false, nil
+	}
+	delete(params, name)
 	ms, err := strconv.Atoi(v)
 	if err != nil || ms < 0 {
-		return 0, fmt.Errorf("tcp_user_timeout %q: want milliseconds, 0 for the kernel's default", v)
+		return 0, true, fmt.Errorf("%s %q: want milliseconds, 0 for %s", name, v, zero)
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return time.Duration(ms) * time.Millisecond, true, nil
 }
 
 // dialer returns the dialer of a pool's connections: keepalives, and the

@@ -3,7 +3,6 @@ package pgparams
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,34 +17,25 @@ import (
 // killed member's name (its DNS record gone with its container) now and
 // then went unanswered for 5 s (Docker's embedded DNS forwards a name it
 // no longer knows to the host's resolver), and timeoutd's heartbeats
-// failed for 3 s past the first write committed on the new primary. Each lookup of a
-// multi-host URL is therefore bounded, and asked again on a fresh query
-// when the first goes unanswered for a quarter of the bound.
-const (
-	// LookupTimeoutDefault bounds each host's lookup when the URL names
-	// several hosts; the connection string's lookup_timeout (milliseconds,
-	// 0 for no bound) wins, and also applies to a single host.
-	LookupTimeoutDefault = 500 * time.Millisecond
-)
+// failed for 3 s past the first write committed on the new primary. Each
+// lookup of a multi-host URL is therefore bounded, and asked again on a
+// fresh query when the first goes unanswered for a quarter of the bound.
+
+// LookupTimeoutDefault bounds each host's lookup when the URL names
+// several hosts; the connection string's lookup_timeout (milliseconds, 0
+// for no bound) wins, and also applies to a single host.
+const LookupTimeoutDefault = 500 * time.Millisecond
 
 // lookupBound takes the connection string's lookup_timeout out of cc's
 // parameters (it is not a server setting) and returns it; without one, a
 // URL of several hosts gets LookupTimeoutDefault and a single host no
 // bound (0).
 func lookupBound(cc *pgconn.Config) (time.Duration, error) {
-	v, ok := cc.RuntimeParams["lookup_timeout"]
-	if !ok {
-		if severalHosts(cc) {
-			return LookupTimeoutDefault, nil
-		}
-		return 0, nil
+	d, set, err := takeMillis(cc.RuntimeParams, "lookup_timeout", "no bound")
+	if !set && severalHosts(cc) {
+		return LookupTimeoutDefault, nil
 	}
-	delete(cc.RuntimeParams, "lookup_timeout")
-	ms, err := strconv.Atoi(v)
-	if err != nil || ms < 0 {
-		return 0, fmt.Errorf("lookup_timeout %q: want milliseconds, 0 for no bound", v)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return d, err
 }
 
 // boundedLookup returns resolve bounded by d: a lookup still unanswered

@@ -55,11 +55,11 @@ func (p Pool) Config() (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("parse %s: %w", p.Variable, err)
 	}
 	pc.ConnConfig.DialFunc = dialer(userTimeout).DialContext
-	lookupBound, err := lookupBound(&pc.ConnConfig.Config)
+	bound, err := lookupBound(&pc.ConnConfig.Config)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", p.Variable, err)
 	}
-	pc.ConnConfig.LookupFunc = boundedLookup(pc.ConnConfig.LookupFunc, lookupBound)
+	pc.ConnConfig.LookupFunc = boundedLookup(pc.ConnConfig.LookupFunc, bound)
 	p.Timeouts.Apply(params)
 	if _, set := params["application_name"]; !set && p.ApplicationName != "" {
 		params["application_name"] = p.ApplicationName
