@@ -374,10 +374,13 @@ func (c *chaos) reportFailovers(t *testing.T, samples []lateSample) []string {
 	var out []string
 	for _, f := range c.failovers {
 		down := f.Writable.Sub(f.Lost)
-		in, _ := atTheOrder(samples, func(ls lateSample) bool { return !ls.PayBy.Before(f.Lost) && !ls.PayBy.After(f.Writable) })
-		line := fmt.Sprintf("%s: writes refused %s; the %d orders due meanwhile cancelled in their database late by p50 %s, max %s (promise: %s)",
+		due := func(ls lateSample) bool { return !ls.PayBy.Before(f.Lost) && !ls.PayBy.After(f.Writable) }
+		in, _ := atTheOrder(samples, due)
+		stored, _ := summarise(samples, due)
+		line := fmt.Sprintf("%s: writes refused %s; the %d orders due meanwhile cancelled in their database late by p50 %s, max %s "+
+			"(promise: %s; their cancel events stored late by p50 %s, max %s)",
 			f.Kind, down.Round(time.Millisecond), in.N, in.P50.Round(time.Millisecond), in.Max.Round(time.Millisecond),
-			(down + time.Second).Round(time.Millisecond))
+			(down + time.Second).Round(time.Millisecond), stored.P50.Round(time.Millisecond), stored.Max.Round(time.Millisecond))
 		t.Log("failover " + line)
 		out = append(out, line)
 	}

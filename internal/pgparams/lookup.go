@@ -81,11 +81,11 @@ func boundedLookup(resolve pgconn.LookupFunc, d time.Duration) pgconn.LookupFunc
 	}
 }
 
-// severalHosts reports whether cc names more than one host (its fallbacks
-// also repeat a host for sslmode's plain retry).
+// severalHosts reports whether cc names more than one server, by host or
+// port (its fallbacks also repeat a server for sslmode's plain retry).
 func severalHosts(cc *pgconn.Config) bool {
 	for _, fb := range cc.Fallbacks {
-		if fb.Host != cc.Host {
+		if fb.Host != cc.Host || fb.Port != cc.Port {
 			return true
 		}
 	}

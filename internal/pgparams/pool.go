@@ -3,7 +3,9 @@ package pgparams
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -60,6 +62,15 @@ func (p Pool) Config() (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("parse %s: %w", p.Variable, err)
 	}
 	pc.ConnConfig.LookupFunc = boundedLookup(pc.ConnConfig.LookupFunc, bound)
+	if severalHosts(&pc.ConnConfig.Config) {
+		h := newHosts(time.Now)
+		cc := pc.ConnConfig
+		cc.LookupFunc, cc.DialFunc, cc.ValidateConnect = h.lookup(cc.LookupFunc), h.dial(cc.DialFunc), h.validate(cc.ValidateConnect)
+		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			h.order(cc)
+			return nil
+		}
+	}
 	p.Timeouts.Apply(params)
 	if _, set := params["application_name"]; !set && p.ApplicationName != "" {
 		params["application_name"] = p.ApplicationName
