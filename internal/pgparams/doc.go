@@ -9,7 +9,8 @@
 // primary lost in a failover) fails its connections within seconds, and
 // the name lookups of a multi-host URL are bounded (lookup.go), so that a
 // member whose name no longer resolves does not hold the connections to
-// the others.
+// the others. A pool of several hosts tries them in the order its
+// connections learnt (hosts.go): the primary first, failed members last.
 //
 // One rule holds for every setting: the connection string wins. A service's
 // pool size, timeouts and application name apply where the URL sets none;
