@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -66,6 +65,9 @@ type hosts struct {
 	addrs   map[string]*addrState
 	names   map[string][]string
 	lookups map[string]failedLookup
+	// take watches the sessions of a pool that connects to the primary
+	// only (takeover.go); nil otherwise.
+	take *takeover
 }
 
 type failedLookup struct {
@@ -117,6 +119,9 @@ func (h *hosts) dial(d pgconn.DialFunc) pgconn.DialFunc {
 		if s.waitingSince.IsZero() {
 			s.waitingSince = h.now()
 		}
+		if h.take != nil {
+			return h.take.watch(c, addr), nil
+		}
 		return c, nil
 	}
 }
@@ -133,10 +138,23 @@ func (h *hosts) validate(validate pgconn.ValidateConnectFunc) pgconn.ValidateCon
 		if err != nil {
 			rank = rankStandby
 		}
+		addr := pc.Conn().RemoteAddr().String()
 		h.mu.Lock()
-		defer h.mu.Unlock()
-		s := h.state(pc.Conn().RemoteAddr().String())
+		s := h.state(addr)
 		s.answered, s.at, s.waitingSince = rank, h.now(), time.Time{}
+		if rank == rankWrites && h.take != nil {
+			// One host takes writes at a time: the others that did are
+			// former primaries, frozen or about to be demoted.
+			for a, o := range h.addrs {
+				if a != addr && o.answered == rankWrites {
+					o.answered = rankStandby
+				}
+			}
+		}
+		h.mu.Unlock()
+		if err == nil && h.take != nil {
+			h.take.accepted(pc.Conn())
+		}
 		return err
 	}
 }
@@ -178,7 +196,7 @@ func (h *hosts) rank(host string, port uint16) hostRank {
 }
 
 // order puts cc's hosts in the order a new connection tries them.
-func (h *hosts) order(cc *pgx.ConnConfig) {
+func (h *hosts) order(cc *pgconn.Config) {
 	all := append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...)
 	h.mu.Lock()
 	ranks := make(map[*pgconn.FallbackConfig]hostRank, len(all))

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
@@ -25,7 +24,7 @@ func (c *clock) advance(d time.Duration) { c.t.Add(int64(d)) }
 // order returns the hosts, all on port 5432, in the order h gives a new
 // connection.
 func order(h *hosts, hostNames ...string) []string {
-	cc := &pgx.ConnConfig{Config: pgconn.Config{Host: hostNames[0], Port: 5432}}
+	cc := &pgconn.Config{Host: hostNames[0], Port: 5432}
 	for _, n := range hostNames[1:] {
 		cc.Fallbacks = append(cc.Fallbacks, &pgconn.FallbackConfig{Host: n, Port: 5432})
 	}

@@ -62,12 +62,16 @@ func (p Pool) Config() (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("parse %s: %w", p.Variable, err)
 	}
 	pc.ConnConfig.LookupFunc = boundedLookup(pc.ConnConfig.LookupFunc, bound)
+	var h *hosts
 	if severalHosts(&pc.ConnConfig.Config) {
-		h := newHosts(time.Now)
+		h = newHosts(time.Now)
 		cc := pc.ConnConfig
+		if primaryOnly(cc.ValidateConnect) {
+			h.take = &takeover{sessions: map[*session]struct{}{}, order: h.order}
+		}
 		cc.LookupFunc, cc.DialFunc, cc.ValidateConnect = h.lookup(cc.LookupFunc), h.dial(cc.DialFunc), h.validate(cc.ValidateConnect)
 		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-			h.order(cc)
+			h.order(&cc.Config)
 			return nil
 		}
 	}
@@ -77,6 +81,9 @@ func (p Pool) Config() (*pgxpool.Config, error) {
 	}
 	if p.Adapt != nil {
 		p.Adapt(pc)
+	}
+	if h != nil && h.take != nil {
+		h.take.probeConfig = pc.ConnConfig.Config.Copy()
 	}
 	return pc, nil
 }

@@ -42,6 +42,10 @@ const (
 // third of it.
 const ackWaitMin = time.Second
 
+// unavailableRetry is the pause between two tries of a batch while the
+// database is unavailable (Consumer.apply).
+const unavailableRetry = 100 * time.Millisecond
+
 // earlyMargin is added to the wait for pay_by of an early event.
 const earlyMargin = 50 * time.Millisecond
 
@@ -81,8 +85,9 @@ type Config struct {
 	// consumer is updated to it at start.
 	AckWait time.Duration
 	// ApplyTimeout bounds one batch's transaction, after which its events
-	// are retried; default 15s. It is not tied to AckWait: the events are
-	// kept in progress while it lasts.
+	// are retried; default 15s. While the database is unavailable the
+	// batch is tried again within it, held, rather than naked. It is not
+	// tied to AckWait: the events are kept in progress while it lasts.
 	ApplyTimeout time.Duration
 	// MaxAckPending bounds the events in flight; default 4096.
 	MaxAckPending int
@@ -216,7 +221,7 @@ func (c *Consumer) run(ctx context.Context) {
 					}
 				}
 				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ApplyTimeout)
-				c.handle(hctx, batch)
+				c.handle(hctx, ctx.Done(), batch)
 				cancel()
 			}
 		})
@@ -281,8 +286,9 @@ func (c *Consumer) pull(ctx context.Context, work chan<- jetstream.Msg) error {
 
 // handle applies a batch of events in one transaction and acks, naks or
 // terminates each. Undecodable events are dead-lettered alone; if the
-// transaction fails, every event of it is retried.
-func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
+// transaction fails, every event of it is retried (apply). stopping closes
+// when the consumer stops.
+func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, batch []jetstream.Msg) {
 	valid := make([]jetstream.Msg, 0, len(batch))
 	exps := make([]orders.Expiry, 0, len(batch))
 	lateness := make([]int64, 0, len(batch))
@@ -306,7 +312,7 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 	if len(exps) == 0 {
 		return
 	}
-	results, err := c.expirer.ExpireAll(ctx, exps)
+	results, err := c.apply(ctx, stopping, exps)
 	for i, s := range spans {
 		switch {
 		case err != nil:
@@ -332,6 +338,29 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) {
 	}
 	for i, r := range results {
 		c.settleResult(ctx, valid[i], exps[i], lateness[i], r)
+	}
+}
+
+// apply runs ExpireAll, and again every unavailableRetry while it fails
+// with orders.ErrUnavailable, until ctx ends (ApplyTimeout) or the consumer
+// stops. The events stay held meanwhile, kept in progress, so that a batch
+// caught by a failover is applied as soon as the new primary answers, not
+// a nak's delay after, and none is redelivered. Retries cost little while
+// the database is down: the store's gate refuses them at once but for its
+// probes.
+func (c *Consumer) apply(ctx context.Context, stopping <-chan struct{}, exps []orders.Expiry) ([]orders.ExpireResult, error) {
+	for {
+		results, err := c.expirer.ExpireAll(ctx, exps)
+		if !errors.Is(err, orders.ErrUnavailable) {
+			return results, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-stopping:
+			return nil, err
+		case <-time.After(unavailableRetry):
+		}
 	}
 }
 

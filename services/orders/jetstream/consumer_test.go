@@ -249,6 +249,87 @@ func TestConsumerAppliesABacklogInBatches(t *testing.T) {
 	})
 }
 
+// outageExpirer answers orders.ErrUnavailable, as the store does while
+// the database is down, until up is closed; it reports every call on
+// calls and the time of its first success on applied.
+type outageExpirer struct {
+	up      chan struct{}
+	calls   chan struct{}
+	applied chan time.Time
+}
+
+func (o *outageExpirer) ExpireAll(_ context.Context, exps []orders.Expiry) ([]orders.ExpireResult, error) {
+	select {
+	case o.calls <- struct{}{}:
+	default:
+	}
+	select {
+	case <-o.up:
+	default:
+		return nil, fmt.Errorf("%w: dial tcp: connection refused", orders.ErrUnavailable)
+	}
+	select {
+	case o.applied <- time.Now():
+	default:
+	}
+	results := make([]orders.ExpireResult, len(exps))
+	for i := range results {
+		results[i].Applied = true
+	}
+	return results, nil
+}
+
+// TestABatchWaitsHeldWhileTheDatabaseIsUnavailable: an event whose batch
+// meets a database outage (a failover) is tried again, held, and applied
+// within a fraction of a second of the database's return, not after the
+// nak's delay (RetryDelay, 5s here), and it is delivered once.
+func TestABatchWaitsHeldWhileTheDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	js := newJetStream(t)
+	ctx := t.Context()
+	exp := &outageExpirer{up: make(chan struct{}), calls: make(chan struct{}), applied: make(chan time.Time, 1)}
+	c, err := ojs.NewConsumer(ctx, js, exp, ojs.Config{Durable: "outage", Concurrency: 1, RetryDelay: 5 * time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start(ctx)
+	defer stopWithin(t, c, 10*time.Second)
+	publishFired(t, js, "o-outage")
+	for range 3 { // refused three times: retried in place
+		select {
+		case <-exp.calls:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the batch was not tried again within 10s")
+		}
+	}
+	upAt := time.Now()
+	close(exp.up)
+	select {
+	case at := <-exp.applied:
+		if d := at.Sub(upAt); d > time.Second {
+			t.Fatalf("applied %v after the database came back, want within 1s (a nak waits 5s)", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not applied within 10s of the database's return")
+	}
+	cons, err := js.Consumer(ctx, events.StreamExpiries, "outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	})
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != 1 {
+		t.Fatalf("delivered %d times, want once", info.Delivered.Consumer)
+	}
+}
+
 // holdingExpirer takes its events and holds them, as an instance whose
 // transaction has not committed yet: it reports each event's id on got,
 // then blocks until release is closed and applies it.
