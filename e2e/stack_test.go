@@ -343,6 +343,9 @@ func newStack(ctx context.Context, opts stackOptions) (*stack, error) {
 		"TIMEOUTD_ORDERS_URL":     "http://" + s.Orders[0] + ":8081",
 		"TIMEOUTD_ORDERS_TOKEN":   apiToken,
 	}
+	if level := os.Getenv("E2E_SERVICE_LOG_LEVEL"); level != "" { // debug, to read a replay
+		orders["ORDERS_LOG_LEVEL"], timeoutd["TIMEOUTD_LOG_LEVEL"] = level, level
+	}
 	maps.Copy(orders, tlsOpts.clientEnv(ordersdaemon.NATSTLSPrefix))
 	maps.Copy(timeoutd, tlsOpts.clientEnv(daemon.NATSTLSPrefix))
 	for k, v := range opts.OrdersEnv {

@@ -29,9 +29,12 @@ import (
 // one whose read has waited for hostRecheck starts a probe, a connection
 // to the other hosts in the pool's order, again every probeEvery while it
 // waits. A session that any connection (the probe's, or the pool's own)
-// finds taking writes on another address closes every established session
-// to the others: whatever they wait on fails at once, as if the server
-// were gone, and the pool reconnects, to the new primary first.
+// finds taking writes on another address closes every session to the
+// others: whatever they wait on fails at once, as if the server were gone,
+// and the pool reconnects, to the new primary first. That includes the
+// connections still being opened there: one that began before the
+// promotion, refused by the standbys, waits on the silent former primary
+// last, for its connect_timeout.
 //
 // It is safe because a session closed is a session lost, which every
 // caller already handles: a transaction in flight on it is ambiguous, as
@@ -74,11 +77,9 @@ type takeover struct {
 // session is a dialed connection of a watched pool.
 type session struct {
 	net.Conn
-	t    *takeover
-	addr string // as dialed, "ip:port"
-	// established is set once a validation accepted the session.
-	established atomic.Bool
-	reading     atomic.Bool
+	t       *takeover
+	addr    string // as dialed, "ip:port"
+	reading atomic.Bool
 	// silence fires while a read waits: hostRecheck after it began, then
 	// every probeEvery.
 	silence   *time.Timer
@@ -161,17 +162,16 @@ func (t *takeover) probe(skip string) {
 }
 
 // accepted is told that a validation accepted the session on c: it closes
-// every established session to another address.
+// every session to another address.
 func (t *takeover) accepted(c net.Conn) {
 	s := sessionOf(c)
 	if s == nil {
 		return
 	}
-	s.established.Store(true)
 	t.mu.Lock()
 	var former []*session
 	for o := range t.sessions {
-		if o.addr != s.addr && o.established.Load() {
+		if o.addr != s.addr {
 			former = append(former, o)
 		}
 	}

@@ -157,3 +157,37 @@ func TestASessionWaitingOnAFormerPrimaryEndsOnceAnotherHostTakesWrites(t *testin
 		t.Fatalf("the next session: on %q after %v (%v), want the other host within 1s", r, took, err)
 	}
 }
+
+// A new connection whose first host accepts and never answers (frozen
+// from the start) moves on to the next once the probe finds it taking
+// writes, rather than at its connect_timeout.
+func TestAConnectionWaitingOnASilentHostMovesOnOnceAnotherTakesWrites(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, freeze, thaw := freezableProxy(t, u.Host)
+	u.Host = proxy + "," + u.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Set("connect_timeout", "5")
+	u.RawQuery = q.Encode()
+	pool, err := Pool{URL: u.String(), MaxConns: 2}.Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	freeze()
+	defer thaw()
+	start := time.Now()
+	c, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	took := time.Since(start)
+	if r := c.Conn().PgConn().Conn().RemoteAddr().String(); r == proxy || took > 3*time.Second {
+		t.Fatalf("connected to %s after %v, want the other host within 3s (connect_timeout 5s)", r, took)
+	}
+}
