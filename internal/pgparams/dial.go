@@ -17,8 +17,9 @@ import (
 // long closes the connection) and keepalives, so that a dead server's
 // connections fail within seconds and the next statement reconnects, to
 // the new primary of a multi-host URL. A frozen server does not trip
-// them: its kernel still acknowledges; the statements' deadlines bound
-// that case.
+// them: its kernel still acknowledges. The statements' deadlines bound
+// that case, and a pool of several hosts closes such sessions once
+// another host takes writes (takeover.go).
 const (
 	// TCPUserTimeoutDefault bounds how long sent data may stay
 	// unacknowledged; the connection string's tcp_user_timeout

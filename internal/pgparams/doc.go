@@ -10,7 +10,9 @@
 // the name lookups of a multi-host URL are bounded (lookup.go), so that a
 // member whose name no longer resolves does not hold the connections to
 // the others. A pool of several hosts tries them in the order its
-// connections learnt (hosts.go): the primary first, failed members last.
+// connections learnt (hosts.go): the primary first, failed members last;
+// and a pool of the primary alone closes its sessions to a former primary
+// that went silent once another host takes writes (takeover.go).
 //
 // One rule holds for every setting: the connection string wins. A service's
 // pool size, timeouts and application name apply where the URL sets none;
