@@ -39,11 +39,11 @@ func LeasePoolConfig(cfg *pgxpool.Config) {
 	cfg.MaxConnLifetime, cfg.MaxConnIdleTime = 0, 0
 }
 
-// The rules of liveness, shared by the statements below. An instance
-// whose last heartbeat came before the database (re)started lost its
-// sessions to the restart: it and its leases count as live for one TTL
-// after the start (graceExpiry), so that the instances renew their own
-// before any is taken. The same grace follows a silence of the whole
+// The rules of liveness, shared by the statements below. Every instance
+// lost its sessions to a restart of the database: the instances and their
+// leases count as live for one TTL after the start (graceExpiry), so that
+// they renew their own before any is taken, even one whose heartbeat came
+// back before its renewal did. The same grace follows a silence of the whole
 // cluster (resumedCTE): Postgres frozen, or every instance cut off from
 // it, long enough for the leases to expire by Postgres's clock meanwhile.
 // Either grace is for the rows still live when the quiet began (the last
@@ -57,11 +57,16 @@ func LeasePoolConfig(cfg *pgxpool.Config) {
 // since the resume it is not judged by its sessions: after a failover the
 // promoted standby has none of them (and its own, earlier, start), and an
 // instance whose connections to the old primary hang may take seconds to
-// reconnect; its leases have the grace.
+// reconnect; its leases have the grace. Nor is any instance for a TTL
+// after the resume: its first heartbeat there may commit while its client
+// gives up on it (a deadline closes that session), and it reconnects
+// through the same failover.
 // gone_at records when an instance was first seen without a session;
 // every heartbeat and probe keeps it (watchSQL).
-const sessionlessSQL = `beat_at > ` + resumedAtSQL + ` AND app <> ''
+func sessionlessSQL(ttl string) string {
+	return `beat_at > ` + resumedAtSQL + ` AND now() >= ` + resumedAtSQL + ` + ` + ttl + ` * interval '1 millisecond' AND app <> ''
 	AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() AND a.application_name = app)`
+}
 
 // CrashGrace is how long an instance's sessions must stay gone before it
 // is dead: longer than a live instance takes to reconnect after its
@@ -69,22 +74,29 @@ const sessionlessSQL = `beat_at > ` + resumedAtSQL + ` AND app <> ''
 // TTL a paused or cut-off instance is judged by.
 const CrashGrace = 250 * time.Millisecond
 
-var goneSQL = fmt.Sprintf(`gone_at <= now() - interval '%d milliseconds' AND %s`, CrashGrace.Milliseconds(), sessionlessSQL)
+// goneSQL is the condition of a dead instance, for statements whose TTL
+// is the parameter ttl (milliseconds).
+func goneSQL(ttl string) string {
+	return fmt.Sprintf(`gone_at <= now() - interval '%d milliseconds' AND %s`, CrashGrace.Milliseconds(), sessionlessSQL(ttl))
+}
 
 // watchSQL are the CTEs that record when another instance was first seen
-// without a session, and forget it once one is back.
-const watchSQL = `seen AS (UPDATE timeoutd_instances SET gone_at = now()
-	WHERE id <> $1 AND gone_at IS NULL AND ` + sessionlessSQL + ` RETURNING 1),
+// without a session, and forget it once one is back (TTL $2).
+var watchSQL = `seen AS (UPDATE timeoutd_instances SET gone_at = now()
+	WHERE id <> $1 AND gone_at IS NULL AND ` + sessionlessSQL("$2") + ` RETURNING 1),
 back AS (UPDATE timeoutd_instances SET gone_at = NULL
-	WHERE id <> $1 AND gone_at IS NOT NULL AND NOT (` + sessionlessSQL + `) RETURNING 1)`
+	WHERE id <> $1 AND gone_at IS NOT NULL AND NOT (` + sessionlessSQL("$2") + `) RETURNING 1)`
 
 // graceExpiry returns the expiry of a row whose expiry is the column
-// expires and whose owner's last heartbeat is the column beatAt, with the
-// grace of ttl (a parameter, in milliseconds) after the cluster resumed
-// at resumed from a quiet that began at quiet (resumedCTE's at and quiet,
-// or resumedAtSQL and quietAtSQL): for a row still live at quiet.
+// expires and whose owner's last heartbeat is the column beatAt (NULL: no
+// such instance), with the grace of ttl (a parameter, in milliseconds)
+// after the cluster resumed at resumed from a quiet that began at quiet
+// (resumedCTE's at and quiet, or resumedAtSQL and quietAtSQL): for a row
+// still live at quiet, whether or not its owner beat since the resume (a
+// heartbeat back is not a renewal back: the owner's renewal may still be
+// on its way through the failover, or its heartbeat's answer lost).
 func graceExpiry(expires, beatAt, resumed, quiet, ttl string) string {
-	return fmt.Sprintf(`CASE WHEN coalesce(%[2]s, 'infinity') < %[3]s AND %[1]s > %[4]s
+	return fmt.Sprintf(`CASE WHEN %[2]s IS NOT NULL AND %[1]s > %[4]s
 		THEN greatest(%[1]s, %[3]s + %[5]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, resumed, quiet, ttl)
 }
 
@@ -137,7 +149,7 @@ const standbyLagSQL = `coalesce((SELECT extract(epoch FROM max(now() - reply_tim
 var (
 	clusterCTEs = fmt.Sprintf(`gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND %[1]s),
 other AS (SELECT %[2]s AS expiry, l.owner FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
-	WHERE l.owner <> $1)`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", "(SELECT at FROM resumed)", "(SELECT quiet FROM resumed)", "$2"))
+	WHERE l.owner <> $1)`, goneSQL("$2"), graceExpiry("l.expires_at", "i.beat_at", "(SELECT at FROM resumed)", "(SELECT quiet FROM resumed)", "$2"))
 	clusterSelect = fmt.Sprintf(`
 	1 + (SELECT count(*) FROM timeoutd_instances WHERE id <> $1 AND serving AND %[1]s > now() AND id NOT IN (SELECT id FROM gone)),
 	coalesce((SELECT ceil(extract(epoch FROM min(expiry) - now()) * 1000)::int8 FROM other WHERE expiry > now()), 0),
@@ -190,7 +202,7 @@ func (l Leases) Probe(ctx context.Context, id string, ttl time.Duration) (live, 
 }
 
 var acquireSQL = `
-WITH gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND ` + goneSQL + `),
+WITH gone AS (SELECT id FROM timeoutd_instances WHERE id <> $1 AND ` + goneSQL("$4") + `),
 pick AS (
 	SELECT l.part FROM timeout_leases l LEFT JOIN timeoutd_instances i ON i.id = l.owner
 	WHERE (l.owner IS NULL OR l.owner = $1 OR ` + graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, quietAtSQL, "$4") + ` <= now()
@@ -291,7 +303,7 @@ SELECT part, coalesce(owner, ''), epoch,
 		WHEN expires_at > now() THEN 'held' WHEN until > now() THEN 'grace' ELSE 'expired' END,
 	CASE WHEN owner IS NULL OR owner IN (SELECT id FROM gone) OR until <= now() THEN 0
 		ELSE ceil(extract(epoch FROM until - now()) * 1000)::int8 END
-FROM r ORDER BY part`, goneSQL, graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, quietAtSQL, "$1"))
+FROM r ORDER BY part`, goneSQL("$1"), graceExpiry("l.expires_at", "i.beat_at", resumedAtSQL, quietAtSQL, "$1"))
 
 // Ownership implements lease.Table, with the rules of Acquire: the same
 // grace and crash detection.

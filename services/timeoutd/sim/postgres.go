@@ -207,14 +207,14 @@ func (w *World) FreezeDB(ctx context.Context, d time.Duration) {
 
 // graceExpiry returns when a row that expires at expires, of instance in
 // (a lease of its, or its own row), expires as the lease statements see it,
-// under w.mu: an instance whose last heartbeat came before Postgres
-// (re)started lost its sessions to the restart, and its rows count for one
-// TTL after the start, so that it renews its leases before another takes
-// them; so do they after the cluster resumed from a silence (the store's
-// graceExpiry). The fence, and so the check of fencing, take the lease's
-// own expiry.
+// under w.mu: every instance lost its sessions to a restart of Postgres,
+// and the rows live when the quiet began count for one TTL after the
+// start, so that their owners renew their leases before another takes
+// them, even one whose heartbeat came back before its renewal did; so do
+// they after the cluster resumed from a silence (the store's graceExpiry).
+// The fence, and so the check of fencing, take the lease's own expiry.
 func (w *World) graceExpiry(expires time.Time, in *instance) time.Time {
-	if at := later(w.pg.started, w.pg.resumed); in != nil && in.beatAt.Before(at) && expires.After(w.pg.quiet) {
+	if at := later(w.pg.started, w.pg.resumed); in != nil && expires.After(w.pg.quiet) {
 		return later(expires, at.Add(w.cfg.TTL))
 	}
 	return expires
@@ -344,11 +344,15 @@ func (w *World) holds(id string, p int) bool {
 // gone reports whether instance id is dead by crash detection, under w.mu:
 // its sessions gone for the crash grace, after a heartbeat since Postgres
 // last started or the cluster last resumed from a silence (before it, the
-// restart or the failover took them, and it may still be reconnecting:
-// the store's sessionlessSQL).
+// restart or the failover took them, and it may still be reconnecting),
+// and a TTL after that start or resume (its first heartbeat there may
+// have been given up on by its client, which reconnects through the same
+// failover): the store's sessionlessSQL.
 func (w *World) gone(id string, now time.Time) bool {
 	in := w.pg.insts[id]
-	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.CrashGrace && in.beatAt.After(later(w.pg.started, w.pg.resumed))
+	since := later(w.pg.started, w.pg.resumed)
+	return in != nil && !in.lostAt.IsZero() && now.Sub(in.lostAt) >= w.cfg.CrashGrace && in.beatAt.After(since) &&
+		!now.Before(since.Add(w.cfg.TTL))
 }
 
 // pending returns the number of pending rows.

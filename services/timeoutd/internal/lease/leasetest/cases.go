@@ -29,6 +29,7 @@ var Cases = []Case{
 	{Name: "ARestartBringsBackNoInstanceDeadBeforeIt", Restarts: true, Run: restartResurrectsNoOne},
 	{Name: "ASilenceOfTheWholeClusterMovesNothing", Run: clusterSilence},
 	{Name: "AfterASilenceAnInstanceNotBackYetIsNotACrash", Run: silenceIsNotACrash},
+	{Name: "ForATTLAfterASilenceNoSessionsGoneAreACrash", Run: silenceThenReconnect},
 	{Name: "ALoneSurvivorsSilenceBringsBackNoOne", Run: loneSurvivorSilence},
 	{Name: "ALoneSurvivorsRestartBringsBackNoOne", Run: loneSurvivorRestart},
 	{Name: "TheFenceRefusesEveryWriteOfAFormerOwner", Run: fenceRefusesFormerOwner},
@@ -358,6 +359,46 @@ func silenceIsNotACrash(t *testing.T, b Backend) {
 	want(t, "b's acquisition after the silence", acquire(t, c, "b", events.Partitions, held["b"]), []lease.Lease(nil))
 	a := b.Instance(t, "a")
 	want(t, "a's renewal, back", renew(t, a, "a", held["a"]), held["a"])
+}
+
+// silenceThenReconnect: for a TTL after a silence of the whole cluster no
+// instance is judged by its sessions, even one that beat since the
+// resume: its first heartbeat on a promoted standby may commit while its
+// client gives up on it (a deadline closes the session), and it then
+// takes longer than the crash grace to reconnect through the failover. Its
+// leases are not taken; it renews them. Past that TTL, a crash is told by
+// the sessions again.
+func silenceThenReconnect(t *testing.T, b Backend) {
+	a, c, held := halves(t, b)
+	time.Sleep(TTL * 3 / 2)
+	beat(t, c, "b", true) // the cluster resumes
+	time.Sleep(TTL / 20)
+	beat(t, a, "a", true) // then a's heartbeat, its session lost
+	b.Crash(t, "a")
+	keepSeen(t, c, "b", 4*b.CrashGrace()) // long enough to tell a crash
+	if live, takeable := probe(t, c, "b"); live != 2 || takeable != 0 {
+		t.Fatalf("a, reconnecting after the resume: %d live, %d takeable; want 2 and none", live, takeable)
+	}
+	want(t, "b's acquisition after the resume", acquire(t, c, "b", events.Partitions, held["b"]), []lease.Lease(nil))
+	a = b.Instance(t, "a")
+	want(t, "a's renewal, back", renew(t, a, "a", held["a"]), held["a"])
+	// A TTL after the resume, the sessions tell a crash again.
+	for end := time.Now().Add(TTL); time.Now().Before(end); time.Sleep(TTL / 10) {
+		beat(t, a, "a", true)
+		renew(t, a, "a", held["a"])
+		beat(t, c, "b", true)
+		renew(t, c, "b", held["b"])
+	}
+	b.Crash(t, "a")
+	var taken []lease.Lease
+	for end := time.Now().Add(TTL / 2); len(taken) == 0; time.Sleep(b.CrashGrace() / 5) {
+		if time.Now().After(end) {
+			t.Fatalf("b took none of crashed a's partitions within %v of the crash (its leases live by their expiry)", TTL/2)
+		}
+		beat(t, c, "b", true)
+		taken = acquire(t, c, "b", events.Partitions, held["b"])
+	}
+	want(t, "b's acquisition of crashed a's", len(taken), events.Partitions/2)
 }
 
 // loneSurvivor has a and b hold half the partitions each, then a fall
