@@ -162,18 +162,31 @@ func (cfg soakConfig) onPatroni() soakConfig {
 	return cfg
 }
 
+// pgStable is how long the cluster must stay healthy before a fault of
+// it: two of Patroni's loops (loop_wait 1 s) and a margin. Right after a
+// thaw the leader may still drop its synchronous standby, not streaming
+// yet, from the synchronous set ("Updating synchronous privilege
+// temporarily"); a primary frozen then has no standby Patroni may
+// promote in strict mode, and writes stop until it thaws (seed 105,
+// 2026-12-03: a freeze of the primary 1 s after another's thaw).
+const pgStable = 2500 * time.Millisecond
+
 // pgHealthy waits until every member of the Postgres cluster runs, a
-// leader with a synchronous standby on its timeline, and returns them
-// with the timeline and how long it waited: every fault of the cluster
-// starts from a healthy one (two members out at once stop every commit,
-// as strict synchronous replication must: that is not the fault drawn).
+// leader with a synchronous standby on its timeline, for pgStable, and
+// returns them with the timeline and how long it waited: every fault of
+// the cluster starts from a healthy one (two members out at once stop
+// every commit, as strict synchronous replication must: that is not the
+// fault drawn).
 func (c *chaos) pgHealthy(t *testing.T) (leader, sync string, timeline int, waited time.Duration) {
 	t.Helper()
 	began := time.Now()
 	var ms []pgMember
 	var err error
+	var stableSince time.Time
+	var seen string // leader, sync and timeline since stableSince
 	for deadline := began.Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) { // polling Patroni's view
 		if ms, err = c.s.pgMembers(t.Context()); err != nil {
+			stableSince = time.Time{}
 			continue
 		}
 		running := 0
@@ -195,18 +208,26 @@ func (c *chaos) pgHealthy(t *testing.T) (leader, sync string, timeline int, wait
 			// from the leader, and a fault of the leader then would leave
 			// the rewind hanging and the cluster without a standby.
 			if !slices.ContainsFunc(ms, func(m pgMember) bool { return m.Timeline != timeline }) {
-				return leader, sync, timeline, time.Since(began)
+				now := fmt.Sprint(leader, sync, timeline)
+				if stableSince.IsZero() || now != seen {
+					stableSince, seen = time.Now(), now
+				}
+				if time.Since(stableSince) >= pgStable {
+					return leader, sync, timeline, time.Since(began)
+				}
+				continue
 			}
 		}
+		stableSince = time.Time{}
 	}
 	t.Fatalf("the Postgres cluster not healthy within 3 min (members: %s, %v)", pgSorted(ms), err)
 	return "", "", 0, 0
 }
 
 // healthyNote says how long a fault waited for a healthy cluster, when it
-// did.
+// waited more than the stable time.
 func healthyNote(waited time.Duration) string {
-	if waited < time.Second {
+	if waited < pgStable+time.Second {
 		return ""
 	}
 	return fmt.Sprintf(" (after %s waiting for a healthy cluster)", waited.Round(100*time.Millisecond))
