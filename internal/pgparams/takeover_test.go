@@ -4,11 +4,13 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordertimeout/ordertimeout/internal/testinfra"
 )
@@ -103,28 +105,36 @@ func freezableProxy(t *testing.T, upstream string) (addr string, freeze, thaw fu
 	return l.Addr().String(), frozen.Lock, frozen.Unlock
 }
 
+// proxiedPool opens a pool of the primary alone (read-write) on two
+// hosts: a freezableProxy of the test's Postgres first, then the same
+// server directly, with connect_timeout seconds; it closes with t.
+func proxiedPool(t *testing.T, connectTimeout int) (pool *pgxpool.Pool, proxy string, freeze, thaw func()) {
+	t.Helper()
+	u, err := url.Parse(testinfra.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, freeze, thaw = freezableProxy(t, u.Host)
+	u.Host = proxy + "," + u.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Set("connect_timeout", strconv.Itoa(connectTimeout))
+	u.RawQuery = q.Encode()
+	pool, err = Pool{URL: u.String(), MaxConns: 2}.Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, proxy, freeze, thaw
+}
+
 // The primary's sessions are reached through a proxy first in the URL;
 // the proxy freezes. A statement waiting on it ends once the pool's probe
 // finds the other host taking writes (here the same server, reached
 // directly), not at its caller's deadline, and the next one goes there.
 func TestASessionWaitingOnAFormerPrimaryEndsOnceAnotherHostTakesWrites(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(testinfra.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, freeze, thaw := freezableProxy(t, u.Host)
-	direct := u.Host
-	u.Host = proxy + "," + direct
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	q.Set("connect_timeout", "1")
-	u.RawQuery = q.Encode()
-	pool, err := Pool{URL: u.String(), MaxConns: 2}.Open(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, proxy, freeze, thaw := proxiedPool(t, 1)
 	remote := func(ctx context.Context) (string, error) {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -145,7 +155,7 @@ func TestASessionWaitingOnAFormerPrimaryEndsOnceAnotherHostTakesWrites(t *testin
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
 	start := time.Now()
-	_, err = pool.Exec(ctx, "select 1")
+	_, err := pool.Exec(ctx, "select 1")
 	if took := time.Since(start); err == nil || took > 5*time.Second {
 		t.Fatalf("the statement on the frozen proxy ended after %v (err %v), want an error within 5s, not at its %v deadline", took, err, deadline)
 	}
@@ -163,21 +173,7 @@ func TestASessionWaitingOnAFormerPrimaryEndsOnceAnotherHostTakesWrites(t *testin
 // writes, rather than at its connect_timeout.
 func TestAConnectionWaitingOnASilentHostMovesOnOnceAnotherTakesWrites(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(testinfra.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, freeze, thaw := freezableProxy(t, u.Host)
-	u.Host = proxy + "," + u.Host
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	q.Set("connect_timeout", "5")
-	u.RawQuery = q.Encode()
-	pool, err := Pool{URL: u.String(), MaxConns: 2}.Open(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, proxy, freeze, thaw := proxiedPool(t, 5)
 	freeze()
 	defer thaw()
 	start := time.Now()
