@@ -94,7 +94,9 @@ back AS (UPDATE timeoutd_instances SET gone_at = NULL
 // (resumedCTE's at and quiet, or resumedAtSQL and quietAtSQL): for a row
 // still live at quiet, whether or not its owner beat since the resume (a
 // heartbeat back is not a renewal back: the owner's renewal may still be
-// on its way through the failover, or its heartbeat's answer lost).
+// on its way through the failover, or its heartbeat's answer lost). No
+// row has a grace when no instance was seen before the quiet (a new
+// database: quiet is infinity).
 func graceExpiry(expires, beatAt, resumed, quiet, ttl string) string {
 	return fmt.Sprintf(`CASE WHEN %[2]s IS NOT NULL AND %[1]s > %[4]s
 		THEN greatest(%[1]s, %[3]s + %[5]s * interval '1 millisecond') ELSE %[1]s END`, expires, beatAt, resumed, quiet, ttl)
@@ -115,7 +117,7 @@ const resumedCTE = `resumed AS (SELECT
 	CASE WHEN r.silent OR r.restarted THEN r.seen ELSE r.quiet END AS quiet
 	FROM (SELECT coalesce(max(seen_at) < now() - $2 * interval '1 millisecond' / 3, false) AS silent,
 		coalesce(max(resumed_at), '-infinity') < pg_postmaster_start_time() AS restarted,
-		max(resumed_at) AS last, coalesce(max(seen_at), '-infinity') AS seen,
+		max(resumed_at) AS last, coalesce(max(seen_at), 'infinity') AS seen,
 		(array_agg(quiet_at ORDER BY resumed_at DESC))[1] AS quiet
 		FROM timeoutd_instances) r)`
 

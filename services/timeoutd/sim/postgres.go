@@ -212,9 +212,11 @@ func (w *World) FreezeDB(ctx context.Context, d time.Duration) {
 // start, so that their owners renew their leases before another takes
 // them, even one whose heartbeat came back before its renewal did; so do
 // they after the cluster resumed from a silence (the store's graceExpiry).
-// The fence, and so the check of fencing, take the lease's own expiry.
+// None has a grace when no instance was seen before the quiet (a new
+// database). The fence, and so the check of fencing, take the lease's own
+// expiry.
 func (w *World) graceExpiry(expires time.Time, in *instance) time.Time {
-	if at := later(w.pg.started, w.pg.resumed); in != nil && expires.After(w.pg.quiet) {
+	if at := later(w.pg.started, w.pg.resumed); in != nil && !w.pg.quiet.IsZero() && expires.After(w.pg.quiet) {
 		return later(expires, at.Add(w.cfg.TTL))
 	}
 	return expires
