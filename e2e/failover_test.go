@@ -183,7 +183,8 @@ func (c *chaos) pgHealthy(t *testing.T) (leader, sync string, timeline int, wait
 	var ms []pgMember
 	var err error
 	var stableSince time.Time
-	var seen string // leader, sync and timeline since stableSince
+	// seen is the leader, sync and timeline since stableSince.
+	var seen string
 	for deadline := began.Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) { // polling Patroni's view
 		if ms, err = c.s.pgMembers(t.Context()); err != nil {
 			stableSince = time.Time{}
