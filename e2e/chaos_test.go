@@ -399,6 +399,12 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 		t.Fatalf("install the write audit: %v", err)
 	}
 	c := &chaos{s: s, db: db, proxied: plan.Proxied}
+	timeline := 0
+	if cfg.Load.Patroni {
+		if timeline, err = s.pgWritable(t.Context()); err != nil {
+			t.Fatalf("the Postgres cluster's timeline: %v", err)
+		}
+	}
 	var faults []fault
 	for _, f := range plan.Faults {
 		faults = append(faults, fault{At: f.At, What: f.Kind.Name, Do: c.recorded(f.Kind.Name, f.Kind.Plan(c, f.r))})
@@ -470,6 +476,9 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 	}
 	for _, l := range c.reportFailovers(t, a.Samples) {
 		fmt.Printf("CHAOS seed %d failover %s\n", seed, l)
+	}
+	if cfg.Load.Patroni {
+		fmt.Printf("CHAOS seed %d promotions: %s\n", seed, c.reportPromotions(t, timeline))
 	}
 	t.Logf("partition leases acquired anew during each kind of fault (and until the next fault): %s", movesByKind(c.windows))
 	fmt.Printf("CHAOS seed %d moves: %s\n", seed, movesByKind(c.windows))

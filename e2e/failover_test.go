@@ -388,6 +388,32 @@ func (c *chaos) planKillSyncStandby(*rand.Rand) func(*testing.T) string {
 	}
 }
 
+// promotingFaults are the faults after which one standby is promoted:
+// each moves the cluster to the next timeline, once.
+var promotingFaults = []string{"kill-primary", "freeze-primary", "netcut-primary", "switchover"}
+
+// reportPromotions says how many promotions the run had beside the faults
+// that ask for one, from the timelines of the primary at the start (from)
+// and now: a promotion no fault asked for is a primary that demoted itself
+// (its Patroni lost etcd for retry_timeout, or its loop stalled past the
+// ttl): no commit is lost in strict mode, but writes stop for a failover's
+// length. It is the cost of a short ttl, reported, not failed.
+func (c *chaos) reportPromotions(t *testing.T, from int) string {
+	t.Helper()
+	_, _, now, _ := c.pgHealthy(t)
+	asked := 0
+	c.mu.Lock()
+	for _, f := range c.failovers {
+		if slices.Contains(promotingFaults, f.Kind) {
+			asked++
+		}
+	}
+	c.mu.Unlock()
+	line := fmt.Sprintf("%d promotions (timeline %d to %d), %d asked for by the faults, %d unasked", now-from, from, now, asked, now-from-asked)
+	t.Log("promotions: " + line)
+	return line
+}
+
 // reportFailovers logs each failover of the run with the lateness, at the
 // order, of the deadlines due during it, against the promise: within the
 // failover's length and 1 s.

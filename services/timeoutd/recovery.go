@@ -115,11 +115,8 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 	g.SetLimit(takeoverConcurrency)
 	for i, p := range parts {
 		g.Go(func() error {
-			if r.own.Epoch(p) != leases[i].Epoch {
-				return nil // handed over or lost while it loaded: not ours to consume
-			}
-			if err := r.src.Add(gctx, p); err != nil {
-				return fmt.Errorf("consume partition %d: %w", p, err)
+			if !r.consume(gctx, leases[i]) {
+				return gctx.Err() // ctx ended, or handed over or lost meanwhile (nil)
 			}
 			if r.own.Epoch(p) == 0 {
 				r.src.Remove(p) // lost while it started, and not owned again
@@ -140,6 +137,28 @@ func (r *recovery) load(ctx context.Context, leases []lease.Lease) (*takeover, e
 	err := g.Wait()
 	t.consumers = time.Since(start)
 	return t, err
+}
+
+// consume starts consuming l's partition (Source.Add). A failed start is
+// retried every RetryDelay while the lease is held: NATS down or without
+// its JetStream quorum fails every instance alike, so giving the lease up
+// (the membership does, for a takeover that fails) would only hand the
+// partition round until the outage ends, a lease TTL each time. It
+// reports false when ctx ended or the lease was lost first.
+func (r *recovery) consume(ctx context.Context, l lease.Lease) bool {
+	for {
+		if r.own.Epoch(l.Partition) != l.Epoch {
+			return false // handed over or lost while it loaded: not ours to consume
+		}
+		err := r.src.Add(ctx, l.Partition)
+		if err == nil {
+			return true
+		}
+		r.cfg.Logger.Warn("consume the partition; retrying", "partition", l.Partition, "err", err)
+		if !retry.Sleep(ctx, r.cfg.RetryDelay) {
+			return false
+		}
+	}
 }
 
 // fence fences the leases' partitions in the expiry stream

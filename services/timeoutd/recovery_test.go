@@ -2,6 +2,7 @@ package timeoutd
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,6 +160,69 @@ func TestNothingOfAFormerEpochLandsAfterItsDrop(t *testing.T) {
 			})
 			if v, held := s.sched.Version("k"); held {
 				t.Fatalf("k held at v%d after its partition was lost and taken again", v)
+			}
+		})
+	}
+}
+
+// failingStarts fails the first fails starts of a partition's consumption,
+// as a NATS without its JetStream quorum does, and counts the starts; lose,
+// when set, runs at the first failure.
+type failingStarts struct {
+	nopSource
+	fails  int32
+	starts atomic.Int32
+	lose   func()
+}
+
+var errNoJetStream = errors.New("nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable")
+
+func (f *failingStarts) Add(context.Context, int) error {
+	n := f.starts.Add(1)
+	if n == 1 && f.lose != nil {
+		f.lose()
+	}
+	if n <= f.fails {
+		return errNoJetStream
+	}
+	return nil
+}
+
+// TestATakeoverWaitsOutASourceThatCannotStart: a consumption that cannot
+// start (NATS down, or without its quorum: every instance alike) is tried
+// again while the lease is held, instead of failing the takeover, which
+// gave the lease up and took none for a TTL (a chaos run: deadlines 19 s
+// late across two NATS faults). A lease lost meanwhile ends the retries.
+func TestATakeoverWaitsOutASourceThatCannotStart(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		lost       bool
+		wantStarts int32
+	}{
+		{"held", false, 4},
+		{"lost while it retries", true, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := &fakeStore{rows: map[string]Timeout{}}
+			src := &failingStarts{fails: 3}
+			s, err := New(Config{RetryDelay: time.Millisecond}, Deps{Store: st, Source: src, DeadLetters: &fakeDLQ{}, Publisher: st, Leases: soleLeases{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.sched.Stop)
+			l := lease.Lease{Partition: 7, Epoch: 1}
+			s.own.Gain(l)
+			if tt.lost {
+				src.lose = func() { s.own.Lose(l.Partition) }
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := s.recovery.load(ctx, []lease.Lease{l}); err != nil {
+				t.Fatalf("takeover failed: %v", err)
+			}
+			if got := src.starts.Load(); got != tt.wantStarts {
+				t.Fatalf("%d starts of the consumption, want %d", got, tt.wantStarts)
 			}
 		})
 	}

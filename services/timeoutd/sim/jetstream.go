@@ -173,10 +173,14 @@ func (s *source) Next(ctx context.Context) ([]timeoutd.Message, error) {
 }
 
 // Add starts fetching p's commands: the durable consumer is reset, so
-// what a previous owner left unacked is redelivered at once.
+// what a previous owner left unacked is redelivered at once. While NATS is
+// cut it fails at once, as the client does when disconnected.
 func (s *source) Add(_ context.Context, p int) error {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
+	if s.w.linkOf(s.id).natsCut {
+		return fmt.Errorf("consume partition %d: %w", p, errSimCut)
+	}
 	s.parts[p] = true
 	for _, m := range s.w.js.parts[p].msgs {
 		if !m.done {
