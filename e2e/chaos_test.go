@@ -478,7 +478,7 @@ func runChaos(t *testing.T, cfg chaosConfig, seed uint64) (string, []time.Durati
 		fmt.Printf("CHAOS seed %d failover %s\n", seed, l)
 	}
 	if cfg.Load.Patroni {
-		fmt.Printf("CHAOS seed %d promotions: %s\n", seed, c.reportPromotions(t, timeline))
+		fmt.Printf("CHAOS seed %d promotions: %s\n", seed, c.reportPromotions(t, plan, timeline))
 	}
 	t.Logf("partition leases acquired anew during each kind of fault (and until the next fault): %s", movesByKind(c.windows))
 	fmt.Printf("CHAOS seed %d moves: %s\n", seed, movesByKind(c.windows))

@@ -26,6 +26,7 @@ var chaosFailovers = []chaosKind{
 	{"netcut-primary", 1, (*chaos).planNetcutPrimary},
 	{"switchover", 1, (*chaos).planSwitchover},
 	{"kill-sync-standby", 1, (*chaos).planKillSyncStandby},
+	{"kill-etcd-leader", 1, (*chaos).planKillEtcdLeader},
 }
 
 // failoverShort is the run of TestPostgresFailover: the chaos run's load
@@ -388,27 +389,62 @@ func (c *chaos) planKillSyncStandby(*rand.Rand) func(*testing.T) string {
 	}
 }
 
+// planKillEtcdLeader: SIGKILL the etcd member that leads etcd's raft for
+// 6–10 s, then start it again. The two left elect a leader and keep
+// their quorum; Patroni's agents move to them (retry_timeout), so the
+// primary keeps its leader key and Postgres keeps committing: the fault
+// reports the longest time without a committed write, and a promotion it
+// caused shows in the run's promotions line as unasked.
+func (c *chaos) planKillEtcdLeader(r *rand.Rand) func(*testing.T) string {
+	hold := 6*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))
+	return func(t *testing.T) string {
+		_, _, tl, waited := c.pgHealthy(t)
+		name := c.s.etcdLeader(t)
+		c.s.Kill(t, name)
+		lost := time.Now()
+		gap, last := c.writeGap(t, lost, hold)
+		c.s.Start(t, name)
+		return fmt.Sprintf("etcd leader %s SIGKILLed for %s%s; longest time without a committed write %s; timeline %d, then %d",
+			name, hold.Round(time.Millisecond), healthyNote(waited), gap.Round(time.Millisecond), tl, last)
+	}
+}
+
+// writeGap commits a write through the multi-host URL every 250 ms from
+// from for d, and returns the longest time with none committed and the
+// timeline of the last one.
+func (c *chaos) writeGap(t *testing.T, from time.Time, d time.Duration) (gap time.Duration, timeline int) {
+	t.Helper()
+	ok := from
+	for time.Since(from) < d {
+		if tl, err := c.s.pgWritable(t.Context()); err == nil {
+			gap, ok, timeline = max(gap, time.Since(ok)), time.Now(), tl
+		}
+		time.Sleep(250 * time.Millisecond) // the probes' pace
+	}
+	return max(gap, time.Since(ok)), timeline
+}
+
 // promotingFaults are the faults after which one standby is promoted:
-// each moves the cluster to the next timeline, once.
-var promotingFaults = []string{"kill-primary", "freeze-primary", "netcut-primary", "switchover"}
+// each moves the cluster to the next timeline, once (restart-postgres
+// restarts the primary, whose Patroni hands the leader key over as it
+// stops).
+var promotingFaults = []string{"kill-primary", "freeze-primary", "netcut-primary", "switchover", "restart-postgres"}
 
 // reportPromotions says how many promotions the run had beside the faults
-// that ask for one, from the timelines of the primary at the start (from)
-// and now: a promotion no fault asked for is a primary that demoted itself
-// (its Patroni lost etcd for retry_timeout, or its loop stalled past the
-// ttl): no commit is lost in strict mode, but writes stop for a failover's
-// length. It is the cost of a short ttl, reported, not failed.
-func (c *chaos) reportPromotions(t *testing.T, from int) string {
+// of plan that ask for one, from the timelines of the primary at the start
+// (from) and now: a promotion no fault asked for is a primary that demoted
+// itself (its Patroni lost etcd for retry_timeout, or its loop stalled
+// past the ttl): no commit is lost in strict mode, but writes stop for a
+// failover's length. It is the cost of a short ttl, reported, not failed.
+func (c *chaos) reportPromotions(t *testing.T, plan chaosPlan, from int) string {
 	t.Helper()
 	_, _, now, _ := c.pgHealthy(t)
 	asked := 0
-	c.mu.Lock()
-	for _, f := range c.failovers {
-		if slices.Contains(promotingFaults, f.Kind) {
+	for _, f := range plan.Faults {
+		if slices.Contains(promotingFaults, f.Kind.Name) {
 			asked++
 		}
 	}
-	c.mu.Unlock()
 	line := fmt.Sprintf("%d promotions (timeline %d to %d), %d asked for by the faults, %d unasked", now-from, from, now, asked, now-from-asked)
 	t.Log("promotions: " + line)
 	return line

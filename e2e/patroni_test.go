@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,6 +118,37 @@ func (s *stack) pgMembers(ctx context.Context) ([]pgMember, error) {
 		return c.Members, nil
 	}
 	return nil, errors.Join(errs...)
+}
+
+// etcdLeader returns the etcd member that leads etcd's raft, as each
+// member's status says.
+func (s *stack) etcdLeader(t *testing.T) string {
+	t.Helper()
+	var errs []error
+	for _, name := range names("etcd", 3) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		out, err := s.execOutput(ctx, name, "etcdctl", "--endpoints=http://127.0.0.1:2379", "endpoint", "status", "-w", "json")
+		cancel()
+		var st []struct {
+			Status struct {
+				Header struct {
+					MemberID uint64 `json:"member_id"`
+				} `json:"header"`
+				Leader uint64 `json:"leader"`
+			}
+		}
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &st)
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w (%q)", name, err, out))
+		case len(st) == 1 && st[0].Status.Leader != 0 && st[0].Status.Leader == st[0].Status.Header.MemberID:
+			return name
+		}
+	}
+	t.Fatalf("no etcd member leads: %v", errors.Join(errs...))
+	return ""
 }
 
 // pgRole returns the member of role (leader, sync_standby) that runs on a
