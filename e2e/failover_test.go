@@ -402,26 +402,30 @@ func (c *chaos) planKillEtcdLeader(r *rand.Rand) func(*testing.T) string {
 		name := c.s.etcdLeader(t)
 		c.s.Kill(t, name)
 		lost := time.Now()
-		gap, last := c.writeGap(t, lost, hold)
+		gaps, last := c.writeGaps(t, lost, hold)
 		c.s.Start(t, name)
-		return fmt.Sprintf("etcd leader %s SIGKILLed for %s%s; longest time without a committed write %s; timeline %d, then %d",
-			name, hold.Round(time.Millisecond), healthyNote(waited), gap.Round(time.Millisecond), tl, last)
+		return fmt.Sprintf("etcd leader %s SIGKILLed for %s%s; time between committed writes: max %s, median %s; timeline %d, then %d",
+			name, hold.Round(time.Millisecond), healthyNote(waited), slices.Max(gaps).Round(time.Millisecond),
+			gaps[len(gaps)/2].Round(time.Millisecond), tl, last)
 	}
 }
 
-// writeGap commits a write through the multi-host URL every 250 ms from
-// from for d, and returns the longest time with none committed and the
-// timeline of the last one.
-func (c *chaos) writeGap(t *testing.T, from time.Time, d time.Duration) (gap time.Duration, timeline int) {
+// writeGaps commits a write through the multi-host URL (on a new
+// connection each) 250 ms after the last one ended, from from for d, and
+// returns the times between committed writes, sorted (the first from
+// from, the last to the end), and the timeline of the last one.
+func (c *chaos) writeGaps(t *testing.T, from time.Time, d time.Duration) (gaps []time.Duration, timeline int) {
 	t.Helper()
 	ok := from
 	for time.Since(from) < d {
 		if tl, err := c.s.pgWritable(t.Context()); err == nil {
-			gap, ok, timeline = max(gap, time.Since(ok)), time.Now(), tl
+			gaps, ok, timeline = append(gaps, time.Since(ok)), time.Now(), tl
 		}
 		time.Sleep(250 * time.Millisecond) // the probes' pace
 	}
-	return max(gap, time.Since(ok)), timeline
+	gaps = append(gaps, time.Since(ok))
+	slices.Sort(gaps)
+	return gaps, timeline
 }
 
 // promotingFaults are the faults after which one standby is promoted:
