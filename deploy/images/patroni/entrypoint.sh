@@ -105,6 +105,11 @@ bootstrap:
     maximum_lag_on_failover: 1048576
     synchronous_mode: true
     synchronous_mode_strict: true
+    # A primary that cannot reach etcd for retry_timeout (its leader
+    # elected anew, a member lost) keeps running while every member
+    # answers its POST /failsafe, instead of demoting itself: losing
+    # etcd's leader failed Postgres over in 1 of 8 kills without it.
+    failsafe_mode: true
     postgresql:
       use_pg_rewind: true
       # No replication slots: Patroni 3.0 creates a member's slot on a new
