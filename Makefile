@@ -257,7 +257,7 @@ soak: images ## long soak: 10 min at 2,000 orders/s, deadlines 1-60 s, same faul
 # single-instance stack under the same schedule, for the comparison;
 # CHAOS_PG=patroni runs Postgres as the cluster under Patroni and adds its
 # faults (primary killed, frozen, cut off; switchover; synchronous standby
-# killed) to the mix; CHAOS_PG_CLOCKS sets its members' clocks off the
+# killed; etcd's leader killed) to the mix; CHAOS_PG_CLOCKS sets its members' clocks off the
 # host's, one offset in seconds per member (e.g. ,+0.25,+0.5). A
 # short run (40 s, 4 faults, without the hangs: frozen Postgres or NATS
 # node, black-holed connections) is part of `make test`.
