@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -473,4 +477,88 @@ func (c *chaos) reportFailovers(t *testing.T, samples []lateSample) []string {
 		out = append(out, line)
 	}
 	return out
+}
+
+// TestAFailoverPromotesTheStandbyFurthestAhead: a standby can hold WAL
+// the one Patroni promotes does not: the primary streams to both at once,
+// and a commit waits only for its synchronous standbys. Here the
+// synchronous standby is frozen while a large insert streams to the other
+// one, and the primary is killed meanwhile. Had Patroni promoted the
+// standby behind, the one ahead would have forked off the new timeline
+// past its start: it must be rewound, and strict mode commits nothing
+// until it streams again (a kill of 10.1 s on 2026-12-03, seed 104).
+// With both standbys synchronous (PATRONI_SYNCHRONOUS_NODE_COUNT 2), the
+// one furthest ahead is promoted and the other follows it without a
+// rewind.
+func TestAFailoverPromotesTheStandbyFurthestAhead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
+	}
+	t.Parallel()
+	s := newPatroniCluster(t)
+	c := &chaos{s: s}
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, s.pgURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE e2e_ahead (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	leader, standby, tl, _ := c.pgHealthy(t)
+	var other string
+	for _, n := range s.PGNodes {
+		if n != leader && n != standby {
+			other = n
+		}
+	}
+	received := func(name string) int64 {
+		t.Helper()
+		out, err := s.execOutput(ctx, name, "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-tAc",
+			"SELECT pg_last_wal_receive_lsn() - '0/0'::pg_lsn")
+		n, perr := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		if err != nil || perr != nil {
+			t.Fatalf("the WAL %s received: %v %v (%q)", name, err, perr, out)
+		}
+		return n
+	}
+	before := received(other)
+	s.Pause(t, standby)
+	go func() { // its commit waits for the frozen standby, and dies with the primary
+		_, _ = conn.Exec(context.Background(), "INSERT INTO e2e_ahead SELECT generate_series(1, 400000)")
+	}()
+	waitFor(t, 30*time.Second, other+" to receive the insert's WAL", func() bool { return received(other)-before > 4<<20 })
+	ahead := received(other)
+	s.Kill(t, leader)
+	lost := time.Now()
+	s.Unpause(t, standby)
+	if behind := received(standby); behind >= ahead {
+		t.Fatalf("precondition: %s received %d bytes of WAL, not behind %s's %d", standby, behind, other, ahead)
+	}
+	at := c.awaitWrites(t, "kill-primary", lost, tl)
+	var promoted string
+	waitFor(t, 30*time.Second, "the promoted member in Patroni's view", func() bool {
+		ms, err := s.pgMembers(ctx)
+		i := slices.IndexFunc(ms, func(m pgMember) bool { return m.Role == "leader" && m.Timeline > tl })
+		if err == nil && i >= 0 {
+			promoted = ms[i].Name
+		}
+		return promoted != ""
+	})
+	t.Logf("%s killed with %s frozen behind %s; %s promoted; writes accepted again after %s",
+		leader, standby, other, promoted, at.Sub(lost).Round(time.Millisecond))
+	for _, n := range []string{standby, other} {
+		if n == promoted {
+			continue
+		}
+		r, err := s.container(n).Logs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r)
+		if bytes.Contains(b, []byte("running pg_rewind")) {
+			t.Errorf("%s (the standby not promoted) was rewound onto %s's timeline: the standby behind was promoted", n, promoted)
+		}
+	}
+	s.Start(t, leader)
 }

@@ -105,6 +105,15 @@ bootstrap:
     maximum_lag_on_failover: 1048576
     synchronous_mode: true
     synchronous_mode_strict: true
+    # Both standbys synchronous (FIRST 2): a commit waits for the two.
+    # The primary streams to both at once, so one can hold WAL the other
+    # lacks; Patroni promotes only a synchronous standby, and one that
+    # sees another member ahead of it refuses. With a single synchronous
+    # standby behind the other, a dead primary was never replaced
+    # (TestAFailoverPromotesTheStandbyFurthestAhead). With two, the one
+    # furthest ahead is promoted; with one of them lost, Patroni keeps the
+    # other alone synchronous.
+    synchronous_node_count: ${PATRONI_SYNCHRONOUS_NODE_COUNT:-2}
     # A primary that cannot reach etcd for retry_timeout (its leader
     # elected anew, a member lost) keeps running while every member
     # answers its POST /failsafe, instead of demoting itself: losing
