@@ -480,16 +480,15 @@ func (c *chaos) reportFailovers(t *testing.T, samples []lateSample) []string {
 }
 
 // TestAFailoverPromotesTheStandbyFurthestAhead: a standby can hold WAL
-// the one Patroni promotes does not: the primary streams to both at once,
-// and a commit waits only for its synchronous standbys. Here the
-// synchronous standby is frozen while a large insert streams to the other
-// one, and the primary is killed meanwhile. Had Patroni promoted the
-// standby behind, the one ahead would have forked off the new timeline
-// past its start: it must be rewound, and strict mode commits nothing
-// until it streams again (a kill of 10.1 s on 2026-12-03, seed 104).
-// With both standbys synchronous (PATRONI_SYNCHRONOUS_NODE_COUNT 2), the
-// one furthest ahead is promoted and the other follows it without a
-// rewind.
+// another lacks: the primary streams to both at once, and a commit waits
+// only for its synchronous standbys. Here one standby is frozen while a
+// large insert streams to the other, and the primary is killed meanwhile.
+// With a single synchronous standby behind the other, Patroni promoted
+// nobody (the synchronous one refuses while another member is ahead; the
+// one ahead may not promote), and no write committed (awaitWrites fails);
+// had it promoted the one behind, the other would need a rewind. With
+// both standbys synchronous (PATRONI_SYNCHRONOUS_NODE_COUNT 2), the one
+// furthest ahead is promoted and the other follows it without a rewind.
 func TestAFailoverPromotesTheStandbyFurthestAhead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e test: needs Docker and the built images; run without -short (make test)")
